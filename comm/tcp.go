@@ -1,0 +1,509 @@
+package comm
+
+import (
+	"bufio"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// TCPConfig configures a TCP endpoint. Zero durations take the defaults below.
+type TCPConfig struct {
+	Rank, Size int
+	// Addrs[r] is the data-plane address (host:port) of rank r.
+	Addrs []string
+	// Listener accepts this rank's incoming connections; it must already be listening on
+	// Addrs[Rank] so that peers can connect as soon as they learn the table.
+	Listener net.Listener
+	// Secret authenticates connections: both ends prove knowledge of it (HMAC-SHA256 over fresh
+	// nonces), so a stranger who connects to a rank's port cannot inject messages.
+	Secret []byte
+	// DialTimeout bounds the retries of a dial to a peer (default 10s).
+	DialTimeout time.Duration
+	// HandshakeTimeout bounds the authentication exchange of one connection (default 10s).
+	HandshakeTimeout time.Duration
+	// Logf receives reasons for rejected connections and invalid frames (default: stderr).
+	Logf func(format string, args ...any)
+}
+
+const (
+	defaultDialTimeout      = 10 * time.Second
+	defaultHandshakeTimeout = 10 * time.Second
+	readBufferSize          = 256 << 10 // holds a header plus the largest eager payload
+	smallFrame              = 64 << 10  // frames up to this size are copied into one write
+	nonceSize               = 16
+	macSize                 = sha256.Size
+)
+
+var (
+	serverHelloMagic = [8]byte{'M', 'P', 'I', 'O', 'S', 'H', 'S', '1'}
+	clientHelloMagic = [8]byte{'M', 'P', 'I', 'O', 'S', 'H', 'C', '1'}
+)
+
+// ErrAuth reports a connection whose peer failed authentication.
+var ErrAuth = errors.New("comm: authentication failed")
+
+// TCPEndpoint is an Endpoint over TCP. Each ordered pair of ranks uses one connection, dialed
+// lazily by the sender on first use; the receiver only reads from it (except a final Bye), so
+// there is no connect race to break and per-pair order is TCP's order.
+type TCPEndpoint struct {
+	cfg     TCPConfig
+	handler Handler
+
+	peers []*tcpPeer
+
+	mu     sync.Mutex
+	closed bool
+	in     map[net.Conn]*sync.Mutex // accepted connections and their write locks (for Bye)
+	inPeer []int                    // accepted connections per peer
+	wg     sync.WaitGroup
+}
+
+type tcpPeer struct {
+	dial sync.Mutex // serializes dialing
+	mu   sync.Mutex // serializes writes
+	conn net.Conn
+	err  error // sticky: set when the connection broke
+	buf  []byte
+}
+
+// NewTCP returns an endpoint; call Start to begin accepting.
+func NewTCP(cfg TCPConfig) (*TCPEndpoint, error) {
+	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("comm: rank %d of size %d", cfg.Rank, cfg.Size)
+	}
+	if len(cfg.Addrs) != cfg.Size {
+		return nil, fmt.Errorf("comm: %d addresses for %d ranks", len(cfg.Addrs), cfg.Size)
+	}
+	if cfg.Listener == nil {
+		return nil, errors.New("comm: no listener")
+	}
+	if len(cfg.Secret) < 16 {
+		return nil, errors.New("comm: secret shorter than 16 bytes")
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = defaultDialTimeout
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = defaultHandshakeTimeout
+	}
+	if cfg.Logf == nil {
+		logger := log.New(os.Stderr, "", 0)
+		cfg.Logf = logger.Printf
+	}
+	e := &TCPEndpoint{cfg: cfg, peers: make([]*tcpPeer, cfg.Size), in: make(map[net.Conn]*sync.Mutex), inPeer: make([]int, cfg.Size)}
+	for i := range e.peers {
+		e.peers[i] = &tcpPeer{}
+	}
+	return e, nil
+}
+
+// Rank implements Endpoint.
+func (e *TCPEndpoint) Rank() int { return e.cfg.Rank }
+
+// Size implements Endpoint.
+func (e *TCPEndpoint) Size() int { return e.cfg.Size }
+
+// Start implements Endpoint.
+func (e *TCPEndpoint) Start(h Handler) error {
+	if h == nil {
+		return errors.New("comm: nil handler")
+	}
+	e.handler = h
+	e.wg.Add(1)
+	go e.acceptLoop()
+	return nil
+}
+
+func (e *TCPEndpoint) logf(format string, args ...any) {
+	e.cfg.Logf("comm: rank %d: "+format, append([]any{e.cfg.Rank}, args...)...)
+}
+
+func (e *TCPEndpoint) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+func (e *TCPEndpoint) acceptLoop() {
+	defer e.wg.Done()
+	for {
+		conn, err := e.cfg.Listener.Accept()
+		if err != nil {
+			if e.isClosed() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			e.logf("accept: %v", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		e.wg.Add(1)
+		go e.serveConn(conn)
+	}
+}
+
+// serveConn authenticates an incoming connection and then reads its frames until it ends.
+func (e *TCPEndpoint) serveConn(conn net.Conn) {
+	defer e.wg.Done()
+	peer, err := e.acceptHandshake(conn)
+	if err != nil {
+		if !e.isClosed() {
+			e.logf("rejected connection from %v: %v", conn.RemoteAddr(), err)
+		}
+		conn.Close()
+		return
+	}
+
+	flags, err := e.readFrames(peer, conn)
+	e.mu.Lock()
+	delete(e.in, conn)
+	e.inPeer[peer]--
+	closed := e.closed
+	e.mu.Unlock()
+	conn.Close()
+	if closed {
+		return
+	}
+	if err != nil {
+		var fe *FrameError
+		if errors.As(err, &fe) {
+			e.logf("closing connection from rank %d: %v", peer, err)
+		}
+		e.handler.PeerClosed(peer, 0, &PeerError{Peer: peer, Op: "receive from", Err: fmt.Errorf("%w: %v", ErrPeerLost, err)})
+		return
+	}
+	e.handler.PeerClosed(peer, flags, nil)
+}
+
+// readFrames dispatches frames from peer until a Bye (returns its flags) or an error.
+func (e *TCPEndpoint) readFrames(peer int, conn net.Conn) (uint8, error) {
+	br := bufio.NewReaderSize(conn, readBufferSize)
+	var hb [HeaderSize]byte
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			return 0, err
+		}
+		h, err := DecodeHeader(hb[:])
+		if err != nil {
+			return 0, err
+		}
+		switch h.Kind {
+		case KindBye:
+			return h.Flags, nil
+		case KindEager:
+			payload, err := br.Peek(int(h.Len))
+			if err != nil {
+				return 0, err
+			}
+			if err := e.handler.HandleFrame(peer, &h, payload); err != nil {
+				return 0, err
+			}
+			if _, err := br.Discard(int(h.Len)); err != nil {
+				return 0, err
+			}
+		case KindRTS, KindCTS:
+			if err := e.handler.HandleFrame(peer, &h, nil); err != nil {
+				return 0, err
+			}
+		case KindData:
+			dst, err := e.handler.DataBuffer(peer, &h)
+			if err != nil {
+				return 0, err
+			}
+			if dst == nil {
+				if _, err := br.Discard(int(h.Len)); err != nil {
+					return 0, err
+				}
+				continue
+			}
+			if len(dst) != int(h.Len) {
+				return 0, fmt.Errorf("comm: data buffer of %d bytes for a %d-byte chunk", len(dst), h.Len)
+			}
+			if _, err := io.ReadFull(br, dst); err != nil {
+				return 0, err
+			}
+			if err := e.handler.DataDone(peer, &h); err != nil {
+				return 0, err
+			}
+		}
+	}
+}
+
+// Send implements Endpoint.
+func (e *TCPEndpoint) Send(peer int, h *Header, payload []byte) error {
+	if peer < 0 || peer >= e.cfg.Size || peer == e.cfg.Rank {
+		return fmt.Errorf("comm: send to rank %d: not a peer of rank %d (size %d)", peer, e.cfg.Rank, e.cfg.Size)
+	}
+	if len(payload) != int(h.Len) {
+		return fmt.Errorf("comm: payload of %d bytes, header says %d", len(payload), h.Len)
+	}
+	p := e.peers[peer]
+	conn, err := e.connect(peer, p)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	if HeaderSize+len(payload) <= smallFrame {
+		p.buf = append(AppendHeader(p.buf[:0], h), payload...)
+		_, err = conn.Write(p.buf)
+	} else {
+		bufs := net.Buffers{AppendHeader(p.buf[:0], h), payload}
+		_, err = bufs.WriteTo(conn)
+	}
+	if err != nil {
+		p.err = &PeerError{Peer: peer, Op: "send to", Err: fmt.Errorf("%w: %v", ErrPeerLost, err)}
+		conn.Close()
+		return p.err
+	}
+	return nil
+}
+
+// connect returns the connection to peer, dialing it on first use.
+func (e *TCPEndpoint) connect(peer int, p *tcpPeer) (net.Conn, error) {
+	p.dial.Lock()
+	defer p.dial.Unlock()
+	p.mu.Lock()
+	conn, err := p.conn, p.err
+	p.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if conn != nil {
+		return conn, nil
+	}
+	if e.isClosed() {
+		return nil, ErrClosed
+	}
+	addr := e.cfg.Addrs[peer]
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DialTimeout)
+	defer cancel()
+	bo := backoff.WithContext(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(5*time.Millisecond), backoff.WithMaxInterval(500*time.Millisecond),
+		backoff.WithMaxElapsedTime(e.cfg.DialTimeout)), ctx)
+	err = backoff.Retry(func() error {
+		d := net.Dialer{Timeout: e.cfg.HandshakeTimeout}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		if err := e.dialHandshake(c, peer); err != nil {
+			c.Close()
+			if errors.Is(err, ErrAuth) {
+				return backoff.Permanent(err)
+			}
+			return err
+		}
+		conn = c
+		return nil
+	}, bo)
+	if err != nil {
+		err = &PeerError{Peer: peer, Op: "connect to", Err: fmt.Errorf("%s: %w", addr, err)}
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		return nil, err
+	}
+	p.mu.Lock()
+	p.conn = conn
+	p.mu.Unlock()
+	e.wg.Add(1)
+	go e.watchOutgoing(peer, p, conn)
+	return conn, nil
+}
+
+// watchOutgoing reads the receiving side's only message on a dialed connection, its Bye, so
+// that a peer that dies is noticed even by ranks that only send to it.
+func (e *TCPEndpoint) watchOutgoing(peer int, p *tcpPeer, conn net.Conn) {
+	defer e.wg.Done()
+	var hb [HeaderSize]byte
+	_, err := io.ReadFull(conn, hb[:])
+	var flags uint8
+	if err == nil {
+		var h Header
+		if h, err = DecodeHeader(hb[:]); err == nil && h.Kind != KindBye {
+			err = &FrameError{Kind: h.Kind, Err: ErrBadKind, Info: "only bye is expected on an outgoing connection"}
+		}
+		flags = h.Flags
+	}
+	if e.isClosed() {
+		return
+	}
+	perr := &PeerError{Peer: peer, Op: "send to", Err: ErrPeerLost}
+	if err != nil {
+		perr.Err = fmt.Errorf("%w: %v", ErrPeerLost, err)
+	}
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = perr
+	}
+	p.mu.Unlock()
+	conn.Close()
+	if err != nil {
+		e.handler.PeerClosed(peer, 0, perr)
+		return
+	}
+	// An orderly Bye here may overtake data the peer sent on its own connection to us; the
+	// reader of that connection reports the Bye in order. Only a peer that never sent us
+	// anything is reported from here.
+	e.mu.Lock()
+	streaming := e.inPeer[peer] > 0
+	e.mu.Unlock()
+	if !streaming {
+		e.handler.PeerClosed(peer, flags, nil)
+	}
+}
+
+// Close implements Endpoint: it says Bye on every connection and closes them.
+func (e *TCPEndpoint) Close() error {
+	return e.CloseWithFlags(0)
+}
+
+// CloseWithFlags closes like Close, with flags (e.g. FlagMigrated) on the Bye frames.
+func (e *TCPEndpoint) CloseWithFlags(flags uint8) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	in := make(map[net.Conn]*sync.Mutex, len(e.in))
+	for c, m := range e.in {
+		in[c] = m
+	}
+	e.mu.Unlock()
+	bye := AppendHeader(nil, &Header{Kind: KindBye, Flags: flags})
+	e.cfg.Listener.Close()
+	for _, p := range e.peers {
+		p.mu.Lock()
+		if p.conn != nil && p.err == nil {
+			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			p.conn.Write(bye)
+			p.conn.Close()
+		}
+		p.err = ErrClosed
+		p.mu.Unlock()
+	}
+	for c, m := range in {
+		m.Lock()
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write(bye)
+		m.Unlock()
+		c.Close()
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		return errors.New("comm: close: connection handlers did not finish within 5s")
+	}
+	return nil
+}
+
+// Handshake. The acceptor sends a nonce; the dialer answers with its rank, the rank it wants,
+// its own nonce and an HMAC over all of it; the acceptor proves knowledge of the secret back.
+// Fresh nonces on both sides make recorded handshakes useless for replay.
+
+func (e *TCPEndpoint) mac(label byte, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, e.cfg.Secret)
+	m.Write([]byte{label})
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+func (e *TCPEndpoint) acceptHandshake(conn net.Conn) (int, error) {
+	conn.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+	defer conn.SetDeadline(time.Time{})
+	var nonceA [nonceSize]byte
+	if _, err := rand.Read(nonceA[:]); err != nil {
+		return 0, err
+	}
+	if _, err := conn.Write(append(serverHelloMagic[:], nonceA[:]...)); err != nil {
+		return 0, err
+	}
+	var ch [8 + 4 + 4 + nonceSize + macSize]byte
+	if _, err := io.ReadFull(conn, ch[:]); err != nil {
+		return 0, fmt.Errorf("reading hello: %w", err)
+	}
+	if [8]byte(ch[:8]) != clientHelloMagic {
+		return 0, fmt.Errorf("%w: not an mpios peer", ErrAuth)
+	}
+	ranks, nonceD, mac := ch[8:16], ch[16:16+nonceSize], ch[16+nonceSize:]
+	if !hmac.Equal(mac, e.mac('c', nonceA[:], ranks, nonceD)) {
+		return 0, fmt.Errorf("%w: bad credentials", ErrAuth)
+	}
+	src, dst := int(binary.LittleEndian.Uint32(ranks[:4])), int(binary.LittleEndian.Uint32(ranks[4:]))
+	if dst != e.cfg.Rank {
+		return 0, fmt.Errorf("connection meant for rank %d", dst)
+	}
+	if src < 0 || src >= e.cfg.Size || src == e.cfg.Rank {
+		return 0, fmt.Errorf("connection claims rank %d", src)
+	}
+	// Register before acknowledging: once the dialer may send, a Bye it later sends on our
+	// own outgoing connection must find this stream and leave the report to it (see
+	// watchOutgoing), so that the Bye cannot overtake data still queued here.
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return 0, ErrClosed
+	}
+	e.in[conn] = new(sync.Mutex)
+	e.inPeer[src]++
+	e.mu.Unlock()
+	if _, err := conn.Write(e.mac('s', nonceD, nonceA[:], ranks)); err != nil {
+		e.mu.Lock()
+		delete(e.in, conn)
+		e.inPeer[src]--
+		e.mu.Unlock()
+		return 0, err
+	}
+	return src, nil
+}
+
+func (e *TCPEndpoint) dialHandshake(conn net.Conn, peer int) error {
+	conn.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+	defer conn.SetDeadline(time.Time{})
+	var sh [8 + nonceSize]byte
+	if _, err := io.ReadFull(conn, sh[:]); err != nil {
+		return fmt.Errorf("reading server hello: %w", err)
+	}
+	if [8]byte(sh[:8]) != serverHelloMagic {
+		return fmt.Errorf("%w: %s is not an mpios rank", ErrAuth, conn.RemoteAddr())
+	}
+	nonceA := sh[8:]
+	var nonceD [nonceSize]byte
+	if _, err := rand.Read(nonceD[:]); err != nil {
+		return err
+	}
+	ranks := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, uint32(e.cfg.Rank)), uint32(peer))
+	msg := append(append(append(clientHelloMagic[:], ranks...), nonceD[:]...), e.mac('c', nonceA, ranks, nonceD[:])...)
+	if _, err := conn.Write(msg); err != nil {
+		return err
+	}
+	var ack [macSize]byte
+	if _, err := io.ReadFull(conn, ack[:]); err != nil {
+		return fmt.Errorf("reading handshake ack (wrong job secret or wrong rank?): %w", err)
+	}
+	if !hmac.Equal(ack[:], e.mac('s', nonceD[:], nonceA, ranks)) {
+		return fmt.Errorf("%w: rank %d at %s did not prove the job secret", ErrAuth, peer, conn.RemoteAddr())
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+// Package mpitest runs a function as the ranks of an in-process job: one goroutine per rank,
+// connected by the in-process transport or by real TCP on loopback. Tests of mpi and of the
+// packages above it use it; multi-process behaviour is tested through mpirun.
+package mpitest
+
+import (
+	"crypto/rand"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/mpi"
+)
+
+// Timeout bounds one Run: a hang fails the test with every goroutine's stack.
+var Timeout = 60 * time.Second
+
+// Transport selects how the goroutine ranks are connected.
+type Transport int
+
+const (
+	InProc Transport = iota
+	TCP
+)
+
+func (t Transport) String() string {
+	if t == TCP {
+		return "tcp"
+	}
+	return "inproc"
+}
+
+// Endpoints returns n connected endpoints of the given transport.
+func Endpoints(t testing.TB, tr Transport, n int) []comm.Endpoint {
+	t.Helper()
+	eps := make([]comm.Endpoint, n)
+	if tr == InProc {
+		nw := comm.NewInProcNetwork(n)
+		for i := range eps {
+			eps[i] = nw.Endpoint(i)
+		}
+		return eps
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	lns := make([]net.Listener, n)
+	addrs := make([]string, n)
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], addrs[i] = ln, ln.Addr().String()
+	}
+	for i := range eps {
+		ep, err := comm.NewTCP(comm.TCPConfig{Rank: i, Size: n, Addrs: addrs, Listener: lns[i], Secret: secret,
+			Logf: func(format string, args ...any) { t.Logf(format, args...) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps[i] = ep
+	}
+	return eps
+}
+
+// Run runs fn on n goroutine ranks and fails t with every rank's error. Ranks are attached to
+// their endpoints before fn and detached (Finalize) after it returns nil.
+func Run(t testing.TB, tr Transport, n int, fn func(c *mpi.Comm) error) {
+	t.Helper()
+	RunEndpoints(t, Endpoints(t, tr, n), fn)
+}
+
+// RunEndpoints is Run over given endpoints.
+func RunEndpoints(t testing.TB, eps []comm.Endpoint, fn func(c *mpi.Comm) error) {
+	t.Helper()
+	n := len(eps)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range eps {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					errs[i] = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			c, err := mpi.Attach(eps[i])
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if err := fn(c); err != nil {
+				errs[i] = err
+				eps[i].Close()
+				return
+			}
+			errs[i] = mpi.Detach(c)
+		}(i)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(Timeout):
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Fatalf("ranks did not finish within %v\n%s", Timeout, buf)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", i, err)
+		}
+	}
+}

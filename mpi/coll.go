@@ -1,0 +1,578 @@
+package mpi
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// Tags of the collective context. Collectives are called in the same order on every rank and
+// messages between a pair never overtake each other, so one tag per collective suffices.
+const (
+	tagBarrier = iota + 1
+	tagBcast
+	tagReduce
+	tagAllreduce
+	tagGather
+	tagScatter
+	tagAllgather
+	tagAlltoall
+	tagScan
+	tagGatherv
+	tagScatterv
+	tagReduceScatter
+)
+
+// allreduceRingMin is the message size from which Allreduce switches from recursive doubling
+// (log P steps, whole vector each) to a ring reduce-scatter + allgather (bandwidth-optimal).
+const allreduceRingMin = 16 << 10
+
+func csend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	return c.isend("collective", c.ctx+1, asBytes(buf), elemCode[T](), dest, tag)
+}
+
+func crecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+	return c.irecv("collective", c.ctx+1, asBytes(buf), elemCode[T](), sizeOf[T](), src, tag, false)
+}
+
+func cwait(r *Request, err error) error {
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait()
+	return err
+}
+
+// cexchange sends send to dest and receives recv from src on the collective context.
+func cexchange[T Elem](c *Comm, send []T, dest int, recv []T, src, tag int) error {
+	rr, err := crecv(c, recv, src, tag)
+	if err != nil {
+		return err
+	}
+	sr, err := csend(c, send, dest, tag)
+	if err != nil {
+		rr.Wait()
+		return err
+	}
+	return WaitAll(rr, sr)
+}
+
+func collErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("mpi: %s: %w", op, err)
+}
+
+func checkRoot(c *Comm, op string, root int) error {
+	if root < 0 || root >= c.Size() {
+		return fmt.Errorf("mpi: %s: %w: root %d not in [0,%d)", op, ErrRank, root, c.Size())
+	}
+	return nil
+}
+
+// Barrier blocks until every rank of c has called it (dissemination algorithm: ceil(log2 P)
+// rounds of one zero-byte message each).
+func (c *Comm) Barrier() error {
+	if err := c.valid("Barrier"); err != nil {
+		return err
+	}
+	p, r := c.Size(), c.Rank()
+	var none []byte
+	for k := 1; k < p; k <<= 1 {
+		if err := cexchange(c, none, (r+k)%p, none, (r-k+p)%p, tagBarrier); err != nil {
+			return collErr("Barrier", err)
+		}
+	}
+	return nil
+}
+
+// Bcast copies buf of rank root into buf of every rank (binomial tree).
+func Bcast[T Elem](c *Comm, buf []T, root int) error {
+	if err := c.valid("Bcast"); err != nil {
+		return err
+	}
+	if err := checkRoot(c, "Bcast", root); err != nil {
+		return err
+	}
+	p := c.Size()
+	vr := (c.Rank() - root + p) % p
+	mask := 1
+	for ; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			if err := cwait(crecv(c, buf, (vr-mask+root)%p, tagBcast)); err != nil {
+				return collErr("Bcast", err)
+			}
+			break
+		}
+	}
+	var reqs []*Request
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < p {
+			r, err := csend(c, buf, (vr+mask+root)%p, tagBcast)
+			if err != nil {
+				WaitAll(reqs...)
+				return collErr("Bcast", err)
+			}
+			reqs = append(reqs, r)
+		}
+	}
+	return collErr("Bcast", WaitAll(reqs...))
+}
+
+// Reduce combines send of every rank with op, element by element, into recv at root (binomial
+// tree). recv is only used at root and must be as long as send there.
+func Reduce[T Number](c *Comm, send, recv []T, op Op, root int) error {
+	if err := c.valid("Reduce"); err != nil {
+		return err
+	}
+	if err := checkRoot(c, "Reduce", root); err != nil {
+		return err
+	}
+	if err := op.valid(); err != nil {
+		return collErr("Reduce", err)
+	}
+	if c.Rank() == root && len(recv) != len(send) {
+		return fmt.Errorf("mpi: Reduce: %w: recv has %d elements, send %d", ErrCount, len(recv), len(send))
+	}
+	p := c.Size()
+	vr := (c.Rank() - root + p) % p
+	acc := append([]T(nil), send...)
+	tmp := make([]T, len(send))
+	for mask := 1; mask < p; mask <<= 1 {
+		if vr&mask == 0 {
+			if src := vr | mask; src < p {
+				if err := cwait(crecv(c, tmp, (src+root)%p, tagReduce)); err != nil {
+					return collErr("Reduce", err)
+				}
+				apply(op, tmp, acc)
+			}
+		} else {
+			return collErr("Reduce", cwait(csend(c, acc, (vr-mask+root)%p, tagReduce)))
+		}
+	}
+	copy(recv, acc)
+	return nil
+}
+
+// Allreduce combines send of every rank with op into recv on every rank. Small vectors use
+// recursive doubling, large ones a ring reduce-scatter followed by a ring allgather. Every rank
+// gets bitwise the same result.
+func Allreduce[T Number](c *Comm, send, recv []T, op Op) error {
+	if err := c.valid("Allreduce"); err != nil {
+		return err
+	}
+	if err := op.valid(); err != nil {
+		return collErr("Allreduce", err)
+	}
+	if len(recv) != len(send) {
+		return fmt.Errorf("mpi: Allreduce: %w: recv has %d elements, send %d", ErrCount, len(recv), len(send))
+	}
+	copy(recv, send)
+	p := c.Size()
+	if p == 1 {
+		return nil
+	}
+	if len(send)*sizeOf[T]() >= allreduceRingMin && len(send) >= p {
+		return collErr("Allreduce", ringAllreduce(c, recv, op))
+	}
+	return collErr("Allreduce", recursiveDoubling(c, recv, op))
+}
+
+func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
+	p, rank := c.Size(), c.Rank()
+	pof2 := 1 << (bits.Len(uint(p)) - 1)
+	rem := p - pof2
+	tmp := make([]T, len(acc))
+	// Fold the first 2*rem ranks pairwise so that a power of two takes part in the doubling.
+	newrank := rank - rem
+	if rank < 2*rem {
+		if rank%2 == 0 {
+			if err := cwait(csend(c, acc, rank+1, tagAllreduce)); err != nil {
+				return err
+			}
+			newrank = -1
+		} else {
+			if err := cwait(crecv(c, tmp, rank-1, tagAllreduce)); err != nil {
+				return err
+			}
+			apply(op, tmp, acc)
+			newrank = rank / 2
+		}
+	}
+	if newrank >= 0 {
+		for mask := 1; mask < pof2; mask <<= 1 {
+			nd := newrank ^ mask
+			dst := nd + rem
+			if nd < rem {
+				dst = 2*nd + 1
+			}
+			if err := cexchange(c, acc, dst, tmp, dst, tagAllreduce); err != nil {
+				return err
+			}
+			apply(op, tmp, acc)
+		}
+	}
+	if rank < 2*rem {
+		if rank%2 == 1 {
+			return cwait(csend(c, acc, rank-1, tagAllreduce))
+		}
+		return cwait(crecv(c, acc, rank+1, tagAllreduce))
+	}
+	return nil
+}
+
+// blocks splits n elements into p nearly equal blocks (the first n%p one larger).
+func blocks(n, p int) (offs, cnts []int) {
+	offs, cnts = make([]int, p+1), make([]int, p)
+	for i := 0; i < p; i++ {
+		cnts[i] = n / p
+		if i < n%p {
+			cnts[i]++
+		}
+		offs[i+1] = offs[i] + cnts[i]
+	}
+	return offs, cnts
+}
+
+// ringReduceScatter reduces buf around the ring so that rank r ends with the complete
+// reduction of block (r+shift) mod p.
+func ringReduceScatter[T Number](c *Comm, buf []T, offs []int, op Op, shift int) error {
+	p, r := c.Size(), c.Rank()
+	right, left := (r+1)%p, (r-1+p)%p
+	maxCnt := 0
+	for i := 0; i < p; i++ {
+		maxCnt = max(maxCnt, offs[i+1]-offs[i])
+	}
+	tmp := make([]T, maxCnt)
+	mod := func(i int) int { return ((i % p) + p) % p }
+	for s := 0; s < p-1; s++ {
+		sb, rb := mod(r-s+shift-1), mod(r-s+shift-2)
+		in := tmp[:offs[rb+1]-offs[rb]]
+		if err := cexchange(c, buf[offs[sb]:offs[sb+1]], right, in, left, tagReduceScatter); err != nil {
+			return err
+		}
+		apply(op, in, buf[offs[rb]:offs[rb+1]])
+	}
+	return nil
+}
+
+func ringAllreduce[T Number](c *Comm, buf []T, op Op) error {
+	p, r := c.Size(), c.Rank()
+	offs, _ := blocks(len(buf), p)
+	if err := ringReduceScatter(c, buf, offs, op, 1); err != nil {
+		return err
+	}
+	// Rank r owns block r+1; pass the finished blocks around the ring.
+	right, left := (r+1)%p, (r-1+p)%p
+	mod := func(i int) int { return ((i % p) + p) % p }
+	for s := 0; s < p-1; s++ {
+		sb, rb := mod(r+1-s), mod(r-s)
+		if err := cexchange(c, buf[offs[sb]:offs[sb+1]], right, buf[offs[rb]:offs[rb+1]], left, tagAllreduce); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReduceScatterBlock reduces send (Size()*len(recv) elements) with op and leaves block r of
+// the result in recv at rank r.
+func ReduceScatterBlock[T Number](c *Comm, send, recv []T, op Op) error {
+	if err := c.valid("ReduceScatterBlock"); err != nil {
+		return err
+	}
+	if err := op.valid(); err != nil {
+		return collErr("ReduceScatterBlock", err)
+	}
+	n, p := len(recv), c.Size()
+	if len(send) != n*p {
+		return fmt.Errorf("mpi: ReduceScatterBlock: %w: send has %d elements, want %d", ErrCount, len(send), n*p)
+	}
+	buf := append([]T(nil), send...)
+	offs := make([]int, p+1)
+	for i := range offs {
+		offs[i] = i * n
+	}
+	if err := ringReduceScatter(c, buf, offs, op, 0); err != nil {
+		return collErr("ReduceScatterBlock", err)
+	}
+	copy(recv, buf[c.Rank()*n:(c.Rank()+1)*n])
+	return nil
+}
+
+// Scan computes the inclusive prefix reduction: recv at rank r combines send of ranks 0..r.
+func Scan[T Number](c *Comm, send, recv []T, op Op) error {
+	if err := c.valid("Scan"); err != nil {
+		return err
+	}
+	if err := op.valid(); err != nil {
+		return collErr("Scan", err)
+	}
+	if len(recv) != len(send) {
+		return fmt.Errorf("mpi: Scan: %w: recv has %d elements, send %d", ErrCount, len(recv), len(send))
+	}
+	p, r := c.Size(), c.Rank()
+	copy(recv, send)
+	partial := append([]T(nil), send...)
+	tmp := make([]T, len(send))
+	for mask := 1; mask < p; mask <<= 1 {
+		dst := r ^ mask
+		if dst >= p {
+			continue
+		}
+		if err := cexchange(c, partial, dst, tmp, dst, tagScan); err != nil {
+			return collErr("Scan", err)
+		}
+		apply(op, tmp, partial)
+		if dst < r {
+			apply(op, tmp, recv)
+		}
+	}
+	return nil
+}
+
+// Gather collects send (the same length on every rank) into recv at root, rank i's data at
+// recv[i*len(send):]. recv is only used at root and must hold Size()*len(send) elements there.
+// It uses a binomial tree.
+func Gather[T Elem](c *Comm, send, recv []T, root int) error {
+	if err := c.valid("Gather"); err != nil {
+		return err
+	}
+	if err := checkRoot(c, "Gather", root); err != nil {
+		return err
+	}
+	p, n := c.Size(), len(send)
+	if c.Rank() == root && len(recv) != p*n {
+		return fmt.Errorf("mpi: Gather: %w: recv has %d elements, want %d", ErrCount, len(recv), p*n)
+	}
+	vr := (c.Rank() - root + p) % p
+	// tmp holds the blocks of ranks vr, vr+1, ... of this subtree, in relative order.
+	size := p - vr
+	if vr != 0 {
+		size = min(vr&-vr, p-vr)
+	}
+	tmp := make([]T, size*n)
+	copy(tmp, send)
+	cnt := 1
+	for mask := 1; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			return collErr("Gather", cwait(csend(c, tmp[:cnt*n], (vr-mask+root)%p, tagGather)))
+		}
+		if child := vr + mask; child < p {
+			ccnt := min(mask, p-child)
+			if err := cwait(crecv(c, tmp[cnt*n:(cnt+ccnt)*n], (child+root)%p, tagGather)); err != nil {
+				return collErr("Gather", err)
+			}
+			cnt += ccnt
+		}
+	}
+	for i := 0; i < p; i++ {
+		dst := (i + root) % p
+		copy(recv[dst*n:(dst+1)*n], tmp[i*n:(i+1)*n])
+	}
+	return nil
+}
+
+// Scatter sends block i of send at root (len(recv) elements each) to rank i's recv. send is
+// only used at root. It uses a binomial tree.
+func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
+	if err := c.valid("Scatter"); err != nil {
+		return err
+	}
+	if err := checkRoot(c, "Scatter", root); err != nil {
+		return err
+	}
+	p, n := c.Size(), len(recv)
+	if c.Rank() == root && len(send) != p*n {
+		return fmt.Errorf("mpi: Scatter: %w: send has %d elements, want %d", ErrCount, len(send), p*n)
+	}
+	vr := (c.Rank() - root + p) % p
+	var tmp []T
+	var mask int
+	if vr == 0 {
+		tmp = make([]T, p*n)
+		for i := 0; i < p; i++ {
+			src := (i + root) % p
+			copy(tmp[i*n:(i+1)*n], send[src*n:(src+1)*n])
+		}
+		mask = 1 << bits.Len(uint(p-1))
+	} else {
+		mask = vr & -vr
+		size := min(mask, p-vr)
+		tmp = make([]T, size*n)
+		if err := cwait(crecv(c, tmp, (vr-mask+root)%p, tagScatter)); err != nil {
+			return collErr("Scatter", err)
+		}
+	}
+	var reqs []*Request
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if child := vr + mask; child < p {
+			ccnt := min(mask, p-child)
+			r, err := csend(c, tmp[mask*n:(mask+ccnt)*n], (child+root)%p, tagScatter)
+			if err != nil {
+				WaitAll(reqs...)
+				return collErr("Scatter", err)
+			}
+			reqs = append(reqs, r)
+		}
+	}
+	if err := WaitAll(reqs...); err != nil {
+		return collErr("Scatter", err)
+	}
+	copy(recv, tmp[:n])
+	return nil
+}
+
+// Allgather collects send of every rank into recv on every rank (rank i's data at
+// recv[i*len(send):]), passing blocks around a ring.
+func Allgather[T Elem](c *Comm, send, recv []T) error {
+	if err := c.valid("Allgather"); err != nil {
+		return err
+	}
+	p := c.Size()
+	if len(recv) != p*len(send) {
+		return fmt.Errorf("mpi: Allgather: %w: recv has %d elements, want %d", ErrCount, len(recv), p*len(send))
+	}
+	counts := make([]int, p)
+	for i := range counts {
+		counts[i] = len(send)
+	}
+	return collErr("Allgather", ringAllgatherv(c, send, recv, counts, tagAllgather))
+}
+
+// Allgatherv is Allgather with counts[i] elements from rank i, stored contiguously in rank
+// order. len(send) must equal counts[Rank()].
+func Allgatherv[T Elem](c *Comm, send, recv []T, counts []int) error {
+	if err := c.valid("Allgatherv"); err != nil {
+		return err
+	}
+	if err := checkCounts(c, "Allgatherv", counts, len(send), len(recv)); err != nil {
+		return err
+	}
+	return collErr("Allgatherv", ringAllgatherv(c, send, recv, counts, tagAllgather))
+}
+
+func checkCounts(c *Comm, op string, counts []int, own, total int) error {
+	if len(counts) != c.Size() {
+		return fmt.Errorf("mpi: %s: %w: %d counts for %d ranks", op, ErrCount, len(counts), c.Size())
+	}
+	sum := 0
+	for i, n := range counts {
+		if n < 0 {
+			return fmt.Errorf("mpi: %s: %w: counts[%d] = %d", op, ErrCount, i, n)
+		}
+		sum += n
+	}
+	if counts[c.Rank()] != own {
+		return fmt.Errorf("mpi: %s: %w: counts[%d] = %d, but this rank has %d elements", op, ErrCount, c.Rank(), counts[c.Rank()], own)
+	}
+	if total >= 0 && total != sum {
+		return fmt.Errorf("mpi: %s: %w: buffer has %d elements, counts sum to %d", op, ErrCount, total, sum)
+	}
+	return nil
+}
+
+func ringAllgatherv[T Elem](c *Comm, send, recv []T, counts []int, tag int) error {
+	p, r := c.Size(), c.Rank()
+	offs := make([]int, p+1)
+	for i, n := range counts {
+		offs[i+1] = offs[i] + n
+	}
+	copy(recv[offs[r]:offs[r+1]], send)
+	right, left := (r+1)%p, (r-1+p)%p
+	for s := 0; s < p-1; s++ {
+		sb, rb := (r-s+p)%p, (r-s-1+p)%p
+		if err := cexchange(c, recv[offs[sb]:offs[sb+1]], right, recv[offs[rb]:offs[rb+1]], left, tag); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Alltoall sends block j of send (len(send)/Size() elements) to rank j, which stores it as
+// block i of its recv, for every pair (pairwise exchange).
+func Alltoall[T Elem](c *Comm, send, recv []T) error {
+	if err := c.valid("Alltoall"); err != nil {
+		return err
+	}
+	p, r := c.Size(), c.Rank()
+	if len(send)%p != 0 || len(recv) != len(send) {
+		return fmt.Errorf("mpi: Alltoall: %w: send %d and recv %d elements for %d ranks", ErrCount, len(send), len(recv), p)
+	}
+	n := len(send) / p
+	copy(recv[r*n:(r+1)*n], send[r*n:(r+1)*n])
+	for i := 1; i < p; i++ {
+		dst, src := (r+i)%p, (r-i+p)%p
+		if err := cexchange(c, send[dst*n:(dst+1)*n], dst, recv[src*n:(src+1)*n], src, tagAlltoall); err != nil {
+			return collErr("Alltoall", err)
+		}
+	}
+	return nil
+}
+
+// Gatherv collects counts[i] elements from rank i into recv at root, contiguously in rank
+// order. len(send) must equal counts[Rank()]; counts and recv are only used at root.
+func Gatherv[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
+	if err := c.valid("Gatherv"); err != nil {
+		return err
+	}
+	if err := checkRoot(c, "Gatherv", root); err != nil {
+		return err
+	}
+	if c.Rank() != root {
+		return collErr("Gatherv", cwait(csend(c, send, root, tagGatherv)))
+	}
+	if err := checkCounts(c, "Gatherv", counts, len(send), len(recv)); err != nil {
+		return err
+	}
+	offs := 0
+	reqs := make([]*Request, 0, c.Size())
+	var first error
+	for i, n := range counts {
+		if i == root {
+			copy(recv[offs:offs+n], send)
+		} else if r, err := crecv(c, recv[offs:offs+n], i, tagGatherv); err != nil {
+			first = err
+		} else {
+			reqs = append(reqs, r)
+		}
+		offs += n
+	}
+	if err := WaitAll(reqs...); first == nil {
+		first = err
+	}
+	return collErr("Gatherv", first)
+}
+
+// Scatterv sends counts[i] elements of send at root (contiguous in rank order) to rank i.
+// len(recv) must equal counts[Rank()]; counts and send are only used at root.
+func Scatterv[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
+	if err := c.valid("Scatterv"); err != nil {
+		return err
+	}
+	if err := checkRoot(c, "Scatterv", root); err != nil {
+		return err
+	}
+	if c.Rank() != root {
+		return collErr("Scatterv", cwait(crecv(c, recv, root, tagScatterv)))
+	}
+	if err := checkCounts(c, "Scatterv", counts, len(recv), len(send)); err != nil {
+		return err
+	}
+	offs := 0
+	reqs := make([]*Request, 0, c.Size())
+	var first error
+	for i, n := range counts {
+		if i == root {
+			copy(recv, send[offs:offs+n])
+		} else if r, err := csend(c, send[offs:offs+n], i, tagScatterv); err != nil {
+			first = err
+		} else {
+			reqs = append(reqs, r)
+		}
+		offs += n
+	}
+	if err := WaitAll(reqs...); first == nil {
+		first = err
+	}
+	return collErr("Scatterv", first)
+}

@@ -1,0 +1,212 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/job"
+	"github.com/nats-io/nats.go"
+)
+
+// ErrAborted reports that the job is being stopped (mpi.Abort on some rank, Ctrl-C or a
+// timeout in mpirun).
+var ErrAborted = errors.New("mpi: job aborted")
+
+// session is the process-wide state that Init creates and Finalize ends.
+var session struct {
+	mu        sync.Mutex
+	world     *Comm
+	finalized bool
+	nc        *nats.Conn
+	env       job.Env
+}
+
+// Init joins the job that mpirun started and returns its world communicator. A process that
+// was not started by mpirun gets a world of size 1 (a singleton), so a program runs unchanged
+// on one rank. Init waits (bounded, see MPIOS_RENDEZVOUS_TIMEOUT) until every rank has started.
+func Init() (*Comm, error) {
+	session.mu.Lock()
+	defer session.mu.Unlock()
+	if session.finalized {
+		return nil, ErrFinalized
+	}
+	if session.world != nil {
+		return nil, ErrInitialized
+	}
+	env, err := job.FromEnviron(nil)
+	if errors.Is(err, job.ErrNotLaunched) {
+		world, err := Attach(comm.NewInProcNetwork(1).Endpoint(0))
+		if err != nil {
+			return nil, err
+		}
+		session.world = world
+		return world, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mpi: Init: %w", err)
+	}
+	world, nc, err := joinJob(env)
+	if err != nil {
+		return nil, fmt.Errorf("mpi: Init: rank %d of job %s: %w", env.Rank, env.JobID, err)
+	}
+	session.world, session.nc, session.env = world, nc, env
+	return world, nil
+}
+
+// joinJob listens for peers, tells the launcher where, and waits for everybody's address.
+func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(env.Bind, "0"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", env.Bind, err)
+	}
+	nc, err := nats.Connect(env.NATSURL,
+		nats.Name(fmt.Sprintf("mpios %s rank %d", env.JobID, env.Rank)),
+		nats.Timeout(10*time.Second),
+		nats.MaxReconnects(-1), // the data plane does not need NATS; keep trying quietly
+		nats.ReconnectWait(250*time.Millisecond),
+	)
+	if err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
+	}
+	fail := func(err error) (*Comm, *nats.Conn, error) {
+		ln.Close()
+		nc.Close()
+		return nil, nil, err
+	}
+	// Subscribe to events before saying hello, so that no failure report can be missed.
+	var eng *engine
+	var engMu sync.Mutex
+	var early error
+	sub, err := nc.Subscribe(job.EventSubject(env.JobID), func(m *nats.Msg) {
+		var ev job.Event
+		if err := job.Decode(m.Data, &ev); err != nil {
+			fmt.Fprintf(os.Stderr, "mpi: rank %d: ignoring malformed job event: %v\n", env.Rank, err)
+			return
+		}
+		var err error
+		switch ev.Kind {
+		case job.EventRankFailed:
+			err = &ProcFailedError{Rank: ev.Rank, Reason: ev.Reason}
+		case job.EventAbort:
+			err = fmt.Errorf("%w: %s", ErrAborted, ev.Reason)
+		default:
+			return
+		}
+		engMu.Lock()
+		defer engMu.Unlock()
+		if eng != nil {
+			eng.breakJob(err)
+		} else if early == nil {
+			early = err
+		}
+	})
+	if err != nil {
+		return fail(fmt.Errorf("subscribe to job events: %w", err))
+	}
+	_ = sub
+	host, _ := os.Hostname()
+	hello, err := job.Encode(job.Hello{Rank: env.Rank, Addr: ln.Addr().String(), PID: os.Getpid(), Host: host})
+	if err != nil {
+		return fail(err)
+	}
+	reply, err := nc.Request(job.HelloSubject(env.JobID), hello, env.Timeout)
+	if err != nil {
+		return fail(fmt.Errorf("rendezvous: no address table from the launcher within %v: %w", env.Timeout, err))
+	}
+	var table job.Table
+	if err := job.Decode(reply.Data, &table); err != nil {
+		return fail(fmt.Errorf("rendezvous: %w", err))
+	}
+	if table.Error != "" {
+		return fail(fmt.Errorf("rendezvous: launcher refused: %s", table.Error))
+	}
+	if len(table.Addrs) != env.Size {
+		return fail(fmt.Errorf("rendezvous: table has %d addresses for %d ranks", len(table.Addrs), env.Size))
+	}
+	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: table.Addrs, Listener: ln, Secret: env.Secret})
+	if err != nil {
+		return fail(err)
+	}
+	world, err := Attach(ep)
+	if err != nil {
+		return fail(err)
+	}
+	engMu.Lock()
+	eng = world.e
+	if early != nil {
+		eng.breakJob(early)
+	}
+	engMu.Unlock()
+	return world, nc, nil
+}
+
+// Attach starts a matching engine on an endpoint and returns the world communicator over it.
+// Init uses it; tests and embedders use it to run ranks as goroutines over
+// comm.NewInProcNetwork. Detach ends it.
+func Attach(ep comm.Endpoint) (*Comm, error) {
+	e := newEngine(ep)
+	if err := ep.Start(e); err != nil {
+		return nil, fmt.Errorf("mpi: attach: %w", err)
+	}
+	group := make([]int, ep.Size())
+	for i := range group {
+		group[i] = i
+	}
+	return newComm(e, 0, group), nil
+}
+
+// Detach waits for every rank of world (a Barrier), then closes its endpoint. It is the
+// Finalize of a world made by Attach.
+func Detach(world *Comm) error {
+	if err := world.valid("Detach"); err != nil {
+		return err
+	}
+	if n := world.e.pending(); n > 0 {
+		return fmt.Errorf("mpi: Finalize: %w: %d operations", ErrPending, n)
+	}
+	berr := world.Barrier()
+	world.e.close()
+	cerr := world.e.ep.Close()
+	return errors.Join(berr, cerr)
+}
+
+// Finalize waits until every rank has called it, then closes all connections. No mpi call may
+// follow. Nonblocking operations must be complete.
+func Finalize() error {
+	session.mu.Lock()
+	defer session.mu.Unlock()
+	if session.finalized {
+		return ErrFinalized
+	}
+	if session.world == nil {
+		return ErrNotInitialized
+	}
+	err := Detach(session.world)
+	if session.nc != nil {
+		session.nc.Close()
+	}
+	session.finalized = true
+	return err
+}
+
+// Abort ends the whole job with exit code code: the launcher is told, stops every rank and
+// exits with code. It does not return.
+func Abort(c *Comm, code int) {
+	session.mu.Lock()
+	nc, env := session.nc, session.env
+	session.mu.Unlock()
+	if nc != nil {
+		rank := env.Rank
+		if data, err := job.Encode(job.Abort{Rank: rank, Code: code, Message: fmt.Sprintf("rank %d called Abort(%d)", rank, code)}); err == nil {
+			nc.Publish(job.AbortSubject(env.JobID), data)
+			nc.FlushTimeout(2 * time.Second)
+		}
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,217 @@
+package mpi
+
+import (
+	"fmt"
+
+	"github.com/mpios/mpios/comm"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Send sends buf to rank dest of c with tag, and returns when buf may be reused. Small messages
+// are sent eagerly; large ones wait until the receiver has posted a matching receive.
+func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
+	r, err := Isend(c, buf, dest, tag)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait()
+	return err
+}
+
+// Isend starts a send and returns at once; buf must not be modified until the Request completes.
+func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if err := c.valid("Isend"); err != nil {
+		return nil, err
+	}
+	if err := checkTag("Isend", tag, false); err != nil {
+		return nil, err
+	}
+	return c.isend("Isend", c.ctx, asBytes(buf), elemCode[T](), dest, tag)
+}
+
+// Recv receives a message from rank source (or AnySource) with tag (or AnyTag) into buf.
+// A longer message fails with a *TruncationError and is consumed; a message of another element
+// type fails with a *TypeMismatchError.
+func Recv[T Elem](c *Comm, buf []T, source, tag int) (Status, error) {
+	r, err := Irecv(c, buf, source, tag)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.Wait()
+}
+
+// Irecv starts a receive into buf and returns at once.
+func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
+	if err := c.valid("Irecv"); err != nil {
+		return nil, err
+	}
+	if err := checkTag("Irecv", tag, true); err != nil {
+		return nil, err
+	}
+	return c.irecv("Irecv", c.ctx, asBytes(buf), elemCode[T](), sizeOf[T](), source, tag, false)
+}
+
+// Sendrecv sends send to dest and receives recv from source, without deadlocking when every
+// rank does the same (the exchange of a halo, a shift around a ring).
+func Sendrecv[T Elem](c *Comm, send []T, dest, sendtag int, recv []T, source, recvtag int) (Status, error) {
+	rr, err := Irecv(c, recv, source, recvtag)
+	if err != nil {
+		return Status{}, err
+	}
+	sr, err := Isend(c, send, dest, sendtag)
+	if err != nil {
+		st, _ := rr.Wait() // no buffer may stay in use after we return
+		return st, err
+	}
+	st, rerr := rr.Wait()
+	_, serr := sr.Wait()
+	if rerr != nil {
+		return st, rerr
+	}
+	return st, serr
+}
+
+// Probe blocks until a message from source with tag can be received, without receiving it.
+func (c *Comm) Probe(source, tag int) (Status, error) {
+	st, _, err := c.probe("Probe", source, tag, true)
+	return st, err
+}
+
+// Iprobe reports whether a message from source with tag can be received now.
+func (c *Comm) Iprobe(source, tag int) (Status, bool, error) {
+	return c.probe("Iprobe", source, tag, false)
+}
+
+func (c *Comm) probe(op string, source, tag int, wait bool) (Status, bool, error) {
+	if err := c.valid(op); err != nil {
+		return Status{}, false, err
+	}
+	if err := checkTag(op, tag, true); err != nil {
+		return Status{}, false, err
+	}
+	src, err := c.worldRankOf(op, source, true)
+	if err != nil {
+		return Status{}, false, err
+	}
+	if src == ProcNull {
+		return Status{Source: ProcNull, Tag: AnyTag}, true, nil
+	}
+	st, ok, err := c.e.probe(c, c.ctx, src, tag, wait)
+	if err != nil {
+		err = fmt.Errorf("mpi: %s: %w", op, err)
+	}
+	return st, ok, err
+}
+
+// SendValue sends any Go value, encoded with msgpack. Use it for irregular data (maps,
+// structs, strings); use Send for numeric slices, which travel without encoding.
+func SendValue(c *Comm, v any, dest, tag int) error {
+	if err := c.valid("SendValue"); err != nil {
+		return err
+	}
+	if err := checkTag("SendValue", tag, false); err != nil {
+		return err
+	}
+	data, err := msgpack.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("mpi: SendValue: encode %T: %w", v, err)
+	}
+	r, err := c.isend("SendValue", c.ctx, data, elemValue, dest, tag)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait()
+	return err
+}
+
+// RecvValue receives a value sent with SendValue into the value ptr points to. Status.Count is
+// the encoded size in bytes.
+func RecvValue(c *Comm, ptr any, source, tag int) (Status, error) {
+	if err := c.valid("RecvValue"); err != nil {
+		return Status{}, err
+	}
+	if err := checkTag("RecvValue", tag, true); err != nil {
+		return Status{}, err
+	}
+	r, err := c.irecv("RecvValue", c.ctx, nil, elemValue, 1, source, tag, true)
+	if err != nil {
+		return Status{}, err
+	}
+	st, err := r.Wait()
+	if err != nil || st.Source == ProcNull {
+		return st, err
+	}
+	if err := msgpack.Unmarshal(r.buf, ptr); err != nil {
+		return st, fmt.Errorf("mpi: RecvValue: decode into %T: %w", ptr, err)
+	}
+	return st, nil
+}
+
+// isend sends raw bytes of element type elem on context ctx to rank dest of c.
+func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
+	w, err := c.worldRankOf(op, dest, false)
+	if err != nil {
+		return nil, err
+	}
+	done := &Request{send: true, done: closedChan, dest: w}
+	if w == ProcNull {
+		return done, nil
+	}
+	e := c.e
+	h := comm.Header{Kind: comm.KindEager, Elem: elem, Ctx: ctx, Tag: int32(tag), Total: uint64(len(buf))}
+	if w == e.rank {
+		e.mu.Lock()
+		ferr := e.failure()
+		e.mu.Unlock()
+		if ferr != nil {
+			return nil, fmt.Errorf("mpi: %s: %w", op, ferr)
+		}
+		e.arrive(w, &h, buf, false) // copies what it queues, so the send completes at once
+		return done, nil
+	}
+	e.mu.Lock()
+	ferr := e.failure()
+	if ferr == nil {
+		ferr = e.peerErr[w]
+	}
+	e.mu.Unlock()
+	if ferr != nil {
+		return nil, fmt.Errorf("mpi: %s to rank %d: %w", op, dest, ferr)
+	}
+	if len(buf) <= eagerLimit {
+		h.Len = uint32(len(buf))
+		if err := e.ep.Send(w, &h, buf); err != nil {
+			return nil, fmt.Errorf("mpi: %s to rank %d: %w", op, dest, e.sendError(w, err))
+		}
+		return done, nil
+	}
+	r := &Request{e: e, comm: c, ctx: ctx, send: true, done: make(chan struct{}), dest: w, buf: buf, elem: elem}
+	r.id = e.nextID.Add(1)
+	h.Kind, h.ID = comm.KindRTS, r.id
+	e.mu.Lock()
+	e.sends[r.id] = r
+	e.mu.Unlock()
+	if err := e.ep.Send(w, &h, nil); err != nil {
+		e.mu.Lock()
+		delete(e.sends, r.id)
+		e.mu.Unlock()
+		return nil, fmt.Errorf("mpi: %s to rank %d: %w", op, dest, e.sendError(w, err))
+	}
+	return r, nil
+}
+
+// irecv posts a receive of raw bytes on context ctx from rank source of c.
+func (c *Comm) irecv(op string, ctx uint32, buf []byte, elem uint8, esize, source, tag int, alloc bool) (*Request, error) {
+	w, err := c.worldRankOf(op, source, true)
+	if err != nil {
+		return nil, err
+	}
+	if w == ProcNull {
+		return &Request{done: closedChan, status: Status{Source: ProcNull, Tag: AnyTag}}, nil
+	}
+	r := &Request{e: c.e, comm: c, ctx: ctx, done: make(chan struct{}), peer: w, tag: tag, buf: buf, elem: elem, esize: esize, alloc: alloc}
+	if err := c.e.post(r); err != nil {
+		return nil, fmt.Errorf("mpi: %s from rank %d: %w", op, source, err)
+	}
+	return r, nil
+}

@@ -1,0 +1,158 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Request is a pending nonblocking operation, returned by Isend and Irecv. Complete it with
+// Wait, Test, WaitAll or WaitAny. A Request may be waited on from any goroutine; the buffer of
+// the operation belongs to mpi until the request completes.
+type Request struct {
+	e    *engine
+	comm *Comm
+	ctx  uint32
+	once sync.Once
+	done chan struct{}
+
+	status Status
+	err    error
+
+	// receive
+	peer  int // world rank, or AnySource
+	tag   int
+	buf   []byte
+	elem  uint8
+	esize int
+	alloc bool // grow buf to the message's size (RecvValue)
+
+	// rendezvous
+	id    uint64
+	total uint64
+	got   uint64
+
+	// send
+	send bool
+	dest int // world rank
+}
+
+// complete records the outcome and wakes waiters. Only the first call counts.
+func (r *Request) complete(st Status, err error) {
+	r.once.Do(func() {
+		r.status, r.err = st, err
+		if r.done != closedChan {
+			close(r.done)
+		}
+	})
+}
+
+// check validates an incoming message against the receive buffer. It returns the status the
+// receive will report and the typed error for a mismatch or truncation.
+func (r *Request) check(peer int, tag int32, elem uint8, total uint64) (Status, error) {
+	st := Status{Source: r.comm.commRank(peer), Tag: int(tag)}
+	if elem != r.elem && r.elem != elemRaw {
+		return st, &TypeMismatchError{Source: st.Source, Tag: st.Tag, Sent: elemName(elem), Want: elemName(r.elem)}
+	}
+	if total%uint64(r.esize) != 0 {
+		return st, &TypeMismatchError{Source: st.Source, Tag: st.Tag, Sent: fmt.Sprintf("%d bytes", total), Want: elemName(r.elem)}
+	}
+	st.Count = int(total / uint64(r.esize))
+	if total > uint64(len(r.buf)) && !r.alloc {
+		st.Count = len(r.buf) / r.esize
+		return st, &TruncationError{Source: st.Source, Tag: st.Tag, Have: len(r.buf) / r.esize, Need: int(total / uint64(r.esize))}
+	}
+	return st, nil
+}
+
+// deliver completes the receive with an eager payload.
+func (r *Request) deliver(peer int, tag int32, elem uint8, data []byte) {
+	st, err := r.check(peer, tag, elem, uint64(len(data)))
+	if err == nil && r.alloc && len(data) > len(r.buf) {
+		r.buf = make([]byte, len(data))
+	}
+	if !errors.Is(err, ErrTypeMismatch) {
+		n := copy(r.buf, data)
+		r.buf = r.buf[:n]
+	}
+	r.complete(st, err)
+}
+
+// Wait blocks until the operation completes and returns its status (meaningful for receives).
+// Waiting on a nil Request returns at once, like MPI_REQUEST_NULL.
+func (r *Request) Wait() (Status, error) {
+	if r == nil {
+		return Status{Source: ProcNull, Tag: AnyTag}, nil
+	}
+	<-r.done
+	return r.status, r.err
+}
+
+// Test reports whether the operation has completed, without blocking.
+func (r *Request) Test() (Status, bool, error) {
+	if r == nil {
+		return Status{Source: ProcNull, Tag: AnyTag}, true, nil
+	}
+	select {
+	case <-r.done:
+		return r.status, true, r.err
+	default:
+		return Status{}, false, nil
+	}
+}
+
+// WaitAll waits for every request and returns the first error (each request is still waited
+// for, so no buffer stays in use after WaitAll returns).
+func WaitAll(reqs ...*Request) error {
+	var first error
+	for _, r := range reqs {
+		if _, err := r.Wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// WaitAny waits until one of the non-nil requests completes and returns its index and status.
+// It returns -1 if every request is nil.
+func WaitAny(reqs ...*Request) (int, Status, error) {
+	for {
+		live := 0
+		for i, r := range reqs {
+			if r == nil {
+				continue
+			}
+			live++
+			if st, ok, err := r.Test(); ok {
+				return i, st, err
+			}
+		}
+		if live == 0 {
+			return -1, Status{Source: ProcNull, Tag: AnyTag}, nil
+		}
+		// Block on the first live request or any completion: a small select over all of them.
+		cases := make([]chan struct{}, 0, live)
+		for _, r := range reqs {
+			if r != nil {
+				cases = append(cases, r.done)
+			}
+		}
+		waitAnyChan(cases)
+	}
+}
+
+// waitAnyChan blocks until one channel is closed.
+func waitAnyChan(chs []chan struct{}) {
+	done := make(chan struct{})
+	var once sync.Once
+	for _, c := range chs {
+		go func(c chan struct{}) {
+			select {
+			case <-c:
+				once.Do(func() { close(done) })
+			case <-done:
+			}
+		}(c)
+	}
+	<-done
+}
