@@ -156,6 +156,9 @@ func (h *Header) Validate() error {
 	if h.Elem > MaxElemType {
 		return &FrameError{Kind: h.Kind, Err: ErrBadKind, Info: fmt.Sprintf("element type %d", h.Elem)}
 	}
+	if h.Kind != KindData && h.Offset != 0 {
+		return bad("%v frame with offset %d", h.Kind, h.Offset)
+	}
 	switch h.Kind {
 	case KindEager:
 		if h.Len > MaxEagerPayload || uint64(h.Len) != h.Total {
@@ -166,8 +169,8 @@ func (h *Header) Validate() error {
 			return bad("rts payload %d, total %d", h.Len, h.Total)
 		}
 	case KindCTS, KindBye:
-		if h.Len != 0 {
-			return bad("%v frame with payload %d", h.Kind, h.Len)
+		if h.Len != 0 || h.Total != 0 {
+			return bad("%v frame with payload %d, total %d", h.Kind, h.Len, h.Total)
 		}
 	case KindData:
 		if h.Len == 0 || h.Len > MaxFramePayload || h.Total > MaxMessage || h.Offset > h.Total || uint64(h.Len) > h.Total-h.Offset {

@@ -507,3 +507,31 @@ func (e *TCPEndpoint) dialHandshake(conn net.Conn, peer int) error {
 	}
 	return nil
 }
+
+// Abandon closes every connection and the listener without a Bye, as the kernel does when a
+// process dies. Peers see ErrPeerLost. It exists for failure tests.
+func (e *TCPEndpoint) Abandon() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	var in []net.Conn
+	for c := range e.in {
+		in = append(in, c)
+	}
+	e.mu.Unlock()
+	e.cfg.Listener.Close()
+	for _, p := range e.peers {
+		p.mu.Lock()
+		if p.conn != nil {
+			p.conn.Close()
+		}
+		p.err = ErrClosed
+		p.mu.Unlock()
+	}
+	for _, c := range in {
+		c.Close()
+	}
+}
