@@ -38,7 +38,7 @@ func cwait(r *Request, err error) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.Wait()
+	_, err = r.wait()
 	return err
 }
 
@@ -50,10 +50,10 @@ func cexchange[T Elem](c *Comm, send []T, dest int, recv []T, src, tag int) erro
 	}
 	sr, err := csend(c, send, dest, tag)
 	if err != nil {
-		rr.Wait()
+		rr.wait()
 		return err
 	}
-	return WaitAll(rr, sr)
+	return waitAll(rr, sr)
 }
 
 func collErr(op string, err error) error {
@@ -72,7 +72,10 @@ func checkRoot(c *Comm, op string, root int) error {
 
 // Barrier blocks until every rank of c has called it (dissemination algorithm: ceil(log2 P)
 // rounds of one zero-byte message each).
-func (c *Comm) Barrier() error {
+func (c *Comm) Barrier() (err error) {
+	if t := observe("Barrier"); t != nil {
+		defer func() { t.done(c, -1, 0, err) }()
+	}
 	if err := c.valid("Barrier"); err != nil {
 		return err
 	}
@@ -87,7 +90,14 @@ func (c *Comm) Barrier() error {
 }
 
 // Bcast copies buf of rank root into buf of every rank (binomial tree).
-func Bcast[T Elem](c *Comm, buf []T, root int) error {
+func Bcast[T Elem](c *Comm, buf []T, root int) (err error) {
+	if t := observe("Bcast"); t != nil {
+		defer func() { t.done(c, -1, len(buf)*sizeOf[T](), err) }()
+	}
+	return bcastImpl[T](c, buf, root)
+}
+
+func bcastImpl[T Elem](c *Comm, buf []T, root int) error {
 	if err := c.valid("Bcast"); err != nil {
 		return err
 	}
@@ -110,18 +120,25 @@ func Bcast[T Elem](c *Comm, buf []T, root int) error {
 		if vr+mask < p {
 			r, err := csend(c, buf, (vr+mask+root)%p, tagBcast)
 			if err != nil {
-				WaitAll(reqs...)
+				waitAll(reqs...)
 				return collErr("Bcast", err)
 			}
 			reqs = append(reqs, r)
 		}
 	}
-	return collErr("Bcast", WaitAll(reqs...))
+	return collErr("Bcast", waitAll(reqs...))
 }
 
 // Reduce combines send of every rank with op, element by element, into recv at root (binomial
 // tree). recv is only used at root and must be as long as send there.
-func Reduce[T Number](c *Comm, send, recv []T, op Op, root int) error {
+func Reduce[T Number](c *Comm, send, recv []T, op Op, root int) (err error) {
+	if t := observe("Reduce"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return reduceImpl[T](c, send, recv, op, root)
+}
+
+func reduceImpl[T Number](c *Comm, send, recv []T, op Op, root int) error {
 	if err := c.valid("Reduce"); err != nil {
 		return err
 	}
@@ -157,7 +174,14 @@ func Reduce[T Number](c *Comm, send, recv []T, op Op, root int) error {
 // Allreduce combines send of every rank with op into recv on every rank. Small vectors use
 // recursive doubling, large ones a ring reduce-scatter followed by a ring allgather. Every rank
 // gets bitwise the same result.
-func Allreduce[T Number](c *Comm, send, recv []T, op Op) error {
+func Allreduce[T Number](c *Comm, send, recv []T, op Op) (err error) {
+	if t := observe("Allreduce"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return allreduceImpl[T](c, send, recv, op)
+}
+
+func allreduceImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	if err := c.valid("Allreduce"); err != nil {
 		return err
 	}
@@ -276,7 +300,14 @@ func ringAllreduce[T Number](c *Comm, buf []T, op Op) error {
 
 // ReduceScatterBlock reduces send (Size()*len(recv) elements) with op and leaves block r of
 // the result in recv at rank r.
-func ReduceScatterBlock[T Number](c *Comm, send, recv []T, op Op) error {
+func ReduceScatterBlock[T Number](c *Comm, send, recv []T, op Op) (err error) {
+	if t := observe("ReduceScatterBlock"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return reduceScatterBlockImpl[T](c, send, recv, op)
+}
+
+func reduceScatterBlockImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	if err := c.valid("ReduceScatterBlock"); err != nil {
 		return err
 	}
@@ -300,7 +331,14 @@ func ReduceScatterBlock[T Number](c *Comm, send, recv []T, op Op) error {
 }
 
 // Scan computes the inclusive prefix reduction: recv at rank r combines send of ranks 0..r.
-func Scan[T Number](c *Comm, send, recv []T, op Op) error {
+func Scan[T Number](c *Comm, send, recv []T, op Op) (err error) {
+	if t := observe("Scan"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return scanImpl[T](c, send, recv, op)
+}
+
+func scanImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	if err := c.valid("Scan"); err != nil {
 		return err
 	}
@@ -333,7 +371,14 @@ func Scan[T Number](c *Comm, send, recv []T, op Op) error {
 // Gather collects send (the same length on every rank) into recv at root, rank i's data at
 // recv[i*len(send):]. recv is only used at root and must hold Size()*len(send) elements there.
 // It uses a binomial tree.
-func Gather[T Elem](c *Comm, send, recv []T, root int) error {
+func Gather[T Elem](c *Comm, send, recv []T, root int) (err error) {
+	if t := observe("Gather"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return gatherImpl[T](c, send, recv, root)
+}
+
+func gatherImpl[T Elem](c *Comm, send, recv []T, root int) error {
 	if err := c.valid("Gather"); err != nil {
 		return err
 	}
@@ -374,7 +419,14 @@ func Gather[T Elem](c *Comm, send, recv []T, root int) error {
 
 // Scatter sends block i of send at root (len(recv) elements each) to rank i's recv. send is
 // only used at root. It uses a binomial tree.
-func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
+func Scatter[T Elem](c *Comm, send, recv []T, root int) (err error) {
+	if t := observe("Scatter"); t != nil {
+		defer func() { t.done(c, -1, len(recv)*sizeOf[T](), err) }()
+	}
+	return scatterImpl[T](c, send, recv, root)
+}
+
+func scatterImpl[T Elem](c *Comm, send, recv []T, root int) error {
 	if err := c.valid("Scatter"); err != nil {
 		return err
 	}
@@ -409,13 +461,13 @@ func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
 			ccnt := min(mask, p-child)
 			r, err := csend(c, tmp[mask*n:(mask+ccnt)*n], (child+root)%p, tagScatter)
 			if err != nil {
-				WaitAll(reqs...)
+				waitAll(reqs...)
 				return collErr("Scatter", err)
 			}
 			reqs = append(reqs, r)
 		}
 	}
-	if err := WaitAll(reqs...); err != nil {
+	if err := waitAll(reqs...); err != nil {
 		return collErr("Scatter", err)
 	}
 	copy(recv, tmp[:n])
@@ -424,7 +476,14 @@ func Scatter[T Elem](c *Comm, send, recv []T, root int) error {
 
 // Allgather collects send of every rank into recv on every rank (rank i's data at
 // recv[i*len(send):]), passing blocks around a ring.
-func Allgather[T Elem](c *Comm, send, recv []T) error {
+func Allgather[T Elem](c *Comm, send, recv []T) (err error) {
+	if t := observe("Allgather"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return allgatherImpl[T](c, send, recv)
+}
+
+func allgatherImpl[T Elem](c *Comm, send, recv []T) error {
 	if err := c.valid("Allgather"); err != nil {
 		return err
 	}
@@ -441,7 +500,14 @@ func Allgather[T Elem](c *Comm, send, recv []T) error {
 
 // Allgatherv is Allgather with counts[i] elements from rank i, stored contiguously in rank
 // order. len(send) must equal counts[Rank()].
-func Allgatherv[T Elem](c *Comm, send, recv []T, counts []int) error {
+func Allgatherv[T Elem](c *Comm, send, recv []T, counts []int) (err error) {
+	if t := observe("Allgatherv"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return allgathervImpl[T](c, send, recv, counts)
+}
+
+func allgathervImpl[T Elem](c *Comm, send, recv []T, counts []int) error {
 	if err := c.valid("Allgatherv"); err != nil {
 		return err
 	}
@@ -490,7 +556,14 @@ func ringAllgatherv[T Elem](c *Comm, send, recv []T, counts []int, tag int) erro
 
 // Alltoall sends block j of send (len(send)/Size() elements) to rank j, which stores it as
 // block i of its recv, for every pair (pairwise exchange).
-func Alltoall[T Elem](c *Comm, send, recv []T) error {
+func Alltoall[T Elem](c *Comm, send, recv []T) (err error) {
+	if t := observe("Alltoall"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return alltoallImpl[T](c, send, recv)
+}
+
+func alltoallImpl[T Elem](c *Comm, send, recv []T) error {
 	if err := c.valid("Alltoall"); err != nil {
 		return err
 	}
@@ -511,7 +584,14 @@ func Alltoall[T Elem](c *Comm, send, recv []T) error {
 
 // Gatherv collects counts[i] elements from rank i into recv at root, contiguously in rank
 // order. len(send) must equal counts[Rank()]; counts and recv are only used at root.
-func Gatherv[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
+func Gatherv[T Elem](c *Comm, send, recv []T, counts []int, root int) (err error) {
+	if t := observe("Gatherv"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	return gathervImpl[T](c, send, recv, counts, root)
+}
+
+func gathervImpl[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
 	if err := c.valid("Gatherv"); err != nil {
 		return err
 	}
@@ -537,7 +617,7 @@ func Gatherv[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
 		}
 		offs += n
 	}
-	if err := WaitAll(reqs...); first == nil {
+	if err := waitAll(reqs...); first == nil {
 		first = err
 	}
 	return collErr("Gatherv", first)
@@ -545,7 +625,14 @@ func Gatherv[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
 
 // Scatterv sends counts[i] elements of send at root (contiguous in rank order) to rank i.
 // len(recv) must equal counts[Rank()]; counts and send are only used at root.
-func Scatterv[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
+func Scatterv[T Elem](c *Comm, send, recv []T, counts []int, root int) (err error) {
+	if t := observe("Scatterv"); t != nil {
+		defer func() { t.done(c, -1, len(recv)*sizeOf[T](), err) }()
+	}
+	return scattervImpl[T](c, send, recv, counts, root)
+}
+
+func scattervImpl[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
 	if err := c.valid("Scatterv"); err != nil {
 		return err
 	}
@@ -571,7 +658,7 @@ func Scatterv[T Elem](c *Comm, send, recv []T, counts []int, root int) error {
 		}
 		offs += n
 	}
-	if err := WaitAll(reqs...); first == nil {
+	if err := waitAll(reqs...); first == nil {
 		first = err
 	}
 	return collErr("Scatterv", first)

@@ -9,17 +9,27 @@ import (
 
 // Send sends buf to rank dest of c with tag, and returns when buf may be reused. Small messages
 // are sent eagerly; large ones wait until the receiver has posted a matching receive.
-func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
-	r, err := Isend(c, buf, dest, tag)
+func Send[T Elem](c *Comm, buf []T, dest, tag int) (err error) {
+	if t := observe("Send"); t != nil {
+		defer func() { t.done(c, dest, len(buf)*sizeOf[T](), err) }()
+	}
+	r, err := isendT(c, buf, dest, tag)
 	if err != nil {
 		return err
 	}
-	_, err = r.Wait()
+	_, err = r.wait()
 	return err
 }
 
 // Isend starts a send and returns at once; buf must not be modified until the Request completes.
-func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+func Isend[T Elem](c *Comm, buf []T, dest, tag int) (r *Request, err error) {
+	if t := observe("Isend"); t != nil {
+		defer func() { t.done(c, dest, len(buf)*sizeOf[T](), err) }()
+	}
+	return isendT(c, buf, dest, tag)
+}
+
+func isendT[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 	if err := c.valid("Isend"); err != nil {
 		return nil, err
 	}
@@ -32,16 +42,26 @@ func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 // Recv receives a message from rank source (or AnySource) with tag (or AnyTag) into buf.
 // A longer message fails with a *TruncationError and is consumed; a message of another element
 // type fails with a *TypeMismatchError.
-func Recv[T Elem](c *Comm, buf []T, source, tag int) (Status, error) {
-	r, err := Irecv(c, buf, source, tag)
+func Recv[T Elem](c *Comm, buf []T, source, tag int) (st Status, err error) {
+	if t := observe("Recv"); t != nil {
+		defer func() { t.done(c, st.Source, st.Count*sizeOf[T](), err) }()
+	}
+	r, err := irecvT(c, buf, source, tag)
 	if err != nil {
 		return Status{}, err
 	}
-	return r.Wait()
+	return r.wait()
 }
 
 // Irecv starts a receive into buf and returns at once.
-func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
+func Irecv[T Elem](c *Comm, buf []T, source, tag int) (r *Request, err error) {
+	if t := observe("Irecv"); t != nil {
+		defer func() { t.done(c, source, 0, err) }()
+	}
+	return irecvT(c, buf, source, tag)
+}
+
+func irecvT[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
 	if err := c.valid("Irecv"); err != nil {
 		return nil, err
 	}
@@ -53,18 +73,21 @@ func Irecv[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
 
 // Sendrecv sends send to dest and receives recv from source, without deadlocking when every
 // rank does the same (the exchange of a halo, a shift around a ring).
-func Sendrecv[T Elem](c *Comm, send []T, dest, sendtag int, recv []T, source, recvtag int) (Status, error) {
-	rr, err := Irecv(c, recv, source, recvtag)
+func Sendrecv[T Elem](c *Comm, send []T, dest, sendtag int, recv []T, source, recvtag int) (st Status, err error) {
+	if t := observe("Sendrecv"); t != nil {
+		defer func() { t.done(c, dest, len(send)*sizeOf[T](), err) }()
+	}
+	rr, err := irecvT(c, recv, source, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
-	sr, err := Isend(c, send, dest, sendtag)
+	sr, err := isendT(c, send, dest, sendtag)
 	if err != nil {
-		st, _ := rr.Wait() // no buffer may stay in use after we return
+		st, _ := rr.wait() // no buffer may stay in use after we return
 		return st, err
 	}
-	st, rerr := rr.Wait()
-	_, serr := sr.Wait()
+	st, rerr := rr.wait()
+	_, serr := sr.wait()
 	if rerr != nil {
 		return st, rerr
 	}
@@ -105,7 +128,10 @@ func (c *Comm) probe(op string, source, tag int, wait bool) (Status, bool, error
 
 // SendValue sends any Go value, encoded with msgpack. Use it for irregular data (maps,
 // structs, strings); use Send for numeric slices, which travel without encoding.
-func SendValue(c *Comm, v any, dest, tag int) error {
+func SendValue(c *Comm, v any, dest, tag int) (err error) {
+	if t := observe("SendValue"); t != nil {
+		defer func() { t.done(c, dest, 0, err) }()
+	}
 	if err := c.valid("SendValue"); err != nil {
 		return err
 	}
@@ -120,13 +146,16 @@ func SendValue(c *Comm, v any, dest, tag int) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.Wait()
+	_, err = r.wait()
 	return err
 }
 
 // RecvValue receives a value sent with SendValue into the value ptr points to. Status.Count is
 // the encoded size in bytes.
-func RecvValue(c *Comm, ptr any, source, tag int) (Status, error) {
+func RecvValue(c *Comm, ptr any, source, tag int) (st Status, err error) {
+	if t := observe("RecvValue"); t != nil {
+		defer func() { t.done(c, st.Source, st.Count, err) }()
+	}
 	if err := c.valid("RecvValue"); err != nil {
 		return Status{}, err
 	}
@@ -137,7 +166,7 @@ func RecvValue(c *Comm, ptr any, source, tag int) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st, err := r.Wait()
+	st, err = r.wait()
 	if err != nil || st.Source == ProcNull {
 		return st, err
 	}

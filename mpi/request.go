@@ -84,6 +84,17 @@ func (r *Request) Wait() (Status, error) {
 	if r == nil {
 		return Status{Source: ProcNull, Tag: AnyTag}, nil
 	}
+	if t := observe("Wait"); t != nil {
+		defer func() { t.done(r.comm, r.status.Source, r.status.Count*r.esize, r.err) }()
+	}
+	return r.wait()
+}
+
+// wait is Wait without observation, for calls inside mpi.
+func (r *Request) wait() (Status, error) {
+	if r == nil {
+		return Status{Source: ProcNull, Tag: AnyTag}, nil
+	}
 	<-r.done
 	return r.status, r.err
 }
@@ -103,10 +114,17 @@ func (r *Request) Test() (Status, bool, error) {
 
 // WaitAll waits for every request and returns the first error (each request is still waited
 // for, so no buffer stays in use after WaitAll returns).
-func WaitAll(reqs ...*Request) error {
+func WaitAll(reqs ...*Request) (err error) {
+	if t := observe("WaitAll"); t != nil {
+		defer func() { t.done(nil, -1, 0, err) }()
+	}
+	return waitAll(reqs...)
+}
+
+func waitAll(reqs ...*Request) error {
 	var first error
 	for _, r := range reqs {
-		if _, err := r.Wait(); err != nil && first == nil {
+		if _, err := r.wait(); err != nil && first == nil {
 			first = err
 		}
 	}

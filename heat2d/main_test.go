@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// seqHeat is the plain sequential reference: the full (n+2) x (n+2) grid,
+// the same boundary conditions and the same expression order as step.
+// It returns the final interior, row-major.
+func seqHeat(n, iters int) []float64 {
+	u := make([][]float64, n+2)
+	v := make([][]float64, n+2)
+	for i := range u {
+		u[i] = make([]float64, n+2)
+		v[i] = make([]float64, n+2)
+	}
+	for j := 0; j < n+2; j++ {
+		u[0][j] = 100.0
+		v[0][j] = 100.0
+	}
+	for range iters {
+		for i := 1; i <= n; i++ {
+			for j := 1; j <= n; j++ {
+				v[i][j] = 0.25 * (u[i-1][j] + u[i+1][j] + u[i][j-1] + u[i][j+1])
+			}
+		}
+		u, v = v, u
+	}
+	out := make([]float64, 0, n*n)
+	for i := 1; i <= n; i++ {
+		out = append(out, u[i][1:n+1]...)
+	}
+	return out
+}
+
+func TestBlockRange(t *testing.T) {
+	for n := 1; n <= 40; n++ {
+		for p := 1; p <= n && p <= 9; p++ {
+			next := 0
+			for r := range p {
+				start, count := blockRange(n, p, r)
+				if start != next {
+					t.Fatalf("n=%d p=%d r=%d: start %d, want %d (blocks must be contiguous)", n, p, r, start, next)
+				}
+				want := n / p
+				if r < n%p {
+					want++ // the first n%p ranks get the extra rows
+				}
+				if count != want {
+					t.Fatalf("n=%d p=%d r=%d: count %d, want %d", n, p, r, count, want)
+				}
+				next += count
+			}
+			if next != n {
+				t.Fatalf("n=%d p=%d: blocks cover %d rows", n, p, next)
+			}
+		}
+	}
+}
+
+// TestStepDecomposed runs the kernel on p in-process row blocks, copying the
+// ghost rows by hand the way exchange does, and checks the result is bitwise
+// identical to the sequential reference. This covers the decomposition logic
+// without needing the MPI runtime.
+func TestStepDecomposed(t *testing.T) {
+	const n, iters = 23, 40
+	want := seqHeat(n, iters)
+	w := n + 2
+	for p := 1; p <= 5; p++ {
+		us := make([][]float64, p)
+		vs := make([][]float64, p)
+		rows := make([]int, p)
+		for r := range p {
+			_, rows[r] = blockRange(n, p, r)
+			us[r] = newGrid(rows[r], n, r == 0)
+			vs[r] = newGrid(rows[r], n, r == 0)
+		}
+		for range iters {
+			for r := 0; r+1 < p; r++ {
+				lo, hi := us[r], us[r+1]
+				copy(lo[(rows[r]+1)*w+1:(rows[r]+1)*w+1+n], hi[w+1:w+1+n])
+				copy(hi[1:1+n], lo[rows[r]*w+1:rows[r]*w+1+n])
+			}
+			for r := range p {
+				step(vs[r], us[r], rows[r], n)
+				us[r], vs[r] = vs[r], us[r]
+			}
+		}
+		var got []float64
+		for r := range p {
+			for i := 1; i <= rows[r]; i++ {
+				got = append(got, us[r][i*w+1:i*w+1+n]...)
+			}
+		}
+		for k := range want {
+			if math.Float64bits(got[k]) != math.Float64bits(want[k]) {
+				t.Fatalf("p=%d: cell %d = %v, want %v", p, k, got[k], want[k])
+			}
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-n", "9", "-iters", "3", "-residual-every", "2", "-dump", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg != (config{n: 9, iters: 3, residualEvery: 2, dump: "x"}) {
+		t.Fatalf("got %+v", cfg)
+	}
+	for _, bad := range [][]string{{"-n", "0"}, {"-iters", "-1"}, {"-residual-every", "-2"}, {"extra"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q) succeeded", bad)
+		}
+	}
+}
+
+// moduleRoot locates the repository root via `go env GOMOD`.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		t.Fatal("not inside a Go module")
+	}
+	return filepath.Dir(gomod)
+}
+
+func goBuild(t *testing.T, root, out, pkg string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+}
+
+func readFloats(t *testing.T, path string) []float64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b)%8 != 0 {
+		t.Fatalf("%s: %d bytes is not a whole number of float64", path, len(b))
+	}
+	xs := make([]float64, len(b)/8)
+	for i := range xs {
+		xs[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return xs
+}
+
+// outputValue returns the value of the line "key value" in out.
+func outputValue(t *testing.T, out, key string) string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %q line in output:\n%s", key, out)
+	return ""
+}
+
+// TestMPIRun runs the real binary through mpirun on 1..4 ranks and checks
+// the dumped grid is bitwise identical for every rank count and to the
+// sequential reference, and that the printed checksums agree.
+func TestMPIRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches mpirun")
+	}
+	const n, iters = 67, 50 // odd n: n%p != 0 for p = 2, 3, 4
+	root := moduleRoot(t)
+	dir := t.TempDir()
+	mpirun := filepath.Join(dir, "mpirun")
+	bin := filepath.Join(dir, "heat2d")
+	goBuild(t, root, mpirun, "./cmd/mpirun")
+	goBuild(t, root, bin, "./heat2d")
+
+	want := seqHeat(n, iters)
+	wantSum := 0.0
+	for _, x := range want {
+		wantSum += x
+	}
+	wantChecksum := fmt.Sprintf("%.10e", wantSum)
+
+	for p := 1; p <= 4; p++ {
+		t.Run(fmt.Sprintf("np%d", p), func(t *testing.T) {
+			dump := filepath.Join(dir, fmt.Sprintf("grid%d.bin", p))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			// --timeout lets mpirun tear the ranks down itself before ctx kills it.
+			cmd := exec.CommandContext(ctx, mpirun, "-np", fmt.Sprint(p), "--timeout", "90s", bin,
+				"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-residual-every", "10", "-dump", dump)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, stdout.String(), stderr.String())
+			}
+			out := stdout.String()
+			if got := outputValue(t, out, "checksum"); got != wantChecksum {
+				t.Errorf("checksum %s, want %s", got, wantChecksum)
+			}
+			residuals := 0
+			for _, line := range strings.Split(out, "\n") {
+				if strings.HasPrefix(line, "residual ") {
+					residuals++
+				}
+			}
+			if residuals != iters/10 {
+				t.Errorf("%d residual lines, want %d:\n%s", residuals, iters/10, out)
+			}
+			got := readFloats(t, dump)
+			if len(got) != n*n {
+				t.Fatalf("dump has %d values, want %d", len(got), n*n)
+			}
+			for k := range want {
+				if math.Float64bits(got[k]) != math.Float64bits(want[k]) {
+					t.Fatalf("cell (%d,%d) = %v, want %v", k/n, k%n, got[k], want[k])
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkStep(b *testing.B) {
+	for _, n := range []int{256, 2048} {
+		b.Run(fmt.Sprintf("n%d", n), func(b *testing.B) {
+			u := newGrid(n, n, true)
+			v := newGrid(n, n, true)
+			b.SetBytes(int64(8 * n * n)) // bytes of grid written per sweep
+			for b.Loop() {
+				step(v, u, n, n)
+				u, v = v, u
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n*n), "ns/cell")
+		})
+	}
+}

@@ -1,0 +1,169 @@
+// Package e2e runs real multi-process jobs through the mpirun binary.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var bin string // directory with the built mpirun and test programs
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mpios-e2e")
+	if err != nil {
+		panic(err)
+	}
+	bin = dir
+	build := func(out, pkg string) {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg, err)
+			os.Exit(1)
+		}
+	}
+	build("mpirun", "github.com/mpios/mpios/cmd/mpirun")
+	build("mpicheck", "./testdata/mpicheck")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+}
+
+func mpirun(t *testing.T, limit time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "mpirun"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	res := result{out.String(), errb.String(), 0, time.Since(start)}
+	if ctx.Err() != nil {
+		t.Fatalf("mpirun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s", args, limit, res.stdout, res.stderr)
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		res.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func prog(name string) string { return filepath.Join(bin, name) }
+
+func TestEveryOperationAcrossProcesses(t *testing.T) {
+	for _, np := range []string{"1", "2", "3", "4", "5"} {
+		t.Run("np"+np, func(t *testing.T) {
+			res := mpirun(t, 60*time.Second, "-np", np, prog("mpicheck"), "all")
+			if res.code != 0 {
+				t.Fatalf("exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+			}
+			if n := strings.Count(res.stdout, " ok\n"); fmt.Sprint(n) != np {
+				t.Fatalf("%d ranks reported ok:\n%s", n, res.stdout)
+			}
+		})
+	}
+}
+
+func TestSingletonWithoutMpirun(t *testing.T) {
+	out, err := exec.Command(prog("mpicheck"), "all").CombinedOutput()
+	if err != nil || string(out) != "rank 0 of 1 ok\n" {
+		t.Fatalf("singleton: %v\n%s", err, out)
+	}
+}
+
+func TestFailedRankEndsJobWithItsStatus(t *testing.T) {
+	res := mpirun(t, 30*time.Second, "-np", "4", prog("mpicheck"), "exit", "2", "3")
+	if res.code != 3 {
+		t.Fatalf("exit code %d, want 3\n%s", res.code, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "rank 2") {
+		t.Errorf("failure message does not name rank 2:\n%s", res.stderr)
+	}
+	if res.took > 15*time.Second {
+		t.Errorf("job took %v to end after a rank failed", res.took)
+	}
+}
+
+func TestKilledRankEndsJob(t *testing.T) {
+	res := mpirun(t, 30*time.Second, "-np", "3", prog("mpicheck"), "kill", "1")
+	if res.code == 0 {
+		t.Fatalf("job with a killed rank exited 0\n%s", res.stderr)
+	}
+	if !strings.Contains(res.stderr, "rank 1") || !strings.Contains(strings.ToLower(res.stderr), "signal") {
+		t.Errorf("message should name rank 1 and the signal:\n%s", res.stderr)
+	}
+}
+
+func TestBlockedReceiveOnDeadPeerFailsWithTypedError(t *testing.T) {
+	// The survivors are blocked in Recv from rank 0 when it dies; they must return
+	// ProcFailedError (exit 4 in mpicheck) or be stopped by mpirun, never hang.
+	res := mpirun(t, 30*time.Second, "-np", "3", "--tag-output", prog("mpicheck"), "blocked", "0")
+	if res.code == 0 {
+		t.Fatalf("exit 0\n%s", res.stderr)
+	}
+	if strings.Contains(res.stdout, "returned <nil>") {
+		t.Fatalf("a receive from a dead rank succeeded:\n%s", res.stdout)
+	}
+	t.Logf("stdout:\n%s", res.stdout)
+}
+
+func TestAbortEndsJobWithCode(t *testing.T) {
+	res := mpirun(t, 30*time.Second, "-np", "3", prog("mpicheck"), "abort", "1", "5")
+	if res.code != 5 {
+		t.Fatalf("exit code %d, want 5\n%s", res.code, res.stderr)
+	}
+}
+
+// TestExternalNATSServer runs a job against the real nats-server from Debian's package.
+func TestExternalNATSServer(t *testing.T) {
+	server, err := exec.LookPath("nats-server")
+	if err != nil {
+		t.Skip("nats-server not installed (apt-get install nats-server)")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	srv := exec.Command(server, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "--user", "mpios", "--pass", "s3cret")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	url := fmt.Sprintf("nats://mpios:s3cret@127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nats-server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res := mpirun(t, 60*time.Second, "-np", "4", "--nats", url, prog("mpicheck"), "all")
+	if res.code != 0 || strings.Count(res.stdout, " ok\n") != 4 {
+		t.Fatalf("exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+	}
+	if strings.Contains(res.stderr, "s3cret") {
+		t.Errorf("mpirun printed the NATS password:\n%s", res.stderr)
+	}
+}

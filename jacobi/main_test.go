@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// seqJacobi is the plain sequential reference on the full matrix, with the
+// same summation orders as the distributed solver. It returns the final x,
+// the iteration count and the last max change.
+func seqJacobi(n, maxIters int, tol float64) (x []float64, iters int, change float64) {
+	a := make([][]float64, n)
+	b := make([]float64, n)
+	for i := range n {
+		a[i] = make([]float64, n)
+		s := 0.0
+		for j := range n {
+			if j != i {
+				a[i][j] = 1.0 / float64(1+max(i-j, j-i))
+				s += a[i][j]
+			}
+		}
+		a[i][i] = 1 + s
+		b[i] = float64(1 + i%7)
+	}
+	x = make([]float64, n)
+	next := make([]float64, n)
+	for iters < maxIters {
+		change = 0
+		for i := range n {
+			s := 0.0
+			for j := range n {
+				if j != i {
+					s += a[i][j] * x[j]
+				}
+			}
+			next[i] = (b[i] - s) / a[i][i]
+			change = math.Max(change, math.Abs(next[i]-x[i]))
+		}
+		x, next = next, x
+		iters++
+		if change < tol {
+			break
+		}
+	}
+	return x, iters, change
+}
+
+func TestBlockRange(t *testing.T) {
+	for n := 1; n <= 40; n++ {
+		for p := 1; p <= n && p <= 9; p++ {
+			next := 0
+			for r := range p {
+				start, count := blockRange(n, p, r)
+				if start != next {
+					t.Fatalf("n=%d p=%d r=%d: start %d, want %d (blocks must be contiguous)", n, p, r, start, next)
+				}
+				want := n / p
+				if r < n%p {
+					want++ // the first n%p ranks get the extra rows
+				}
+				if count != want {
+					t.Fatalf("n=%d p=%d r=%d: count %d, want %d", n, p, r, count, want)
+				}
+				next += count
+			}
+			if next != n {
+				t.Fatalf("n=%d p=%d: blocks cover %d rows", n, p, next)
+			}
+		}
+	}
+}
+
+// TestSweepDecomposed runs the row-block update in-process for several
+// block counts and checks it is bitwise identical to the reference.
+func TestSweepDecomposed(t *testing.T) {
+	const n, iters = 37, 25
+	want, _, _ := seqJacobi(n, iters, 0)
+	for p := 1; p <= 5; p++ {
+		x := make([]float64, n)
+		next := make([]float64, n)
+		for range iters {
+			for r := range p {
+				start, count := blockRange(n, p, r)
+				a, b := buildRows(start, count, n)
+				sweep(next[start:start+count], a, b, x, start)
+			}
+			x, next = next, x
+		}
+		for i := range want {
+			if math.Float64bits(x[i]) != math.Float64bits(want[i]) {
+				t.Fatalf("p=%d: x[%d] = %v, want %v", p, i, x[i], want[i])
+			}
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-n", "9", "-maxiters", "3", "-tol", "0.5", "-dump", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg != (config{n: 9, maxIters: 3, tol: 0.5, dump: "x"}) {
+		t.Fatalf("got %+v", cfg)
+	}
+	for _, bad := range [][]string{{"-n", "0"}, {"-maxiters", "-1"}, {"-tol", "NaN"}, {"extra"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("parseFlags(%q) succeeded", bad)
+		}
+	}
+}
+
+// moduleRoot locates the repository root via `go env GOMOD`.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		t.Fatal("not inside a Go module")
+	}
+	return filepath.Dir(gomod)
+}
+
+func goBuild(t *testing.T, root, out, pkg string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+}
+
+func readFloats(t *testing.T, path string) []float64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b)%8 != 0 {
+		t.Fatalf("%s: %d bytes is not a whole number of float64", path, len(b))
+	}
+	xs := make([]float64, len(b)/8)
+	for i := range xs {
+		xs[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return xs
+}
+
+// outputValue returns the value of the line "key value" in out.
+func outputValue(t *testing.T, out, key string) string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %q line in output:\n%s", key, out)
+	return ""
+}
+
+// TestMPIRun runs the real binary through mpirun on 1..4 ranks and checks
+// the dumped x is bitwise identical for every rank count and to the
+// sequential reference, and that the printed lines agree.
+func TestMPIRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches mpirun")
+	}
+	// n odd so n%p != 0; tol chosen so the run stops on tolerance before
+	// maxiters, exercising the convergence test.
+	const n, maxIters, tol = 101, 200, 1e-9
+	root := moduleRoot(t)
+	dir := t.TempDir()
+	mpirun := filepath.Join(dir, "mpirun")
+	bin := filepath.Join(dir, "jacobi")
+	goBuild(t, root, mpirun, "./cmd/mpirun")
+	goBuild(t, root, bin, "./jacobi")
+
+	want, wantIters, wantChange := seqJacobi(n, maxIters, tol)
+	if wantIters >= maxIters {
+		t.Fatalf("reference did not converge in %d iterations; adjust the test", maxIters)
+	}
+	sum := 0.0
+	for _, v := range want {
+		sum += v
+	}
+	wantLines := map[string]string{
+		"iterations": fmt.Sprint(wantIters),
+		"maxchange":  fmt.Sprintf("%.3e", wantChange),
+		"checksum":   fmt.Sprintf("%.10e", sum),
+	}
+
+	for p := 1; p <= 4; p++ {
+		t.Run(fmt.Sprintf("np%d", p), func(t *testing.T) {
+			dump := filepath.Join(dir, fmt.Sprintf("x%d.bin", p))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			// --timeout lets mpirun tear the ranks down itself before ctx kills it.
+			cmd := exec.CommandContext(ctx, mpirun, "-np", fmt.Sprint(p), "--timeout", "90s", bin,
+				"-n", fmt.Sprint(n), "-maxiters", fmt.Sprint(maxIters), "-tol", fmt.Sprint(tol), "-dump", dump)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, stdout.String(), stderr.String())
+			}
+			out := stdout.String()
+			for key, w := range wantLines {
+				if got := outputValue(t, out, key); got != w {
+					t.Errorf("%s %s, want %s", key, got, w)
+				}
+			}
+			outputValue(t, out, "sec_per_iter")
+			got := readFloats(t, dump)
+			if len(got) != n {
+				t.Fatalf("dump has %d values, want %d", len(got), n)
+			}
+			for i := range want {
+				if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+					t.Fatalf("x[%d] = %v, want %v", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkSweep(b *testing.B) {
+	const n = 2048
+	a, rhs := buildRows(0, n, n)
+	x := make([]float64, n)
+	xloc := make([]float64, n)
+	for b.Loop() {
+		sweep(xloc, a, rhs, x, 0)
+	}
+}
