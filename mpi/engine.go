@@ -62,6 +62,10 @@ type engine struct {
 	space     *sync.Cond // unexpected bytes drained, or a failure
 	arrived   *sync.Cond // a message was queued (Probe waits on it)
 	nextCtx   uint32     // next free communicator context (even; ctx+1 is its collective context)
+
+	// onPeerLost, if set, is told about a peer lost without a goodbye before the calls that
+	// wait on it fail (Init uses it to tell the launcher which rank died first).
+	onPeerLost func(peer int, err error)
 }
 
 func newEngine(ep comm.Endpoint) *engine {
@@ -317,6 +321,15 @@ func (e *engine) PeerClosed(peer int, flags uint8, err error) {
 	if e.closed || e.peerErr[peer] != nil {
 		e.mu.Unlock()
 		return
+	}
+	if err != nil && e.onPeerLost != nil {
+		e.mu.Unlock()
+		e.onPeerLost(peer, err)
+		e.mu.Lock()
+		if e.closed || e.peerErr[peer] != nil {
+			e.mu.Unlock()
+			return
+		}
 	}
 	e.peerErr[peer] = perr
 	var failed []*Request

@@ -133,7 +133,14 @@ func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
 	if err != nil {
 		return fail(err)
 	}
-	world, err := Attach(ep)
+	e := newEngine(ep)
+	e.onPeerLost = func(peer int, err error) {
+		data, eerr := job.Encode(job.Lost{Observer: env.Rank, Rank: peer, Reason: err.Error()})
+		if eerr == nil && nc.Publish(job.LostSubject(env.JobID), data) == nil {
+			nc.FlushTimeout(time.Second)
+		}
+	}
+	world, err := attach(e)
 	if err != nil {
 		return fail(err)
 	}
@@ -150,7 +157,11 @@ func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
 // Init uses it; tests and embedders use it to run ranks as goroutines over
 // comm.NewInProcNetwork. Detach ends it.
 func Attach(ep comm.Endpoint) (*Comm, error) {
-	e := newEngine(ep)
+	return attach(newEngine(ep))
+}
+
+func attach(e *engine) (*Comm, error) {
+	ep := e.ep
 	if err := ep.Start(e); err != nil {
 		return nil, fmt.Errorf("mpi: attach: %w", err)
 	}

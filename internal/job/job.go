@@ -126,6 +126,18 @@ func EventSubject(jobID string) string { return subject(jobID, "event") }
 // AbortSubject: a rank that calls mpi.Abort publishes an Abort here before exiting.
 func AbortSubject(jobID string) string { return subject(jobID, "abort") }
 
+// LostSubject: a rank whose connection to a peer broke without a goodbye publishes a Lost
+// here before the calls waiting on that peer fail, so the launcher can tell the rank that died
+// first from the ranks that exited because of it.
+func LostSubject(jobID string) string { return subject(jobID, "lost") }
+
+// Lost reports that Observer lost its connection to Rank abnormally.
+type Lost struct {
+	Observer int    `msgpack:"observer"`
+	Rank     int    `msgpack:"rank"`
+	Reason   string `msgpack:"reason"`
+}
+
 // Hello is a rank's rendezvous request.
 type Hello struct {
 	Rank int    `msgpack:"rank"`

@@ -1,0 +1,27 @@
+//go:build !unix
+
+package launch
+
+import (
+	"os"
+	"syscall"
+)
+
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+func waitExited(int) bool { return false }
+
+// signalGroup can only kill the rank itself on this platform.
+func signalGroup(p *os.Process, sig syscall.Signal) error {
+	if sig == 0 {
+		return nil
+	}
+	return p.Kill()
+}
+
+func exitOf(st *os.ProcessState) Exit { return Exit{Code: st.ExitCode()} }
+
+// processAlive is conservative where it cannot tell: a record is then never considered stale.
+func processAlive(pid int) bool { return pid > 0 }
+
+func checkOwner(os.FileInfo) error { return nil }

@@ -1,0 +1,42 @@
+//go:build unix
+
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// signalGroup signals the process group led by p; an already empty group is not an error.
+func signalGroup(p *os.Process, sig syscall.Signal) error {
+	if err := syscall.Kill(-p.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+func exitOf(st *os.ProcessState) Exit {
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return Exit{Code: -1, Signal: ws.Signal()}
+	}
+	return Exit{Code: st.ExitCode()}
+}
+
+// processAlive reports whether pid names a running process (EPERM: alive, not ours).
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// checkOwner fails unless fi belongs to the current user.
+func checkOwner(fi os.FileInfo) error {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("owned by uid %d, not by us", st.Uid)
+	}
+	return nil
+}
