@@ -325,12 +325,23 @@ func freePort(t *testing.T) int {
 // one named by $MPIOS_TEST_NATS_SERVER.
 func TestRealNATSServer(t *testing.T) {
 	t.Parallel()
-	bin := "/usr/bin/nats-server"
-	if b := os.Getenv("MPIOS_TEST_NATS_SERVER"); b != "" {
-		bin = b
+	bin := os.Getenv("MPIOS_TEST_NATS_SERVER")
+	if bin == "" {
+		// Debian installs it in /usr/sbin, which is not on every user's PATH.
+		for _, p := range []string{"/usr/sbin/nats-server", "/usr/bin/nats-server"} {
+			if _, err := os.Stat(p); err == nil {
+				bin = p
+				break
+			}
+		}
 	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("%s not installed (apt-get install nats-server): %v", bin, err)
+	if bin == "" {
+		if p, err := exec.LookPath("nats-server"); err == nil {
+			bin = p
+		}
+	}
+	if bin == "" {
+		t.Skip("nats-server not installed (apt-get install nats-server)")
 	}
 	port := freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
