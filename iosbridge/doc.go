@@ -1,0 +1,44 @@
+// Package iosbridge is the deterministic core of the IOS agent that mpios runs inside pcmd:
+// the profiling data model, the decision policies and the Random Actor Stealing protocol,
+// written as pure state machines in the style of etcd's raft. Nothing here touches sockets,
+// NATS, clocks or the global random source; time (now time.Time) and randomness (Rand) are
+// passed in, so every run replays exactly from a seed.
+//
+// The design follows the seeds in /work/shared/seeds:
+//
+//   - 004 (MPI/IOS paper): an IOS agent has a profiling, a decision and a protocol
+//     component; idle or newly joined nodes send steal requests carrying their profile; the
+//     receiver's decision component predicts the gain of migrating a process and PCM moves
+//     it. The default policy "mpiios" is the paper's gain,
+//     Γ = (Σ_r w_r·Δ_r)·log(L) − M, Δ_r = (a_r − u_r)/(a_r + u_r), with L the remaining
+//     life (remaining iterations × iteration time) and M the migration cost (state bytes /
+//     measured bandwidth); migrate only if Γ > 0. See MPIIOS for the interpretation.
+//   - 000 (Desell's thesis) §2.2.1: the RAS protocol (Node): steal when CPU usage is below a
+//     threshold, random neighbour, TTL, forward with TTL−1 or fail at TTL 0, one
+//     outstanding steal. §2.2.1.1 S-RAS ("sras"), §2.2.1.2 ATS-RAS eq. 2.1–2.3 ("atsras"),
+//     §2.2.1.3 FLC-RAS tables 2.2/2.3 and the four Sugeno rules with threshold 0.5
+//     ("flcras"). Where a printed formula's sign contradicts the prose (eq. 2.1, g_c of
+//     table 2.2) the doc comment of the policy says what we did and why.
+//   - 003 (IO middleware paper): RS/ARS random stealing over a peer network, steal packets
+//     with a time to live, joining through peer servers, no central coordination.
+//
+// Stability (Stabilize, applied by NewNode around every policy) adds what the thesis found
+// missing: a cooldown per rank, a no-flip hysteresis on free CPUs so similar nodes never
+// ping-pong, and no migration without positive gain.
+//
+// # Wiring (pcmd)
+//
+// One goroutine owns a Node:
+//
+//   - at start: NewNode(Config{ID, Policy: PolicyByName(flag), Rand: rand.New(...)}), then
+//     Join(now, seeds);
+//   - every sample period: Sampler.Sample plus the PMPI rank profiles → Update(now, ...);
+//     after each measured checkpoint transfer: LinkProfile.Observe → SetLink;
+//   - on a timer (≈500 ms): Tick(now);
+//   - on every protocol message from NATS (msgpack-decoded Message): Step(now, msg);
+//     errors mean a bad or misaddressed message and are logged, not fatal;
+//   - after each of the above: Ready(); publish every Message to its To node's subject, in
+//     order; hand every Migration to PCM (checkpoint the rank, restart on Migration.To), and
+//     call MigrationFailed if PCM gives up;
+//   - at shutdown: Leave(now), publish Ready().Messages.
+package iosbridge

@@ -1,0 +1,105 @@
+package iosbridge_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/mpios/mpios/iosbridge"
+)
+
+// A loaded node (B) and an idle one (A) find each other and B gives A a rank. This is the
+// loop pcmd runs: Update on every profile sample, Tick on a timer, Step on every message
+// from NATS, and after each call Ready: publish the messages, execute the migrations.
+func ExampleNode() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a, _ := iosbridge.NewNode(iosbridge.Config{ID: "A", Rand: rand.New(rand.NewPCG(1, 1))})
+	b, _ := iosbridge.NewNode(iosbridge.Config{ID: "B", Rand: rand.New(rand.NewPCG(2, 2))})
+	nodes := map[string]*iosbridge.Node{"A": a, "B": b}
+
+	_ = a.Update(now, iosbridge.NodeProfile{Node: "A", CPUs: 2, EffectiveCPUs: 2, Availability: 1}, nil)
+	var ranks []iosbridge.RankProfile
+	var hosted []iosbridge.RankID
+	for r := 0; r < 4; r++ {
+		ranks = append(ranks, iosbridge.RankProfile{Job: "heat", Rank: r, CPUUse: 0.5,
+			IterationTime: 2 * time.Second, RemainingIterations: 500, StateBytes: 8 << 20})
+		hosted = append(hosted, iosbridge.RankID{Job: "heat", Rank: r})
+	}
+	_ = b.Update(now, iosbridge.NodeProfile{Node: "B", CPUs: 2, EffectiveCPUs: 2, Availability: 0, Ranks: hosted}, ranks)
+
+	deliver := func(n *iosbridge.Node) {
+		for queue := []*iosbridge.Node{n}; len(queue) > 0; queue = queue[1:] {
+			rd := queue[0].Ready()
+			for _, m := range rd.Migrations {
+				fmt.Printf("%s: migrate %s to %s\n", queue[0].ID(), m.Rank, m.To)
+			}
+			for _, m := range rd.Messages {
+				fmt.Printf("%s -> %s: %s\n", m.From, m.To, m.Kind)
+				_ = nodes[m.To].Step(now, m)
+				queue = append(queue, nodes[m.To])
+			}
+		}
+	}
+	a.Join(now, []string{"B"})
+	deliver(a)
+	a.Tick(now) // A is idle: it heartbeats B and sends a steal request
+	deliver(a)
+	// Output:
+	// A -> B: join
+	// B -> A: announce
+	// A -> B: heartbeat
+	// A -> B: steal_request
+	// B: migrate heat/0 to A
+	// B -> A: steal_accept
+}
+
+func ExamplePolicyByName() {
+	p, err := iosbridge.PolicyByName("flcras")
+	fmt.Println(p.Name(), err)
+	_, err = iosbridge.PolicyByName("roundrobin")
+	fmt.Println(err)
+	// Output:
+	// flcras <nil>
+	// iosbridge: unknown policy "roundrobin" (valid: atsras, flcras, mpiios, none, sras)
+}
+
+func ExampleMPIIOSGain() {
+	// A rank that would get Δ = 0.5 more CPU, with 1000 iterations of 1 s left, and an
+	// 8 MB checkpoint over a 12.5 MB/s link: Γ = 0.5·ln(1000) − 0.64 s.
+	fmt.Printf("%.3f\n", iosbridge.MPIIOSGain(0.5, 1000, 8e6/12.5e6))
+	// Output: 2.814
+}
+
+func ExampleCPUUtilization() {
+	prev, _ := iosbridge.ParseProcStat("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 100 0 50 800 50 0 0 0 0 0\n")
+	cur, _ := iosbridge.ParseProcStat("cpu  400 0 150 1100 150 0 0 0 0 0\ncpu0 400 0 150 1100 150 0 0 0 0 0\n")
+	u, err := iosbridge.CPUUtilization(prev, cur)
+	fmt.Println(u, err)
+	// Output: 0.5 <nil>
+}
+
+func ExampleParseCgroupV2CPUMax() {
+	quota, limited, _ := iosbridge.ParseCgroupV2CPUMax("150000 100000\n")
+	fmt.Println(iosbridge.EffectiveCPUs(8, quota, limited))
+	// Output: 1.5
+}
+
+func ExampleSampler() {
+	// In production Root is "" (the real /proc and /sys/fs/cgroup); here a fake tree.
+	root, _ := os.MkdirTemp("", "iosbridge")
+	defer os.RemoveAll(root)
+	write := func(rel, s string) {
+		_ = os.MkdirAll(filepath.Dir(filepath.Join(root, rel)), 0o755)
+		_ = os.WriteFile(filepath.Join(root, rel), []byte(s), 0o644)
+	}
+	write("proc/stat", "cpu  0 0 0 1000 0 0 0 0 0 0\ncpu0 0 0 0 500 0 0 0 0 0 0\ncpu1 0 0 0 500 0 0 0 0 0 0\n")
+	write("proc/meminfo", "MemTotal: 2048 kB\nMemAvailable: 1024 kB\n")
+	write("sys/fs/cgroup/cpu.max", "100000 100000\n")
+
+	s := &iosbridge.Sampler{Node: "n1", Root: root}
+	p, err := s.Sample(time.Unix(0, 0), nil)
+	fmt.Println(p.CPUs, p.EffectiveCPUs, p.Availability, p.MemFreeBytes, err)
+	// Output: 2 1 1 1048576 <nil>
+}

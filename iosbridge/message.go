@@ -1,0 +1,103 @@
+package iosbridge
+
+import (
+	"fmt"
+)
+
+// Kind is a protocol message type. Strings (not iota) keep the wire format readable and let
+// Validate reject anything unknown that arrives from the network.
+type Kind string
+
+// Message kinds of the RAS protocol plus peer membership.
+const (
+	// KindJoin asks a known node (a seed / "peer server" of §2.2.1) to add the sender.
+	KindJoin Kind = "join"
+	// KindAnnounce answers Join with the receiver's neighbour list, so the joiner learns peers.
+	KindAnnounce Kind = "announce"
+	// KindHeartbeat proves liveness and refreshes the sender's profile at its neighbours.
+	KindHeartbeat Kind = "heartbeat"
+	// KindLeave says the sender is going away; neighbours drop it at once.
+	KindLeave Kind = "leave"
+	// KindStealRequest is the RAS random steal packet: Origin's profile, an ID and a TTL.
+	KindStealRequest Kind = "steal_request"
+	// KindStealAccept tells Origin that Rank of Job will be migrated to it.
+	KindStealAccept Kind = "steal_accept"
+	// KindStealFail tells Origin its request died (TTL 0 or no peer left to try).
+	KindStealFail Kind = "steal_fail"
+)
+
+// MaxTTL bounds the TTL accepted from the network so a forged packet cannot circulate long.
+const MaxTTL = 64
+
+// Message is the single envelope of the protocol (like raftpb.Message): which fields matter
+// depends on Kind; Validate enforces that. It is a plain struct for msgpack on NATS.
+type Message struct {
+	Kind Kind   `msgpack:"kind"`
+	From string `msgpack:"from"`
+	To   string `msgpack:"to"`
+	// Origin is the node that started a steal; it gets the Accept/Fail directly.
+	Origin string `msgpack:"origin,omitempty"`
+	// ID numbers Origin's steals so late answers to old requests are recognized.
+	ID uint64 `msgpack:"id,omitempty"`
+	// TTL is the remaining number of forwards of a steal request.
+	TTL int `msgpack:"ttl"`
+	// Profile is Origin's profile (steal request) or From's (join/announce/heartbeat).
+	Profile *NodeProfile `msgpack:"profile,omitempty"`
+	// Rank is the rank being given (steal accept).
+	Rank RankID `msgpack:"rank,omitempty"`
+	// CPUUse is what the given rank used at the giver, so Origin can pre-book capacity.
+	CPUUse float64 `msgpack:"cpu_use,omitempty"`
+	// Gain and Reason explain the decision (steal accept) or failure (steal fail).
+	Gain   float64 `msgpack:"gain,omitempty"`
+	Reason string  `msgpack:"reason,omitempty"`
+	// Peers is the neighbour list shared by announce.
+	Peers []string `msgpack:"peers,omitempty"`
+}
+
+// Validate rejects malformed messages; everything Step receives went through it.
+func (m Message) Validate() error {
+	if m.From == "" || m.To == "" {
+		return fmt.Errorf("iosbridge: %s message: empty from/to (%q -> %q)", m.Kind, m.From, m.To)
+	}
+	if m.From == m.To {
+		return fmt.Errorf("iosbridge: %s message from %s to itself", m.Kind, m.From)
+	}
+	if m.TTL < 0 || m.TTL > MaxTTL {
+		return fmt.Errorf("iosbridge: %s message from %s: TTL %d not in [0,%d]", m.Kind, m.From, m.TTL, MaxTTL)
+	}
+	if m.Profile != nil {
+		if err := m.Profile.Validate(); err != nil {
+			return fmt.Errorf("iosbridge: %s message from %s: %w", m.Kind, m.From, err)
+		}
+	}
+	if !finite(m.Gain) || !finite(m.CPUUse) || m.CPUUse < 0 {
+		return fmt.Errorf("iosbridge: %s message from %s: non-finite gain or bad CPU use", m.Kind, m.From)
+	}
+	switch m.Kind {
+	case KindJoin, KindHeartbeat, KindLeave:
+	case KindAnnounce:
+		for _, p := range m.Peers {
+			if p == "" {
+				return fmt.Errorf("iosbridge: announce from %s: empty peer name", m.From)
+			}
+		}
+	case KindStealRequest:
+		if m.Origin == "" || m.Profile == nil {
+			return fmt.Errorf("iosbridge: steal request from %s: needs origin and profile", m.From)
+		}
+		if m.Profile.Node != m.Origin {
+			return fmt.Errorf("iosbridge: steal request from %s: profile of %s but origin %s", m.From, m.Profile.Node, m.Origin)
+		}
+	case KindStealAccept:
+		if m.Origin != m.To || m.Rank.Job == "" || m.Rank.Rank < 0 {
+			return fmt.Errorf("iosbridge: steal accept from %s: needs a rank (got %q) and to == origin (%q, %q)", m.From, m.Rank, m.To, m.Origin)
+		}
+	case KindStealFail:
+		if m.Origin != m.To {
+			return fmt.Errorf("iosbridge: steal fail from %s: to %q is not origin %q", m.From, m.To, m.Origin)
+		}
+	default:
+		return fmt.Errorf("iosbridge: unknown message kind %q from %s", m.Kind, m.From)
+	}
+	return nil
+}

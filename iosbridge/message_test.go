@@ -1,0 +1,130 @@
+package iosbridge
+
+import (
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+func TestMessageValidate(t *testing.T) {
+	prof := node("A", 2, 1)
+	badProf := node("A", 2, 1.5)
+	ok := []Message{
+		{Kind: KindJoin, From: "A", To: "B"},
+		{Kind: KindAnnounce, From: "A", To: "B", Peers: []string{"C"}},
+		{Kind: KindHeartbeat, From: "A", To: "B", Profile: &prof},
+		{Kind: KindLeave, From: "A", To: "B"},
+		{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, TTL: 3, Profile: &prof},
+		{Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, TTL: 0, Profile: &prof},
+		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}},
+		{Kind: KindStealFail, From: "B", To: "A", Origin: "A", ID: 1},
+	}
+	for _, m := range ok {
+		if err := m.Validate(); err != nil {
+			t.Errorf("%+v: %v", m, err)
+		}
+	}
+	bad := map[string]Message{
+		"unknown kind":        {Kind: "steal", From: "A", To: "B"},
+		"empty kind":          {From: "A", To: "B"},
+		"empty from":          {Kind: KindJoin, To: "B"},
+		"empty to":            {Kind: KindJoin, From: "A"},
+		"to self":             {Kind: KindJoin, From: "A", To: "A"},
+		"negative TTL":        {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", TTL: -1, Profile: &prof},
+		"huge TTL":            {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", TTL: MaxTTL + 1, Profile: &prof},
+		"request no profile":  {Kind: KindStealRequest, From: "A", To: "B", Origin: "A"},
+		"request no origin":   {Kind: KindStealRequest, From: "A", To: "B", Profile: &prof},
+		"profile not origin":  {Kind: KindStealRequest, From: "C", To: "B", Origin: "C", Profile: &prof},
+		"bad profile":         {Kind: KindHeartbeat, From: "A", To: "B", Profile: &badProf},
+		"accept no rank":      {Kind: KindStealAccept, From: "B", To: "A", Origin: "A"},
+		"accept neg rank":     {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", -1}},
+		"accept not to orig":  {Kind: KindStealAccept, From: "B", To: "C", Origin: "A", Rank: RankID{"j", 0}},
+		"fail not to origin":  {Kind: KindStealFail, From: "B", To: "C", Origin: "A"},
+		"announce empty peer": {Kind: KindAnnounce, From: "A", To: "B", Peers: []string{""}},
+		"NaN gain":            {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Gain: math.NaN()},
+	}
+	for name, m := range bad {
+		if err := m.Validate(); err == nil {
+			t.Errorf("%s: %+v accepted", name, m)
+		}
+	}
+}
+
+func TestProfilesValidate(t *testing.T) {
+	for _, p := range []NodeProfile{
+		{}, {Node: "n", CPUs: -1}, {Node: "n", EffectiveCPUs: math.NaN()}, {Node: "n", Availability: -0.1},
+		{Node: "n", MemFreeBytes: 2, MemTotalBytes: 1}, {Node: "n", Ranks: []RankID{{"", 0}}},
+	} {
+		if p.Validate() == nil {
+			t.Errorf("node profile %+v accepted", p)
+		}
+	}
+	for _, r := range []RankProfile{
+		{}, {Job: "j", Rank: -1}, {Job: "j", CPUUse: math.Inf(1)}, {Job: "j", StateBytes: -1},
+		{Job: "j", Peers: []PeerComm{{Rank: 1, Bytes: -1}}}, {Job: "j", IterationTime: -time.Second},
+	} {
+		if r.Validate() == nil {
+			t.Errorf("rank profile %+v accepted", r)
+		}
+	}
+	if err := (LinkProfile{From: "a", To: "b", BandwidthBps: -1}).Validate(); err == nil {
+		t.Error("negative bandwidth accepted")
+	}
+}
+
+func TestLinkObserveSmoothsBandwidth(t *testing.T) {
+	l := LinkProfile{From: "a", To: "b"}
+	if err := l.Observe(10e6, time.Second, t0, 0.5); err != nil { // first sample: 10 MB/s
+		t.Fatal(err)
+	}
+	if err := l.Observe(20e6, time.Second, t0, 0.5); err != nil { // .5·20 + .5·10 = 15 MB/s
+		t.Fatal(err)
+	}
+	approx(t, "bandwidth", l.BandwidthBps, 15e6)
+	if l.Samples != 2 || l.Observe(0, time.Second, t0, .5) == nil || l.Observe(1, time.Second, t0, 0) == nil {
+		t.Fatalf("%+v", l)
+	}
+}
+
+func TestMessagesRoundTripMsgpack(t *testing.T) {
+	prof := node("A", 4, 0.5, ids("j", 1, 2)...)
+	prof.SampledAt = t0
+	in := Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 9, TTL: 3, Profile: &prof}
+	b, err := msgpack.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "steal_request") || !strings.Contains(string(b), "effective_cpus") {
+		t.Fatal("wire format should use the msgpack tag names")
+	}
+	var out Message
+	if err := msgpack.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	out.Profile.SampledAt = out.Profile.SampledAt.UTC()
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip:\n in %+v\nout %+v", in, out)
+	}
+	if err := out.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := rankProfile("j", 3, 0.5)
+	r.Peers = []PeerComm{{Rank: 1, Bytes: 10, Messages: 1}}
+	r.LastMigration = t0
+	b, err = msgpack.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r2 RankProfile
+	if err := msgpack.Unmarshal(b, &r2); err != nil {
+		t.Fatal(err)
+	}
+	r2.LastMigration = r2.LastMigration.UTC()
+	if !reflect.DeepEqual(r, r2) {
+		t.Fatalf("rank profile round trip:\n%+v\n%+v", r, r2)
+	}
+}

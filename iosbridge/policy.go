@@ -1,0 +1,166 @@
+package iosbridge
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Rand is the randomness a policy or node may consume. *math/rand/v2.Rand satisfies it;
+// injecting it (instead of using the global source) makes every run reproducible from a seed.
+type Rand interface {
+	IntN(n int) int
+	Float64() float64
+}
+
+// pick returns r.IntN(n) clamped to [0,n) (a faulty Rand must not crash the agent), or 0
+// when r is nil. n must be positive.
+func pick(r Rand, n int) int {
+	if r == nil {
+		return 0
+	}
+	return min(max(r.IntN(n), 0), n-1)
+}
+
+// DecisionInput is everything the decision component sees when a steal request arrives
+// (thesis §2.2.1: the protocol "will send the profiling information from the steal request to
+// the decision module"). It is a value: policies are pure functions of it.
+type DecisionInput struct {
+	// Local is this node's profile; Local.Ranks is every rank hosted here.
+	Local NodeProfile
+	// Ranks are the candidates the policy may give away (a subset of Local.Ranks: the
+	// stability guard removes ranks in cooldown or whose move would flip the imbalance).
+	Ranks []RankProfile
+	// Remote is the stealer's profile carried in the StealRequest.
+	Remote NodeProfile
+	// Link is the measured path to the stealer; nil when never measured.
+	Link *LinkProfile
+	// Now is the injected current time.
+	Now time.Time
+	// Rand is the injected randomness (S-RAS picks a random actor); may be nil, in which
+	// case a policy must behave deterministically (first candidate).
+	Rand Rand
+}
+
+// Decision is the decision component's answer: which rank (if any) to give the stealer, the
+// gain the policy computed for it, and a human-readable why for the event log.
+type Decision struct {
+	// Migrate says whether Rank should go to the stealer.
+	Migrate bool   `msgpack:"migrate"`
+	Rank    RankID `msgpack:"rank"`
+	// Gain is the policy's own measure (positive means "worth moving"); scales differ
+	// between policies, so compare gains only within one policy.
+	Gain float64 `msgpack:"gain"`
+	// Policy names the deciding policy; Reason explains the numbers, for the event log.
+	Policy string `msgpack:"policy"`
+	Reason string `msgpack:"reason"`
+}
+
+// Policy is a decision component. Implementations must be pure and deterministic given
+// DecisionInput (randomness only through in.Rand) so decisions can be replayed in tests.
+type Policy interface {
+	// Name is the registry name (PolicyByName) and the tag in Decision.Policy.
+	Name() string
+	// Decide says whether to give one of in.Ranks to in.Remote.
+	Decide(in DecisionInput) Decision
+}
+
+// Policy names accepted by PolicyByName.
+const (
+	PolicyNone   = "none"
+	PolicySRAS   = "sras"
+	PolicyATSRAS = "atsras"
+	PolicyFLCRAS = "flcras"
+	PolicyMPIIOS = "mpiios"
+	// DefaultPolicy is used for an empty name: the MPI/IOS paper's own gain policy.
+	DefaultPolicy = PolicyMPIIOS
+)
+
+// PolicyNames lists the valid names, sorted, for flags and error messages.
+func PolicyNames() []string {
+	n := []string{PolicyNone, PolicySRAS, PolicyATSRAS, PolicyFLCRAS, PolicyMPIIOS}
+	sort.Strings(n)
+	return n
+}
+
+// PolicyByName returns the named policy with its default configuration ("" selects
+// DefaultPolicy). The result is the bare policy; NewNode wraps it in Stabilize.
+func PolicyByName(name string) (Policy, error) {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "":
+		return PolicyByName(DefaultPolicy)
+	case PolicyNone:
+		return NonePolicy{}, nil
+	case PolicySRAS:
+		return NewSRAS(DefaultSRASConfig())
+	case PolicyATSRAS:
+		return ATSRAS{}, nil
+	case PolicyFLCRAS:
+		return NewFLCRAS(DefaultFLCRASConfig())
+	case PolicyMPIIOS:
+		return NewMPIIOS(DefaultMPIIOSConfig())
+	}
+	return nil, fmt.Errorf("iosbridge: unknown policy %q (valid: %s)", name, strings.Join(PolicyNames(), ", "))
+}
+
+// NonePolicy never migrates: nodes still profile and answer steal requests, which is how
+// an operator observes what the other policies would see without moving anything.
+type NonePolicy struct{}
+
+// Name implements Policy.
+func (NonePolicy) Name() string { return PolicyNone }
+
+// Decide implements Policy; it always declines.
+func (NonePolicy) Decide(DecisionInput) Decision {
+	return Decision{Policy: PolicyNone, Reason: "policy none never migrates"}
+}
+
+// SRASConfig tunes S-RAS.
+type SRASConfig struct {
+	// FullyUsedAvailability is the availability at or below which the node counts as
+	// "fully used": the thesis says "the available computational power is approximately 0%"
+	// (§2.2.1.1); a sampled value is never exactly 0, so a small tolerance is needed.
+	FullyUsedAvailability float64
+}
+
+// DefaultSRASConfig treats ≤5% idle as "approximately 0%".
+func DefaultSRASConfig() SRASConfig { return SRASConfig{FullyUsedAvailability: 0.05} }
+
+// SRAS is Simple Random Actor Stealing (thesis §2.2.1.1): when a steal request arrives, "if
+// there are multiple actors present locally, and all the computational resources are in use
+// ..., one of the local actors is chosen at random and migrated to the source of the steal
+// request". It needs only the node's available CPU.
+type SRAS struct{ cfg SRASConfig }
+
+// NewSRAS validates cfg and returns the policy.
+func NewSRAS(cfg SRASConfig) (SRAS, error) {
+	if !finite(cfg.FullyUsedAvailability) || cfg.FullyUsedAvailability < 0 || cfg.FullyUsedAvailability >= 1 {
+		return SRAS{}, fmt.Errorf("iosbridge: sras: fully-used availability %v not in [0,1)", cfg.FullyUsedAvailability)
+	}
+	return SRAS{cfg: cfg}, nil
+}
+
+// Name implements Policy.
+func (SRAS) Name() string { return PolicySRAS }
+
+// Decide implements Policy. Gain is the availability difference (remote − local), reported
+// only so the stability guard's "nothing gained" check has a number to test.
+func (s SRAS) Decide(in DecisionInput) Decision {
+	d := Decision{Policy: PolicySRAS}
+	switch {
+	case len(in.Local.Ranks) < 2:
+		d.Reason = fmt.Sprintf("%d rank(s) hosted locally; S-RAS needs multiple", len(in.Local.Ranks))
+		return d
+	case in.Local.Availability > s.cfg.FullyUsedAvailability:
+		d.Reason = fmt.Sprintf("local availability %.3f > %.3f: not fully used", in.Local.Availability, s.cfg.FullyUsedAvailability)
+		return d
+	case len(in.Ranks) == 0:
+		d.Reason = "no candidate rank"
+		return d
+	}
+	d.Migrate, d.Rank = true, in.Ranks[pick(in.Rand, len(in.Ranks))].ID()
+	d.Gain = in.Remote.Availability - in.Local.Availability
+	d.Reason = fmt.Sprintf("local fully used (availability %.3f, %d ranks): random rank %s to %s", in.Local.Availability, len(in.Local.Ranks), d.Rank, in.Remote.Node)
+	return d
+}

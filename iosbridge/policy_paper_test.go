@@ -1,0 +1,276 @@
+package iosbridge
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// --- Desell's thesis §2.2.1.1: S-RAS ---
+
+func TestSRASMigratesRandomActorOnlyWhenFullyUsedWithMultipleActors(t *testing.T) {
+	p := mustPolicy(t, PolicySRAS)
+	remote := node("idle", 2, 1)
+	ranks := []RankProfile{rankProfile("j", 0, 0.5), rankProfile("j", 1, 0.5), rankProfile("j", 2, 0.5)}
+	in := DecisionInput{Local: node("busy", 2, 0.02, ids("j", 0, 1, 2)...), Ranks: ranks, Remote: remote, Now: t0, Rand: fixedRand{2}}
+	d := p.Decide(in)
+	// "one of the local actors is chosen at random": the injected Rand picks index 2.
+	if !d.Migrate || d.Rank != (RankID{"j", 2}) || d.Gain <= 0 {
+		t.Fatalf("fully used node with 3 ranks: %+v", d)
+	}
+	in.Local.Availability = 0.30 // not "approximately 0%"
+	if d := p.Decide(in); d.Migrate {
+		t.Fatalf("30%% available: %+v", d)
+	}
+	in.Local = node("busy", 1, 0, ids("j", 0)...) // a single actor is never stolen
+	in.Ranks = ranks[:1]
+	if d := p.Decide(in); d.Migrate {
+		t.Fatalf("single actor: %+v", d)
+	}
+}
+
+// --- Desell's thesis §2.2.1.2: ATS-RAS, eq. 2.1–2.3 ---
+
+func TestATSRASLocalRateEquation2_2(t *testing.T) {
+	// M(L,A) = P(A)/T(A) = 100 messages / 10 s = 10 msg/s.
+	m, ok := ATSRASLocalRate(100, 10)
+	if !ok {
+		t.Fatal("defined")
+	}
+	approx(t, "M(L,A)", m, 10)
+	if _, ok := ATSRASLocalRate(100, 0); ok {
+		t.Fatal("T(A)=0 must be undefined")
+	}
+}
+
+func TestATSRASRemoteRateEquation2_3AsPrinted(t *testing.T) {
+	// M(R,A) = F/P + T/(F·(S_L−S_R)) = 50/100 + 10/(50·(4−2)) = 0.5 + 0.1 = 0.6.
+	m, ok := ATSRASRemoteRate(50, 100, 10, 4, 2)
+	if !ok {
+		t.Fatal("defined")
+	}
+	approx(t, "M(R,A)", m, 0.6)
+	// S_L < S_R makes the second term negative: 40/2 + 1/(40·(1−6)) = 20 − 0.005 = 19.995.
+	m, _ = ATSRASRemoteRate(40, 2, 1, 1, 6)
+	approx(t, "M(R,A)", m, 19.995)
+	for _, c := range [][5]float64{{0, 1, 1, 2, 1}, {1, 0, 1, 2, 1}, {1, 1, 1, 3, 3}} {
+		if _, ok := ATSRASRemoteRate(c[0], c[1], c[2], c[3], c[4]); ok {
+			t.Errorf("ATSRASRemoteRate%v: division by zero must be undefined", c)
+		}
+	}
+}
+
+func TestATSRASGainEquation2_1MigratesBestIncrease(t *testing.T) {
+	// Local hosts ranks 0..3 of job j, the stealer hosts 4 and 5.
+	local := node("L", 2, 0, ids("j", 0, 1, 2, 3)...)
+	remote := node("R", 2, 1, ids("j", 4, 5)...)
+	// Rank 0: P=100, T=10 s, F=50, sends 4 msgs to rank 2 (local) and 2 to rank 4 (remote).
+	//   M(L)=10, M(R)=0.6, G = 10−0.6 = 9.4 > 0: faster here, stays.
+	a := RankProfile{Job: "j", Rank: 0, MessagesProcessed: 100, Window: 10 * time.Second, FlopsPerMessage: 50,
+		Peers: []PeerComm{{Rank: 2, Messages: 4}, {Rank: 4, Messages: 2}}}
+	// Rank 1: P=2, T=1 s, F=40, S_L=1 (rank 3), S_R=6 (ranks 4, 5).
+	//   M(L)=2, M(R)=19.995, G = 2−19.995 = −17.995: 17.995 msg/s faster remotely.
+	b := RankProfile{Job: "j", Rank: 1, MessagesProcessed: 2, Window: time.Second, FlopsPerMessage: 40,
+		Peers: []PeerComm{{Rank: 3, Messages: 1}, {Rank: 4, Messages: 2}, {Rank: 5, Messages: 4}}}
+	d := ATSRAS{}.Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{a, b}, Now: t0})
+	if !d.Migrate || d.Rank != (RankID{"j", 1}) {
+		t.Fatalf("want rank 1 migrated: %+v", d)
+	}
+	approx(t, "gain (−G)", d.Gain, 17.995)
+	if !strings.Contains(d.Reason, "G=M(L)-M(R)") {
+		t.Fatalf("reason should cite eq. 2.1: %q", d.Reason)
+	}
+	if d := (ATSRAS{}).Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{a}}); d.Migrate {
+		t.Fatalf("rank faster locally must stay: %+v", d)
+	}
+}
+
+// --- Desell's thesis §2.2.1.3: FLC-RAS, tables 2.2 and 2.3 ---
+
+func TestFLCRASGainMeasuresTable2_2(t *testing.T) {
+	local := node("L", 4, 0, ids("j", 0, 1)...)
+	remote := node("R", 4, 0.6, ids("j", 2)...)
+	r := RankProfile{Job: "j", Rank: 0, CPUUse: 1, Peers: []PeerComm{{Rank: 1, Bytes: 3000}, {Rank: 2, Bytes: 1000}}}
+	gc, gp := FLCRASGains(r, local, remote)
+	// p_l = 100·1/4 = 25 %, p_f = 60 %: g_p = p_f − p_l = 35.
+	approx(t, "g_p", gp, 35)
+	// c_l = 3000 B (rank 1 local), c_f = 1000 B (rank 2 remote): moving turns 3000 B remote
+	// and 1000 B local, benefit c_f − c_l = −2000 (see FLCRASGains on the printed sign).
+	approx(t, "g_c", gc, -2000)
+}
+
+func TestFLCRASMembershipCutoffsTable2_3(t *testing.T) {
+	// Figure 2.3: bad cutoff −2.5, good cutoff 2.5.
+	c := FLCCutoffs{TBad: -2.5, TGood: 2.5}
+	for _, tc := range []struct{ g, good float64 }{
+		{-10, 0}, {-2.5, 0}, // below / at t_bad: definitely bad
+		{0, 0.5},          // (0+2.5)/5
+		{1.25, 0.75},      // (1.25+2.5)/5
+		{2.5, 1}, {10, 1}, // at / above t_good: definitely good
+	} {
+		approx(t, "good", c.Good(tc.g), tc.good)
+		approx(t, "bad", c.Bad(tc.g), 1-tc.good)
+	}
+	if _, err := NewFLCRAS(FLCRASConfig{Computation: FLCCutoffs{1, 1}, Communication: c, Threshold: .5}); err == nil {
+		t.Fatal("t_good must exceed t_bad")
+	}
+}
+
+func TestFLCRASFourRulesThreshold0_5(t *testing.T) {
+	cfg := DefaultFLCRASConfig()
+	cfg.Communication = FLCCutoffs{TBad: -2.5, TGood: 2.5}
+	for _, tc := range []struct {
+		gc, gp  float64
+		out     float64
+		rule    FLCRASRule
+		migrate bool
+	}{
+		{-5, -5, 0, 1, false},  // c_bad ∧ p_bad = 1 → 0
+		{5, -5, 0.5, 2, false}, // c_good ∧ p_bad = 1 → (1+0)/2 = 0.5, not > 0.5
+		{-5, 5, 0.5, 3, false}, // c_bad ∧ p_good = 1 → (0+1)/2 = 0.5, not > 0.5
+		{5, 5, 1, 4, true},     // c_good ∧ p_good = 1 → 1
+		// c_good=.5 p_good=1: rules 3 and 4 both fire at .5; the earlier (rule 3) wins →
+		// (.5+1)/2 = .75.
+		{0, 5, 0.75, 3, true},
+		// c_good=.75 p_good=.25: strengths .25,.75,.25,.25 → rule 2 → (.75+.25)/2 = .5.
+		{1.25, -1.25, 0.5, 2, false},
+		// c_good=.9 p_good=.5: strengths .1,.5,.1,.5 → tie, rule 2 → (.9+.5)/2 = .7.
+		{2, 0, 0.7, 2, true},
+	} {
+		out, rule := FLCRASEvaluate(cfg, tc.gc, tc.gp)
+		approx(t, "desirability", out, tc.out)
+		if rule != tc.rule {
+			t.Errorf("g_c=%v g_p=%v: rule %d, want %d", tc.gc, tc.gp, rule, tc.rule)
+		}
+		if (out > 0.5) != tc.migrate {
+			t.Errorf("g_c=%v g_p=%v: migrate=%v, want %v", tc.gc, tc.gp, out > 0.5, tc.migrate)
+		}
+	}
+	// Through the policy: the rank with c_f = c_l (g_c = 0) and g_p = 100−50 = 50 scores .75.
+	p, err := NewFLCRAS(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := p.Decide(DecisionInput{Local: node("L", 2, 0.5, ids("j", 0)...), Remote: node("R", 2, 1), Ranks: []RankProfile{rankProfile("j", 0, 1)}})
+	if !d.Migrate {
+		t.Fatalf("%+v", d)
+	}
+	approx(t, "gain = desirability − 0.5", d.Gain, 0.25)
+}
+
+// --- MPI/IOS paper, "reconfiguration policies" ---
+
+func TestMPIIOSResourceDeltaNormalized(t *testing.T) {
+	approx(t, "Δ(3,1)", MPIIOSResourceDelta(3, 1), 0.5)  // (3−1)/(3+1)
+	approx(t, "Δ(0,.5)", MPIIOSResourceDelta(0, .5), -1) // nothing available: worst
+	approx(t, "Δ(0,0)", MPIIOSResourceDelta(0, 0), 0)
+}
+
+func mpiiosCPUOnly(t *testing.T) MPIIOS {
+	t.Helper()
+	p, err := NewMPIIOS(MPIIOSConfig{WeightCPU: 1, DefaultBandwidthBps: 1e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestMPIIOSGainScalesWithLogRemainingLife(t *testing.T) {
+	p := mpiiosCPUOnly(t)
+	local := node("L", 2, 0, ids("j", 0, 1, 2)...)
+	remote := node("R", 4, 0.75) // 3 free CPUs; each rank uses 1 → Δ_cpu = (3−1)/(3+1) = 0.5
+	short := rankProfile("j", 0, 1)
+	short.StateBytes, short.RemainingIterations = 0, 100 // L = 100 × 1 s
+	long := short
+	long.Rank, long.RemainingIterations = 1, 10000 // L = 10000 s
+	dying := short
+	dying.Rank, dying.RemainingIterations = 2, 1 // L = 1 s → log L = 0
+	for _, c := range []struct {
+		r    RankProfile
+		gain float64
+	}{
+		{short, 0.5 * math.Log(100)},  // 0.5 × 4.60517 = 2.302585
+		{long, 0.5 * math.Log(10000)}, // 0.5 × 9.21034 = 4.60517, twice the above
+		{dying, 0},                    // no gain: never migrate a dying rank
+	} {
+		d := p.Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{c.r}})
+		if c.gain == 0 {
+			if d.Migrate {
+				t.Fatalf("L=1s: %+v", d)
+			}
+			continue
+		}
+		approx(t, "Γ", d.Gain, c.gain)
+	}
+	d := p.Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{short, long, dying}})
+	if d.Rank != long.ID() {
+		t.Fatalf("the longest-lived rank gains most: %+v", d)
+	}
+}
+
+func TestMPIIOSNoMigrationWhenCostExceedsGain(t *testing.T) {
+	p := mpiiosCPUOnly(t)
+	local := node("L", 2, 0, ids("j", 0)...)
+	remote := node("R", 4, 0.75)
+	link := &LinkProfile{From: "L", To: "R", BandwidthBps: 1e6, Samples: 1}
+	r := rankProfile("j", 0, 1)
+	r.RemainingIterations = 100 // Σw·Δ·ln L = 0.5·ln 100 = 2.302585
+	r.StateBytes = 10e6         // cost 10e6 / 1e6 B/s = 10 s > 2.30
+	if d := p.Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{r}, Link: link}); d.Migrate {
+		t.Fatalf("cost exceeds gain: %+v", d)
+	}
+	r.StateBytes = 1e6 // cost 1 s: Γ = 2.302585 − 1 = 1.302585
+	d := p.Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{r}, Link: link})
+	if !d.Migrate {
+		t.Fatalf("%+v", d)
+	}
+	approx(t, "Γ", d.Gain, 0.5*math.Log(100)-1)
+	// Without a measured link the default bandwidth (here 1e6 B/s) prices the move.
+	d = p.Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{r}})
+	approx(t, "Γ default bandwidth", d.Gain, 0.5*math.Log(100)-1)
+}
+
+func TestMPIIOSNamedWeightsCombineResources(t *testing.T) {
+	p, err := NewMPIIOS(DefaultMPIIOSConfig()) // w_cpu .8, w_mem .1, w_net .1
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := node("L", 2, 0, ids("j", 0, 1)...)
+	remote := node("R", 4, 0.75) // 3 free CPUs, 8 GiB free
+	r := rankProfile("j", 0, 1)
+	r.MemoryBytes = 1 << 30                                   // Δ_mem = (8−1)/(8+1) = 7/9
+	r.Peers = []PeerComm{{Rank: 1, Bytes: 1e6, Messages: 10}} // 1e6 B / 10 s = 1e5 B/s
+	// Δ_net = (1e6 − 1e5)/(1e6 + 1e5) = 9/11; Δ_cpu = 0.5.
+	// Σ = .8·.5 + .1·7/9 + .1·9/11 = .4 + .0777… + .0818… = .559596
+	approx(t, "Σw·Δ", p.Weighted(r, local, remote, 1e6), 0.4+0.1*7.0/9+0.1*9.0/11)
+	if _, err := NewMPIIOS(MPIIOSConfig{DefaultBandwidthBps: 1}); err == nil {
+		t.Fatal("all-zero weights must be rejected")
+	}
+	if _, err := NewMPIIOS(MPIIOSConfig{WeightCPU: -1, DefaultBandwidthBps: 1}); err == nil {
+		t.Fatal("negative weight must be rejected")
+	}
+}
+
+func TestPolicyByNameListsValidNames(t *testing.T) {
+	for _, n := range PolicyNames() {
+		p := mustPolicy(t, n)
+		if p.Name() != n {
+			t.Errorf("PolicyByName(%q).Name() = %q", n, p.Name())
+		}
+	}
+	if p := mustPolicy(t, ""); p.Name() != DefaultPolicy {
+		t.Errorf("default policy = %q", p.Name())
+	}
+	_, err := PolicyByName("greedy")
+	if err == nil || !strings.Contains(err.Error(), "atsras, flcras, mpiios, none, sras") {
+		t.Fatalf("error should list valid names: %v", err)
+	}
+}
+
+func TestNonePolicyNeverMigrates(t *testing.T) {
+	d := mustPolicy(t, PolicyNone).Decide(DecisionInput{Local: node("L", 1, 0, ids("j", 0, 1)...), Remote: node("R", 8, 1), Ranks: []RankProfile{rankProfile("j", 0, .5)}})
+	if d.Migrate {
+		t.Fatalf("%+v", d)
+	}
+}
