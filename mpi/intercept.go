@@ -20,9 +20,12 @@ type CallEvent struct {
 	Comm  *Comm
 	Peer  int // comm rank of the peer of a point-to-point call, or -1
 	Bytes int // bytes this rank sent (sends, collectives) or received (receives)
-	Start time.Time
-	Dur   time.Duration
-	Err   error
+	// RecvPeer and RecvBytes describe the receive half of a Sendrecv (RecvPeer is -1 for
+	// every other call).
+	RecvPeer, RecvBytes int
+	Start               time.Time
+	Dur                 time.Duration
+	Err                 error
 }
 
 var interceptor atomic.Pointer[Interceptor]
@@ -59,5 +62,5 @@ func observe(op string) *trace {
 }
 
 func (t *trace) done(c *Comm, peer, bytes int, err error) {
-	t.i.Observe(CallEvent{Op: t.op, Comm: c, Peer: peer, Bytes: bytes, Start: t.start, Dur: time.Since(t.start), Err: err})
+	t.i.Observe(CallEvent{Op: t.op, Comm: c, Peer: peer, Bytes: bytes, RecvPeer: -1, Start: t.start, Dur: time.Since(t.start), Err: err})
 }

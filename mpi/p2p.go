@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/mpios/mpios/comm"
 	"github.com/vmihailenco/msgpack/v5"
@@ -75,7 +76,10 @@ func irecvT[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
 // rank does the same (the exchange of a halo, a shift around a ring).
 func Sendrecv[T Elem](c *Comm, send []T, dest, sendtag int, recv []T, source, recvtag int) (st Status, err error) {
 	if t := observe("Sendrecv"); t != nil {
-		defer func() { t.done(c, dest, len(send)*sizeOf[T](), err) }()
+		defer func() {
+			t.i.Observe(CallEvent{Op: t.op, Comm: c, Peer: dest, Bytes: len(send) * sizeOf[T](),
+				RecvPeer: st.Source, RecvBytes: st.Count * sizeOf[T](), Start: t.start, Dur: time.Since(t.start), Err: err})
+		}()
 	}
 	rr, err := irecvT(c, recv, source, recvtag)
 	if err != nil {
@@ -129,8 +133,9 @@ func (c *Comm) probe(op string, source, tag int, wait bool) (Status, bool, error
 // SendValue sends any Go value, encoded with msgpack. Use it for irregular data (maps,
 // structs, strings); use Send for numeric slices, which travel without encoding.
 func SendValue(c *Comm, v any, dest, tag int) (err error) {
+	var data []byte
 	if t := observe("SendValue"); t != nil {
-		defer func() { t.done(c, dest, 0, err) }()
+		defer func() { t.done(c, dest, len(data), err) }()
 	}
 	if err := c.valid("SendValue"); err != nil {
 		return err
@@ -138,7 +143,7 @@ func SendValue(c *Comm, v any, dest, tag int) (err error) {
 	if err := checkTag("SendValue", tag, false); err != nil {
 		return err
 	}
-	data, err := msgpack.Marshal(v)
+	data, err = msgpack.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("mpi: SendValue: encode %T: %w", v, err)
 	}
@@ -182,7 +187,7 @@ func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag in
 	if err != nil {
 		return nil, err
 	}
-	done := &Request{send: true, done: closedChan, dest: w}
+	done := &Request{comm: c, send: true, done: closedChan, dest: w}
 	if w == ProcNull {
 		return done, nil
 	}

@@ -12,13 +12,11 @@
 // Iteration. Snapshot returns plain RankProfile values for pcmd and the IOS agent; WriteJSONL
 // and Reporter publish them periodically through a Sink.
 //
-// Limits imposed by what mpi reports (see mpi.CallEvent):
-//   - Sendrecv reports only its send side: its receive counts as a received message of
-//     unknown source and size (RankProfile.ReceivedMessages), not in Received.
-//   - SendValue reports 0 bytes: its messages are counted, its bytes are not.
-//   - WaitAll reports no communicator and no bytes; Wait on an eager send request reports no
-//     communicator. Such events are attributed to the only rank the profiler knows (the
-//     normal one-rank-per-process case) and dropped (Dropped) when it knows several.
+// What mpi reports (see mpi.CallEvent) and how it is counted:
+//   - Sendrecv reports its send half (Peer, Bytes) and its receive half (RecvPeer, RecvBytes).
+//   - WaitAll reports one Wait per request, each with its communicator, peer and size.
+//   - Events without a communicator (none today) are attributed to the only rank the profiler
+//     knows (the normal one-rank-per-process case) and dropped (Dropped) when it knows several.
 //   - A receive completed by Wait is counted when it carried at least one byte: a Wait on a
 //     send request reports 0 bytes and cannot otherwise be told apart from an empty receive.
 package profiler

@@ -202,7 +202,10 @@ func (s *rankState) record(ev *mpi.CallEvent) {
 	case kindSend:
 		s.sent.add(peer, c.Size(), ev.Bytes)
 		if ev.Op == "Sendrecv" {
-			s.recvMsgs++ // its receive: source and size are not reported
+			if ev.RecvPeer >= 0 && ev.RecvPeer < c.Size() {
+				s.recv.add(c.WorldRank(ev.RecvPeer), c.Size(), ev.RecvBytes)
+			}
+			s.recvMsgs++
 		}
 	case kindRecv:
 		s.recv.add(peer, c.Size(), ev.Bytes)
