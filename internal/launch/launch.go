@@ -418,7 +418,7 @@ func (r *runner) spec(rank int, path string, env job.Env) Spec {
 		Path: path,
 		Args: r.cfg.Args,
 		// Appended last so they override stale MPIOS_* variables of a surrounding job.
-		Env: append(append([]string(nil), r.cfg.Env...), env.Environ()...),
+		Env: append(withGOMAXPROCS(r.cfg.Env, r.cfg.NP), env.Environ()...),
 		Dir: r.cfg.Dir,
 		Output: func(s Stream, line []byte) {
 			if s == Stderr {
@@ -428,6 +428,19 @@ func (r *runner) spec(rank int, path string, env job.Env) Spec {
 			}
 		},
 	}
+}
+
+// withGOMAXPROCS gives each of np ranks sharing this machine its share of the cores, unless
+// the user chose GOMAXPROCS: a rank's Go runtime otherwise assumes the whole machine, and
+// hand-offs between its threads, competing with the other ranks for the same cores, add
+// microseconds to every message.
+func withGOMAXPROCS(env []string, np int) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			return append([]string(nil), env...)
+		}
+	}
+	return append(append([]string(nil), env...), "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/np)))
 }
 
 func (r *runner) describe(rank int) string {
