@@ -15,6 +15,15 @@
 //	mpirun -np 4 heat2d -n 256 -iters 100 [-residual-every K] [-dump FILE]
 //
 // Rank 0 prints "checksum %.10e" and "sec_per_iter %.6e".
+//
+// Checkpointing and restart go through package pcm and are configured by the
+// environment (see pcm): with MPIOS_CKPT_EVERY=K the grid and the iteration
+// counter are checkpointed every K iterations, and MPIOS_RESTART=JOB resumes
+// from JOB's newest valid checkpoint, with a result bitwise identical to an
+// uninterrupted run.
+//
+// The hidden flag -crash-after N (for tests of restart) makes rank 1 (rank 0
+// if alone) exit with status 1 right after iteration N, as if it had died.
 package main
 
 import (
@@ -28,6 +37,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm"
 )
 
 // Message tags of the two halo-exchange directions, so the two Sendrecv
@@ -45,6 +55,7 @@ type config struct {
 	iters         int
 	residualEvery int
 	dump          string
+	crashAfter    int // test only: rank 1 exits after this iteration (0: never)
 }
 
 func main() {
@@ -64,6 +75,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.iters, "iters", 100, "number of Jacobi iterations")
 	fs.IntVar(&cfg.residualEvery, "residual-every", 0, "print the global max cell change every K iterations (0: never)")
 	fs.StringVar(&cfg.dump, "dump", "", "rank 0 writes the final interior grid here (raw little-endian float64, row-major)")
+	fs.IntVar(&cfg.crashAfter, crashFlag, 0, "")
+	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -76,8 +89,26 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-iters must be >= 0, got %d", cfg.iters)
 	case cfg.residualEvery < 0:
 		return cfg, fmt.Errorf("-residual-every must be >= 0, got %d", cfg.residualEvery)
+	case cfg.crashAfter < 0:
+		return cfg, fmt.Errorf("-%s must be >= 0, got %d", crashFlag, cfg.crashAfter)
 	}
 	return cfg, nil
+}
+
+// crashFlag is the test-only flag that simulates a rank failure; -help leaves it out.
+const crashFlag = "crash-after"
+
+// usage prints the flags of fs except the hidden one.
+func usage(fs *flag.FlagSet) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != crashFlag {
+			shown.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+	shown.PrintDefaults()
 }
 
 // blockRange returns the first global row and the row count of rank r when n
@@ -198,13 +229,32 @@ func run(args []string, stdout io.Writer) (err error) {
 		down = mpi.ProcNull
 	}
 
-	// Solver state. Kept in plain variables so a checkpoint/reconfiguration
-	// layer can register them (p.Register("u", &u), p.Register("iter", &iter)).
-	// u always holds the current grid; unew is scratch for the next sweep
-	// and carries the same fixed boundary, so the two can be swapped.
+	// Solver state: u always holds the current grid (ghost rows and fixed
+	// boundary included) and iter the number of completed iterations; both
+	// are registered with pcm, which checkpoints and restores them. unew is
+	// scratch for the next sweep and carries the same fixed boundary, so the
+	// two can be swapped.
 	u := newGrid(rows, n, rank == 0)
 	unew := newGrid(rows, n, rank == 0)
 	iter := 0
+	p, err := pcm.Init(comm)
+	if err != nil {
+		return err
+	}
+	if err := p.Register("u", &u); err != nil {
+		return err
+	}
+	if err := p.Register("iter", &iter); err != nil {
+		return err
+	}
+	if err := p.Load(); err != nil {
+		return err
+	}
+	if len(u) != (rows+2)*(n+2) {
+		return fmt.Errorf("the checkpoint's grid has %d cells, -n %d on %d ranks needs %d: restart with the same -n", len(u), n, size, (rows+2)*(n+2))
+	}
+	crashRank := min(1, size-1)
+	startIter := iter
 
 	if err := comm.Barrier(); err != nil {
 		return err
@@ -228,8 +278,20 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 		u, unew = unew, u
 		// Iteration boundary: u is the grid after iter iterations and
-		// nothing else carries state across iterations. A reconfiguration
-		// point (p.Reconfigure(iter)) goes here.
+		// nothing else carries state across iterations.
+		act, err := p.Reconfigure(iter)
+		if errors.Is(err, pcm.ErrCheckpointFailed) {
+			// Losing one checkpoint is no reason to stop computing.
+			fmt.Fprintf(os.Stderr, "heat2d: rank %d: warning: %v\n", rank, err)
+		} else if err != nil {
+			return err
+		}
+		if act == pcm.Leave {
+			return nil
+		}
+		if iter == cfg.crashAfter && rank == crashRank {
+			os.Exit(1) // test only: die without finalizing, like a crashed rank
+		}
 	}
 	if err := comm.Barrier(); err != nil {
 		return err
@@ -248,8 +310,8 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	if rank == 0 {
 		secPerIter := 0.0
-		if cfg.iters > 0 {
-			secPerIter = elapsed.Seconds() / float64(cfg.iters)
+		if done := cfg.iters - startIter; done > 0 {
+			secPerIter = elapsed.Seconds() / float64(done)
 		}
 		if _, err := fmt.Fprintf(stdout, "checksum %.10e\nsec_per_iter %.6e\n", total[0], secPerIter); err != nil {
 			return err

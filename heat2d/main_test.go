@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 // seqHeat is the plain sequential reference: the full (n+2) x (n+2) grid,
@@ -249,5 +252,97 @@ func BenchmarkStep(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n*n), "ns/cell")
 		})
+	}
+}
+
+// mpiosFreeEnv returns the environment without MPIOS_ variables, with
+// XDG_RUNTIME_DIR set to runtimeDir, plus extra. A private runtime directory
+// keeps mpirun's job ids apart from those of tests running concurrently.
+func mpiosFreeEnv(runtimeDir string, extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MPIOS_") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
+			env = append(env, kv)
+		}
+	}
+	return append(append(env, "XDG_RUNTIME_DIR="+runtimeDir), extra...)
+}
+
+// TestCheckpointRestartMPIRun runs heat2d through mpirun undisturbed, then
+// with checkpoints every 10 iterations and a rank dying after iteration 35,
+// then restarted from that job's checkpoint under a new job id, and checks
+// that the restarted job's final grid is bitwise identical to the
+// undisturbed one.
+func TestCheckpointRestartMPIRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches mpirun")
+	}
+	const n, iters, np = 67, 60, 4
+	root := moduleRoot(t)
+	dir := t.TempDir()
+	mpirun := filepath.Join(dir, "mpirun")
+	bin := filepath.Join(dir, "heat2d")
+	goBuild(t, root, mpirun, "./cmd/mpirun")
+	goBuild(t, root, bin, "./heat2d")
+	ckpt := filepath.Join(dir, "ckpt")
+	rt := filepath.Join(dir, "run")
+
+	job := func(env []string, mpirunArgs []string, args ...string) (stdout, stderr string, err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		all := append(append([]string{"-np", fmt.Sprint(np), "--timeout", "50s"}, mpirunArgs...), bin,
+			"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters))
+		cmd := exec.CommandContext(ctx, mpirun, append(all, args...)...)
+		cmd.Env = env
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err = cmd.Run()
+		return o.String(), e.String(), err
+	}
+
+	dumpA := filepath.Join(dir, "A.bin")
+	outA, errA, err := job(mpiosFreeEnv(rt), nil, "-dump", dumpA)
+	if err != nil {
+		t.Fatalf("undisturbed run: %v\n%s%s", err, outA, errA)
+	}
+
+	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_DIR=" + ckpt}
+	out, stderr, err := job(mpiosFreeEnv(rt, ckptEnv...), []string{"--job-id", "first"}, "-crash-after", "35")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("crashing run: got %v, want exit status 1\n%s%s", err, out, stderr)
+	}
+	store, err := ckptstore.Open(ckpt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := store.Checkpoints("first")
+	if err != nil || len(ms) != 2 || ms[0].Iteration != 30 || ms[1].Iteration != 20 || ms[0].Size != np {
+		t.Fatalf("checkpoints of the crashed job: %v %+v, want iterations 30 and 20 of %d ranks\n%s%s", err, ms, np, out, stderr)
+	}
+
+	dumpB := filepath.Join(dir, "B.bin")
+	out, stderr, err = job(mpiosFreeEnv(rt, append(ckptEnv, "MPIOS_RESTART=first")...), []string{"--job-id", "second"}, "-dump", dumpB)
+	if err != nil {
+		t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
+	}
+	if !strings.Contains(stderr, "pcm: job second restarts from job first checkpoint 3 (iteration 30)") {
+		t.Errorf("restart not reported:\n%s", stderr)
+	}
+	if a, b := outputValue(t, outA, "checksum"), outputValue(t, out, "checksum"); a != b {
+		t.Errorf("checksum %s after restart, %s undisturbed", b, a)
+	}
+	a, b := readFloats(t, dumpA), readFloats(t, dumpB)
+	want := seqHeat(n, iters)
+	if len(a) != n*n || len(b) != n*n {
+		t.Fatalf("dumps have %d and %d values, want %d", len(a), len(b), n*n)
+	}
+	for k := range a {
+		if math.Float64bits(a[k]) != math.Float64bits(want[k]) {
+			t.Fatalf("undisturbed cell (%d,%d) = %v, want %v", k/n, k%n, a[k], want[k])
+		}
+		if math.Float64bits(b[k]) != math.Float64bits(a[k]) {
+			t.Fatalf("restarted cell (%d,%d) = %v, undisturbed %v", k/n, k%n, b[k], a[k])
+		}
 	}
 }

@@ -20,6 +20,13 @@
 //
 // Rank 0 prints "iterations %d", "maxchange %.3e", "checksum %.10e" and
 // "sec_per_iter %.6e".
+//
+// Checkpointing and restart go through package pcm and are configured by the
+// environment (see pcm): MPIOS_CKPT_EVERY=K checkpoints x, the iteration
+// counter and the last change every K iterations, and MPIOS_RESTART=JOB
+// resumes from JOB's newest valid checkpoint, bitwise identically to an
+// uninterrupted run. The hidden flag -crash-after N (for tests of restart)
+// makes rank 1 (rank 0 if alone) exit with status 1 right after iteration N.
 package main
 
 import (
@@ -33,13 +40,15 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm"
 )
 
 type config struct {
-	n        int
-	maxIters int
-	tol      float64
-	dump     string
+	n          int
+	maxIters   int
+	tol        float64
+	dump       string
+	crashAfter int // test only: rank 1 exits after this iteration (0: never)
 }
 
 func main() {
@@ -59,6 +68,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.maxIters, "maxiters", 1000, "maximum number of iterations")
 	fs.Float64Var(&cfg.tol, "tol", 1e-10, "stop once the largest change of x in an iteration is below this")
 	fs.StringVar(&cfg.dump, "dump", "", "rank 0 writes the final x here (raw little-endian float64)")
+	fs.IntVar(&cfg.crashAfter, crashFlag, 0, "")
+	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -71,8 +82,26 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-maxiters must be >= 0, got %d", cfg.maxIters)
 	case math.IsNaN(cfg.tol):
 		return cfg, errors.New("-tol must be a number")
+	case cfg.crashAfter < 0:
+		return cfg, fmt.Errorf("-%s must be >= 0, got %d", crashFlag, cfg.crashAfter)
 	}
 	return cfg, nil
+}
+
+// crashFlag is the test-only flag that simulates a rank failure; -help leaves it out.
+const crashFlag = "crash-after"
+
+// usage prints the flags of fs except the hidden one.
+func usage(fs *flag.FlagSet) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != crashFlag {
+			shown.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+	shown.PrintDefaults()
 }
 
 // blockRange returns the first global row and the row count of rank r when n
@@ -168,14 +197,35 @@ func run(args []string, stdout io.Writer) (err error) {
 	// A's local rows never change, so they are built once up front.
 	a, b := buildRows(start, rows, n)
 
-	// Solver state. Kept in plain variables so a checkpoint/reconfiguration
-	// layer can register them (p.Register("x", &x), p.Register("iter", &iter)).
-	// x is the full current iterate on every rank; xnext and xloc are scratch.
+	// Solver state, registered with pcm: x is the full current iterate on
+	// every rank, iter the number of completed iterations and change the
+	// largest change of the last one (printed at the end). xnext and xloc
+	// are scratch.
 	x := make([]float64, n)
 	iter := 0
 	change := 0.0
 	xnext := make([]float64, n)
 	xloc := make([]float64, rows)
+	p, err := pcm.Init(comm)
+	if err != nil {
+		return err
+	}
+	for _, r := range []struct {
+		name string
+		ptr  any
+	}{{"x", &x}, {"iter", &iter}, {"change", &change}} {
+		if err := p.Register(r.name, r.ptr); err != nil {
+			return err
+		}
+	}
+	if err := p.Load(); err != nil {
+		return err
+	}
+	if len(x) != n {
+		return fmt.Errorf("the checkpoint's x has %d elements, -n is %d: restart with the same -n", len(x), n)
+	}
+	crashRank := min(1, size-1)
+	startIter := iter
 
 	if err := comm.Barrier(); err != nil {
 		return err
@@ -197,10 +247,25 @@ func run(args []string, stdout io.Writer) (err error) {
 		change = global[0]
 		x, xnext = xnext, x
 		iter++
-		// Iteration boundary: x is the iterate after iter iterations. A
-		// reconfiguration point (p.Reconfigure(iter)) goes here.
+		// Iteration boundary: x is the iterate after iter iterations. The
+		// reconfiguration point comes after the convergence test, so that a
+		// checkpoint always holds an iterate that still has to be improved:
+		// a restart then simply continues the loop.
 		if change < cfg.tol {
 			break
+		}
+		act, err := p.Reconfigure(iter)
+		if errors.Is(err, pcm.ErrCheckpointFailed) {
+			// Losing one checkpoint is no reason to stop computing.
+			fmt.Fprintf(os.Stderr, "jacobi: rank %d: warning: %v\n", rank, err)
+		} else if err != nil {
+			return err
+		}
+		if act == pcm.Leave {
+			return nil
+		}
+		if iter == cfg.crashAfter && rank == crashRank {
+			os.Exit(1) // test only: die without finalizing, like a crashed rank
 		}
 	}
 	if err := comm.Barrier(); err != nil {
@@ -218,8 +283,8 @@ func run(args []string, stdout io.Writer) (err error) {
 		sum += v
 	}
 	secPerIter := 0.0
-	if iter > 0 {
-		secPerIter = elapsed.Seconds() / float64(iter)
+	if done := iter - startIter; done > 0 {
+		secPerIter = elapsed.Seconds() / float64(done)
 	}
 	if _, err := fmt.Fprintf(stdout, "iterations %d\nmaxchange %.3e\nchecksum %.10e\nsec_per_iter %.6e\n",
 		iter, change, sum, secPerIter); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 // seqJacobi is the plain sequential reference on the full matrix, with the
@@ -241,5 +244,92 @@ func BenchmarkSweep(b *testing.B) {
 	xloc := make([]float64, n)
 	for b.Loop() {
 		sweep(xloc, a, rhs, x, 0)
+	}
+}
+
+// mpiosFreeEnv returns the environment without MPIOS_ variables, with
+// XDG_RUNTIME_DIR set to runtimeDir, plus extra. A private runtime directory
+// keeps mpirun's job ids apart from those of tests running concurrently.
+func mpiosFreeEnv(runtimeDir string, extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MPIOS_") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
+			env = append(env, kv)
+		}
+	}
+	return append(append(env, "XDG_RUNTIME_DIR="+runtimeDir), extra...)
+}
+
+// TestCheckpointRestartMPIRun runs jacobi with checkpoints every 5
+// iterations and a rank dying a few iterations before convergence, restarts
+// it from that job's checkpoint under a new job id, and checks that the
+// restarted job converges at the same iteration to a bitwise identical x.
+func TestCheckpointRestartMPIRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches mpirun")
+	}
+	const n, maxIters, tol, np = 101, 200, 1e-9, 3
+	want, wantIters, wantChange := seqJacobi(n, maxIters, tol)
+	crashAfter := wantIters - 3
+	lastCkpt := crashAfter / 5 * 5
+	if wantIters >= maxIters || lastCkpt < 5 {
+		t.Fatalf("reference converged after %d iterations; adjust the test", wantIters)
+	}
+	root := moduleRoot(t)
+	dir := t.TempDir()
+	mpirun := filepath.Join(dir, "mpirun")
+	bin := filepath.Join(dir, "jacobi")
+	goBuild(t, root, mpirun, "./cmd/mpirun")
+	goBuild(t, root, bin, "./jacobi")
+	ckpt := filepath.Join(dir, "ckpt")
+	env := []string{"MPIOS_CKPT_EVERY=5", "MPIOS_CKPT_DIR=" + ckpt}
+	rt := filepath.Join(dir, "run")
+
+	job := func(env []string, id string, args ...string) (stdout, stderr string, err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, bin,
+			"-n", fmt.Sprint(n), "-maxiters", fmt.Sprint(maxIters), "-tol", fmt.Sprint(tol)}
+		cmd := exec.CommandContext(ctx, mpirun, append(all, args...)...)
+		cmd.Env = env
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err = cmd.Run()
+		return o.String(), e.String(), err
+	}
+	out, stderr, err := job(mpiosFreeEnv(rt, env...), "first", "-crash-after", fmt.Sprint(crashAfter))
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("crashing run: got %v, want exit status 1\n%s%s", err, out, stderr)
+	}
+	store, err := ckptstore.Open(ckpt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := store.Checkpoints("first"); err != nil || len(ms) == 0 || ms[0].Iteration != int64(lastCkpt) {
+		t.Fatalf("checkpoints of the crashed job: %v %+v, want the newest at iteration %d\n%s%s", err, ms, lastCkpt, out, stderr)
+	}
+	dump := filepath.Join(dir, "x.bin")
+	out, stderr, err = job(mpiosFreeEnv(rt, append(env, "MPIOS_RESTART=first")...), "second", "-dump", dump)
+	if err != nil {
+		t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
+	}
+	if msg := fmt.Sprintf("restarts from job first checkpoint %d (iteration %d)", lastCkpt/5, lastCkpt); !strings.Contains(stderr, msg) {
+		t.Errorf("stderr does not say %q:\n%s", msg, stderr)
+	}
+	if got := outputValue(t, out, "iterations"); got != fmt.Sprint(wantIters) {
+		t.Errorf("iterations %s, want %d", got, wantIters)
+	}
+	if got := outputValue(t, out, "maxchange"); got != fmt.Sprintf("%.3e", wantChange) {
+		t.Errorf("maxchange %s, want %.3e", got, wantChange)
+	}
+	got := readFloats(t, dump)
+	if len(got) != n {
+		t.Fatalf("dump has %d values, want %d", len(got), n)
+	}
+	for i := range want {
+		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+			t.Fatalf("x[%d] = %v, want %v", i, got[i], want[i])
+		}
 	}
 }

@@ -26,6 +26,16 @@ const (
 	EnvTimeout = "MPIOS_RENDEZVOUS_TIMEOUT" // Go duration; how long Init waits for the address table
 )
 
+// Environment variables of the PCM service (package pcm): checkpointing and restart. The
+// launcher passes its own environment through to the ranks, so they are set on mpirun.
+const (
+	EnvCkptEvery = "MPIOS_CKPT_EVERY" // checkpoint every K iterations; 0: on demand only; unset: off
+	EnvCkptDir   = "MPIOS_CKPT_DIR"   // checkpoint store root; default $XDG_STATE_HOME/mpios/ckpt
+	EnvCkptKeep  = "MPIOS_CKPT_KEEP"  // committed checkpoints kept per job; default 2
+	EnvCkptPoll  = "MPIOS_CKPT_POLL"  // agree on on-demand requests every M iterations; 0: adaptive
+	EnvRestart   = "MPIOS_RESTART"    // id of the job whose newest valid checkpoint to restart from
+)
+
 // DefaultRendezvousTimeout bounds how long a rank waits for all ranks to report their address.
 const DefaultRendezvousTimeout = 60 * time.Second
 
@@ -197,4 +207,342 @@ func (h Hello) Validate(size int) error {
 		return fmt.Errorf("job: hello from rank %d: address %q is not host:port", h.Rank, h.Addr)
 	}
 	return nil
+}
+
+// Node agents (pcmd). A pcmd daemon runs on every node of a cluster, registers it on the
+// control plane, spawns ranks for launchers, relays their output and exit status, and hosts
+// the node's checkpoint store. All its messages are msgpack, like the job's; every receiver
+// decodes and validates them (Validate methods) before acting, as any NATS client can send them.
+//
+//	mpios.nodes.heartbeat           NodeInfo, published by every pcmd each NodeInfo.Interval
+//	mpios.nodes.discover            request: every pcmd replies with its NodeView
+//	mpios.node.<node>.info          request: that pcmd replies with its NodeInfo
+//	mpios.node.<node>.spawn         request SpawnRequest, reply SpawnReply
+//	mpios.node.<node>.signal        request SignalRequest, reply SignalReply
+//	mpios.job.<id>.rank.<r>.out     RankOutput: one line of rank r's stdout or stderr
+//	mpios.job.<id>.rank.<r>.exit    RankExit: rank r ended; published after its last output line
+//	mpios.job.<id>.keepalive        empty messages from the launcher; see SpawnRequest.KeepAlive
+//	mpios.job.<id>.ctl              request ControlRequest, reply ControlReply (answered by the ranks)
+
+// EnvNode is set by pcmd for the ranks it starts: the name of their node (e.g. for
+// ckptstore.Options.Node).
+const EnvNode = "MPIOS_NODE"
+
+// Subjects shared by all node agents.
+const (
+	NodesHeartbeatSubject = "mpios.nodes.heartbeat"
+	NodesDiscoverSubject  = "mpios.nodes.discover"
+)
+
+// NodeInfoSubject: request/reply, the named node answers with its NodeInfo.
+func NodeInfoSubject(node string) string { return "mpios.node." + node + ".info" }
+
+// NodeSpawnSubject: request/reply, SpawnRequest to SpawnReply.
+func NodeSpawnSubject(node string) string { return "mpios.node." + node + ".spawn" }
+
+// NodeSignalSubject: request/reply, SignalRequest to SignalReply.
+func NodeSignalSubject(node string) string { return "mpios.node." + node + ".signal" }
+
+// RankOutSubject carries the RankOutput messages of one rank.
+func RankOutSubject(jobID string, rank int) string {
+	return subject(jobID, "rank."+strconv.Itoa(rank)+".out")
+}
+
+// RankExitSubject carries the RankExit message of one rank.
+func RankExitSubject(jobID string, rank int) string {
+	return subject(jobID, "rank."+strconv.Itoa(rank)+".exit")
+}
+
+// RankSubjects matches RankOutSubject and RankExitSubject of one rank: a single subscription
+// on it receives a rank's output and exit in the order the node published them.
+func RankSubjects(jobID string, rank int) string {
+	return subject(jobID, "rank."+strconv.Itoa(rank)+".*")
+}
+
+// KeepAliveSubject: the launcher of a job publishes an empty message here every
+// KeepAliveInterval while the job runs; see SpawnRequest.KeepAlive.
+func KeepAliveSubject(jobID string) string { return subject(jobID, "keepalive") }
+
+// ControlSubject: requests to a running job (ControlRequest), answered by its ranks with a
+// ControlReply. Nobody answers yet: the rank side is still to be written.
+func ControlSubject(jobID string) string { return subject(jobID, "ctl") }
+
+// KeepAliveInterval is how often a launcher publishes on KeepAliveSubject.
+const KeepAliveInterval = time.Second
+
+// ValidateNode checks that name is usable as a node name: a NATS subject token and a file
+// name, like a job id.
+func ValidateNode(name string) error {
+	if err := ValidateID(name); err != nil {
+		return fmt.Errorf("job: node name %q: want 1 to 64 letters, digits, '-' or '_'", name)
+	}
+	return nil
+}
+
+// Limits on node messages, so a bad message cannot make a node or a launcher misbehave.
+const (
+	MaxSlots     = 4096                  // NodeInfo.Slots
+	MaxArgs      = 4096                  // SpawnRequest.Args
+	MaxEnv       = 1024                  // SpawnRequest.Env
+	MinInterval  = 10 * time.Millisecond // NodeInfo.Interval and SpawnRequest.KeepAlive
+	MaxInterval  = time.Hour             // NodeInfo.Interval and SpawnRequest.KeepAlive
+	maxPathBytes = 4096
+)
+
+// RankInfo is a rank a node runs.
+type RankInfo struct {
+	Job     string    `msgpack:"job"`
+	Rank    int       `msgpack:"rank"`
+	PID     int       `msgpack:"pid"`
+	Started time.Time `msgpack:"started"`
+}
+
+// NodeInfo describes a node and its pcmd.
+type NodeInfo struct {
+	Name      string        `msgpack:"name"`
+	Slots     int           `msgpack:"slots"` // ranks it accepts at once
+	Used      int           `msgpack:"used"`  // ranks it runs now
+	Load      [3]float64    `msgpack:"load"`  // 1, 5 and 15 minute load averages
+	Advertise string        `msgpack:"advertise"`
+	PID       int           `msgpack:"pid"` // pcmd's pid
+	Version   string        `msgpack:"version"`
+	Interval  time.Duration `msgpack:"interval"` // heartbeat period; gone after MissedBeats of them
+	Seq       uint64        `msgpack:"seq"`      // heartbeat counter
+	Leaving   bool          `msgpack:"leaving"`  // the last heartbeat of a pcmd shutting down
+	Ranks     []RankInfo    `msgpack:"ranks"`
+}
+
+// MissedBeats is how many heartbeat intervals may pass without one before a node is gone.
+const MissedBeats = 3
+
+// GoneAfter is how long after its last heartbeat the node counts as gone.
+func (n NodeInfo) GoneAfter() time.Duration { return MissedBeats * n.Interval }
+
+// Validate checks a NodeInfo received from the network.
+func (n NodeInfo) Validate() error {
+	if err := ValidateNode(n.Name); err != nil {
+		return err
+	}
+	switch {
+	case n.Slots < 0 || n.Slots > MaxSlots:
+		return fmt.Errorf("job: node %s: %d slots, want 0 to %d", n.Name, n.Slots, MaxSlots)
+	case n.Used < 0 || len(n.Ranks) > MaxSlots:
+		return fmt.Errorf("job: node %s: %d used slots, %d ranks", n.Name, n.Used, len(n.Ranks))
+	case n.Interval < MinInterval || n.Interval > MaxInterval:
+		return fmt.Errorf("job: node %s: heartbeat interval %v outside [%v,%v]", n.Name, n.Interval, MinInterval, MaxInterval)
+	}
+	return nil
+}
+
+// PeerInfo is a node as another node last heard of it.
+type PeerInfo struct {
+	Info NodeInfo      `msgpack:"info"`
+	Age  time.Duration `msgpack:"age"` // since its last heartbeat, by the reporting node's clock
+}
+
+// NodeView is a node's reply on NodesDiscoverSubject: itself and the peers it has heard
+// heartbeats from, including those that went silent (so a newcomer learns who is gone).
+type NodeView struct {
+	Self  NodeInfo   `msgpack:"self"`
+	Peers []PeerInfo `msgpack:"peers"`
+}
+
+// SpawnRequest asks a node to start one rank.
+type SpawnRequest struct {
+	Job  string   `msgpack:"job"`
+	Rank int      `msgpack:"rank"`
+	Path string   `msgpack:"path"` // absolute path of the executable on the node
+	Args []string `msgpack:"args"`
+	// Env holds MPIOS_* variables only (the node refuses others, as LD_PRELOAD and the like
+	// would run code that its --allow list does not allow); the rank gets pcmd's own
+	// environment plus these, and pcmd sets EnvBind, EnvNode and possibly EnvCkptDir itself.
+	Env []string `msgpack:"env"`
+	Dir string   `msgpack:"dir"` // absolute working directory on the node; "" = pcmd's
+	// Out and Exit are where output lines and the exit go; "" means RankOutSubject and
+	// RankExitSubject. Others must be in the job's subject space or an _INBOX.
+	Out  string `msgpack:"out"`
+	Exit string `msgpack:"exit"`
+	// KeepAlive, if positive, is a lease: when no message arrives on KeepAliveSubject for
+	// that long, the node stops the job's ranks as their launcher is presumed dead.
+	KeepAlive time.Duration `msgpack:"keepalive"`
+}
+
+// Validate checks a SpawnRequest's form; the node applies its own policy afterwards.
+func (s SpawnRequest) Validate() error {
+	if err := ValidateID(s.Job); err != nil {
+		return err
+	}
+	if s.Rank < 0 {
+		return fmt.Errorf("job: spawn: rank %d is negative", s.Rank)
+	}
+	if s.Path == "" || len(s.Path) > maxPathBytes || strings.IndexByte(s.Path, 0) >= 0 {
+		return fmt.Errorf("job: spawn: program path %q is empty, too long or contains NUL", s.Path)
+	}
+	if len(s.Args) > MaxArgs || len(s.Env) > MaxEnv {
+		return fmt.Errorf("job: spawn: %d arguments and %d environment variables, want at most %d and %d",
+			len(s.Args), len(s.Env), MaxArgs, MaxEnv)
+	}
+	for _, a := range s.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errors.New("job: spawn: an argument contains NUL")
+		}
+	}
+	for _, kv := range s.Env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || !validEnvName(name) || strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("job: spawn: environment entry %.40q is not NAME=VALUE", kv)
+		}
+		if !strings.HasPrefix(name, "MPIOS_") {
+			return fmt.Errorf("job: spawn: environment variable %s: only MPIOS_* variables may be passed", name)
+		}
+	}
+	if len(s.Dir) > maxPathBytes || strings.IndexByte(s.Dir, 0) >= 0 {
+		return errors.New("job: spawn: working directory is too long or contains NUL")
+	}
+	for _, sub := range []string{s.Out, s.Exit} {
+		if sub == "" {
+			continue
+		}
+		if !validSubject(sub) || !strings.HasPrefix(sub, subject(s.Job, "")) && !strings.HasPrefix(sub, "_INBOX.") {
+			return fmt.Errorf("job: spawn: reply subject %q: want one in %s> or _INBOX.>", sub, subject(s.Job, ""))
+		}
+	}
+	if s.KeepAlive != 0 && (s.KeepAlive < MinInterval || s.KeepAlive > MaxInterval) {
+		return fmt.Errorf("job: spawn: keepalive %v outside [%v,%v]", s.KeepAlive, MinInterval, MaxInterval)
+	}
+	return nil
+}
+
+func validEnvName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i, r := range name {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r == '_' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// validSubject accepts a literal subject (no wildcards, no empty tokens, no white space).
+func validSubject(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for _, tok := range strings.Split(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n\x00*>") {
+			return false
+		}
+	}
+	return true
+}
+
+// SpawnRefusal says why a node did not start a rank.
+type SpawnRefusal string
+
+// Reasons for refusing a SpawnRequest.
+const (
+	RefuseInvalid    SpawnRefusal = "invalid"     // malformed or invalid request
+	RefuseNotAllowed SpawnRefusal = "not-allowed" // the program does not match the node's --allow
+	RefuseDuplicate  SpawnRefusal = "duplicate"   // the node already runs this rank of this job
+	RefuseNoSlot     SpawnRefusal = "no-slot"     // every slot of the node is in use
+	RefuseStopping   SpawnRefusal = "stopping"    // pcmd is shutting down
+	RefuseFailed     SpawnRefusal = "failed"      // starting the process failed
+)
+
+// SpawnReply answers a SpawnRequest: the rank's pid, or why it was not started.
+type SpawnReply struct {
+	Node    string       `msgpack:"node"`
+	PID     int          `msgpack:"pid"`
+	Refusal SpawnRefusal `msgpack:"refusal,omitempty"`
+	Error   string       `msgpack:"error,omitempty"` // human-readable, starts with "pcmd: node X"
+}
+
+// Output streams of RankOutput.Stream.
+const (
+	StreamStdout = 1
+	StreamStderr = 2
+)
+
+// RankOutput is one line (without its newline) a rank wrote, or a piece of one: a line too
+// long for one NATS message is sent as pieces with Partial set on all but the last.
+type RankOutput struct {
+	Stream  int    `msgpack:"stream"`
+	Seq     uint64 `msgpack:"seq"` // 1, 2, ... over both streams: gaps are lost messages
+	Line    []byte `msgpack:"line"`
+	Partial bool   `msgpack:"partial,omitempty"`
+}
+
+// RankExit reports how a rank ended.
+type RankExit struct {
+	Code   int    `msgpack:"code"`             // exit code, -1 if killed by a signal
+	Signal int    `msgpack:"signal"`           // the signal that killed it, or 0
+	Sent   uint64 `msgpack:"sent"`             // RankOutput messages published before this one
+	Reason string `msgpack:"reason,omitempty"` // why pcmd stopped it, if it did
+	Error  string `msgpack:"error,omitempty"`  // the exit status could not be established
+}
+
+// SignalRequest asks a node to signal one rank (and the processes it started).
+type SignalRequest struct {
+	Job    string `msgpack:"job"`
+	Rank   int    `msgpack:"rank"`
+	Signal int    `msgpack:"signal"`
+}
+
+// Validate checks a SignalRequest's form.
+func (s SignalRequest) Validate() error {
+	if err := ValidateID(s.Job); err != nil {
+		return err
+	}
+	if s.Rank < 0 {
+		return fmt.Errorf("job: signal: rank %d is negative", s.Rank)
+	}
+	if s.Signal < 1 || s.Signal > 64 {
+		return fmt.Errorf("job: signal: %d is not a signal number", s.Signal)
+	}
+	return nil
+}
+
+// SignalReply answers a SignalRequest.
+type SignalReply struct {
+	NotFound bool   `msgpack:"not_found,omitempty"` // the node does not run that rank (any more)
+	Error    string `msgpack:"error,omitempty"`
+}
+
+// ControlKind is the kind of a ControlRequest.
+type ControlKind string
+
+// Kinds of ControlRequest.
+const (
+	ControlMigrate    ControlKind = "migrate"    // move Rank to node To
+	ControlCheckpoint ControlKind = "checkpoint" // take a coordinated checkpoint now
+)
+
+// ControlRequest asks a running job to reconfigure, on ControlSubject.
+type ControlRequest struct {
+	Kind ControlKind `msgpack:"kind"`
+	Rank int         `msgpack:"rank"` // migrate: the rank to move
+	To   string      `msgpack:"to"`   // migrate: the target node
+}
+
+// Validate checks a ControlRequest's form.
+func (c ControlRequest) Validate() error {
+	switch c.Kind {
+	case ControlCheckpoint:
+		return nil
+	case ControlMigrate:
+		if c.Rank < 0 {
+			return fmt.Errorf("job: migrate: rank %d is negative", c.Rank)
+		}
+		return ValidateNode(c.To)
+	}
+	return fmt.Errorf("job: control request kind %q: want %q or %q", c.Kind, ControlMigrate, ControlCheckpoint)
+}
+
+// ControlReply answers a ControlRequest.
+type ControlReply struct {
+	OK      bool   `msgpack:"ok"`
+	Message string `msgpack:"message,omitempty"`
+	Error   string `msgpack:"error,omitempty"`
 }

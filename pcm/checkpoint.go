@@ -1,0 +1,237 @@
+package pcm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm/ckptstore"
+)
+
+const (
+	// pollBudget is the share of run time the adaptive on-demand agreement may cost.
+	pollBudget = 0.002
+	// defaultPollCost is the assumed cost of one agreement before one was measured.
+	defaultPollCost = 100 * time.Microsecond
+)
+
+// Fields of the agreement vector, reduced with Max.
+const (
+	agreeWant    = iota // some rank requested a checkpoint
+	agreePending        // 1 + the highest rank with pending operations, or 0
+	agreeIter           // the iteration
+	agreeNegIter        // minus the iteration: its Max is minus the minimum
+	agreePoll           // proposed poll interval
+	agreeLen
+)
+
+// sync is an agreement point: the ranks exchange their requests and checks in one Allreduce,
+// then checkpoint if it is due or requested.
+func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, error) {
+	start := time.Now()
+	want := p.want.Swap(false)
+	v := make([]int64, agreeLen)
+	if want {
+		v[agreeWant] = 1
+	}
+	if pending > 0 {
+		v[agreePending] = int64(p.world.Rank()) + 1
+	}
+	v[agreeIter], v[agreeNegIter] = int64(iter), -int64(iter)
+	v[agreePoll] = p.proposePoll(start)
+	out := make([]int64, agreeLen)
+	if err := mpi.Allreduce(p.world, v, out, mpi.Max); err != nil {
+		p.keepRequest(want)
+		return Continue, fmt.Errorf("pcm: Reconfigure(%d): agree: %w", iter, err)
+	}
+	p.lastSyncCost = time.Since(start)
+	if poll {
+		p.pollEvery = out[agreePoll]
+		p.nextPoll = p.calls - 1 + p.pollEvery // p.calls already counts this call
+	}
+	defer func() { p.lastSyncEnd, p.callsAtSync = time.Now(), p.calls }()
+	if lo, hi := -out[agreeNegIter], out[agreeIter]; lo != hi {
+		p.keepRequest(want)
+		return Continue, fmt.Errorf("pcm: Reconfigure: ranks are at iterations %d to %d, not the same: %w", lo, hi, ErrIteration)
+	}
+	if r := out[agreePending]; r > 0 {
+		p.keepRequest(want)
+		return Continue, p.pendingError(iter, int(r-1), pending)
+	}
+	if scheduled || out[agreeWant] > 0 {
+		return Continue, p.checkpoint(iter)
+	}
+	return Continue, nil
+}
+
+// keepRequest re-arms a request consumed by an agreement that did not take place.
+func (p *Process) keepRequest(want bool) {
+	if want {
+		p.want.Store(true)
+	}
+}
+
+// proposePoll returns this rank's proposal for the number of calls until the next on-demand
+// agreement: fixed, or such that one agreement costs pollBudget of the time spent between
+// agreements. The ranks take the largest proposal, so all follow the same schedule.
+func (p *Process) proposePoll(now time.Time) int64 {
+	if p.opts.PollEvery > 0 {
+		return int64(p.opts.PollEvery)
+	}
+	cost := p.lastSyncCost
+	if cost <= 0 {
+		cost = defaultPollCost
+	}
+	calls := p.calls - p.callsAtSync
+	perCall := now.Sub(p.lastSyncEnd)
+	if calls > 0 {
+		perCall /= time.Duration(calls)
+	}
+	if perCall <= 0 {
+		return MaxPollEvery
+	}
+	m := math.Ceil(float64(cost) / (pollBudget * float64(perCall)))
+	return int64(min(max(m, 1), MaxPollEvery))
+}
+
+// pieceResult is what each rank reports after writing its piece.
+type pieceResult struct {
+	Info ckptstore.PieceInfo `json:"info"`
+	Time time.Time           `json:"time"`
+	Err  string              `json:"err,omitempty"`
+}
+
+// checkpoint takes coordinated checkpoint p.seq of the state after iteration iter.
+func (p *Process) checkpoint(iter int) error {
+	seq, rank, n := p.seq, p.world.Rank(), p.world.Size()
+	p.seq++ // also when abandoned: a number is never reused
+	cerr := &CheckpointError{Job: p.opts.JobID, Seq: seq, Iteration: iter}
+
+	res := pieceResult{Time: time.Now().UTC()}
+	info, werr := p.store.PutPieceFrom(p.opts.JobID, seq, rank, p.reg)
+	if werr != nil {
+		res.Err = werr.Error()
+		cerr.Err = werr
+	}
+	res.Info = info
+	enc, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("pcm: checkpoint %d: encode result: %w", seq, err)
+	}
+	encs, err := allgatherBytes(p.world, enc)
+	if err != nil {
+		return fmt.Errorf("pcm: checkpoint %d: exchange results: %w", seq, err)
+	}
+	results := make([]pieceResult, n)
+	for r, b := range encs {
+		if err := json.Unmarshal(b, &results[r]); err != nil {
+			return fmt.Errorf("pcm: checkpoint %d: result of rank %d: %w", seq, r, err)
+		}
+		if results[r].Err != "" {
+			cerr.Failures = append(cerr.Failures, RankFailure{Rank: r, Reason: results[r].Err})
+		}
+	}
+	if len(cerr.Failures) > 0 {
+		return cerr // every rank saw the same results: all abandon it
+	}
+
+	m := ckptstore.Manifest{
+		Job: p.opts.JobID, Seq: seq, Iteration: int64(iter), Size: n,
+		Time: results[0].Time, // the same on every committing rank, so the manifests are equal
+		Meta: map[string]string{"pcm.entries": strings.Join(p.reg.Names(), ",")},
+	}
+	for _, r := range results {
+		m.Pieces = append(m.Pieces, r.Info)
+	}
+	var commitErr error
+	if p.leader {
+		commitErr = p.commit(m)
+	}
+	failed := []int64{0}
+	if commitErr != nil {
+		failed[0] = int64(rank) + 1
+	}
+	out := []int64{0}
+	if err := mpi.Allreduce(p.world, failed, out, mpi.Max); err != nil {
+		return fmt.Errorf("pcm: checkpoint %d: agree on commit: %w", seq, err)
+	}
+	if out[0] > 0 {
+		cerr.CommitFailed = true
+		reason := "commit failed"
+		if commitErr != nil {
+			reason, cerr.Err = commitErr.Error(), commitErr
+		}
+		cerr.Failures = []RankFailure{{Rank: int(out[0] - 1), Reason: reason}}
+		return cerr
+	}
+	if p.leader {
+		if err := p.store.Prune(p.opts.JobID, p.opts.Keep); err != nil {
+			// The checkpoint is committed; a failed cleanup only costs disk space.
+			fmt.Fprintf(p.opts.Log, "pcm: warning: %v\n", err)
+		}
+	}
+	return nil
+}
+
+// commit commits m on this rank's store. A store shared with another committing rank (the
+// same directory under another node name) may already hold the identical manifest.
+func (p *Process) commit(m ckptstore.Manifest) error {
+	err := p.store.CommitManifest(m)
+	if errors.Is(err, ckptstore.ErrCommitted) {
+		if got, gerr := p.store.Manifest(m.Job, m.Seq); gerr == nil && slices.Equal(got.Pieces, m.Pieces) {
+			return nil
+		}
+	}
+	return err
+}
+
+// allgatherBytes gives every rank the byte strings of all ranks, in rank order.
+func allgatherBytes(c *mpi.Comm, b []byte) ([][]byte, error) {
+	n := c.Size()
+	counts := make([]int, n)
+	if err := mpi.Allgather(c, []int{len(b)}, counts); err != nil {
+		return nil, err
+	}
+	total := 0
+	for _, k := range counts {
+		total += k
+	}
+	all := make([]byte, total)
+	if err := mpi.Allgatherv(c, b, all, counts); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, n)
+	for r, k := range counts {
+		out[r], all = all[:k:k], all[k:]
+	}
+	return out, nil
+}
+
+// listSeqs returns the numbers of all checkpoint directories of job in store, committed or
+// not, following the layout documented in package ckptstore.
+func listSeqs(store *ckptstore.Store, job string) ([]uint64, error) {
+	ents, err := os.ReadDir(filepath.Join(store.Dir(), job))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint64
+	for _, e := range ents {
+		if name := e.Name(); e.IsDir() && len(name) == 20 {
+			if seq, err := strconv.ParseUint(name, 10, 64); err == nil {
+				seqs = append(seqs, seq)
+			}
+		}
+	}
+	return seqs, nil
+}

@@ -1,0 +1,83 @@
+// Package pcm is Process Checkpointing and Migration: the MPI/IOS library that lets an
+// iterative MPI application be checkpointed, restarted and (later) migrated.
+//
+// PCM is semi-transparent: instead of saving a process image, the application registers the
+// data structures that make up its state (Register), and PCM saves and restores exactly those
+// (see package pcm/state for how values are encoded). Reconfiguration happens only at
+// iteration boundaries, where the application calls Reconfigure; between two calls PCM does
+// nothing, so it never interrupts communication.
+//
+// # Use
+//
+//	p, err := pcm.Init(world)     // join the job's PCM service (configured by the launcher)
+//	p.Register("u", &u)           // the state: any value, by pointer
+//	p.Register("iter", &iter)     // including the iteration counter
+//	err = p.Load()                // restore the state if this process was restarted
+//	for iter < T {
+//		step()
+//		iter++                    // iter now counts the completed iterations
+//		act, err := p.Reconfigure(iter)
+//		if act == pcm.Leave { return nil }
+//	}
+//
+// # Iteration semantics
+//
+// A checkpoint taken in Reconfigure(iter) holds the registered values exactly as they are at
+// that call, and Load puts them back exactly so: a restarted process continues as if that
+// Reconfigure call had just returned. The one rule is therefore that the registered counter
+// must already count the iteration that has just finished when Reconfigure is called (advance
+// it before the call, as above, not in a for statement's post clause after it); then the
+// restored counter is the index of the next iteration to run and the loop simply goes on.
+// Reconfigure's argument is that same count of completed iterations. It must increase from
+// call to call, and after a restart it must exceed the checkpoint's iteration, so a loop that
+// would repeat the checkpointed iteration fails with ErrIteration instead of silently
+// computing a different result.
+//
+// # Checkpoints
+//
+// Reconfigure is collective: every rank of the world calls it at the same iteration
+// boundaries with the same iteration. A checkpoint is taken when it is due on the schedule
+// (Options.Every: the completed iteration count is a multiple of K) or when some rank asked
+// for one with RequestCheckpoint. Every rank writes its piece (its serialized registry) to the
+// checkpoint store (package pcm/ckptstore), the ranks exchange the results, and, only if every
+// piece is durable, one rank per store commits the manifest and prunes old checkpoints
+// (Options.Keep). If any rank fails to write, the checkpoint is abandoned by all ranks (no
+// manifest) and Reconfigure returns a *CheckpointError on every rank; the application may
+// ignore it and go on, the next checkpoint will be tried as scheduled.
+//
+// Reconfigure must be cheap when nothing is due: the scheduled checkpoints are a pure function
+// of the iteration, so no agreement is needed for them, and on-demand requests are agreed
+// (one small Allreduce) only every M calls (Options.PollEvery; by default M adapts so that the
+// agreement costs about 0.2% of the run time). Other calls do no communication at all. Every
+// call checks that the process has no nonblocking operations pending (an error wrapping
+// mpi.ErrPending): their buffers are not part of any consistent state.
+//
+// # Restart
+//
+// A process started with Options.Restart (MPIOS_RESTART) set to a job id has Status
+// Restarted. Load then restores the newest checkpoint of that job that every rank can read
+// and verify, falling back to older ones and reporting why on Options.Log ("pcm: checkpoint 7
+// rank 2: checksum mismatch, falling back to checkpoint 6"). The world must have the size of
+// the checkpointed one (*SizeMismatchError otherwise). The restarted job writes its own
+// checkpoints under its own job id, which may differ from the one it restarted from.
+//
+// # Environment
+//
+// Init reads its configuration from the environment the launcher passes to every rank
+// (see OptionsFromEnv); InitWith takes explicit Options instead.
+//
+//	MPIOS_JOB_ID      job id the checkpoints are stored under (a singleton: its program name)
+//	MPIOS_CKPT_EVERY  checkpoint every K iterations; 0: on demand only; unset: checkpointing off
+//	MPIOS_CKPT_DIR    store root; default $XDG_STATE_HOME/mpios/ckpt or ~/.local/state/mpios/ckpt
+//	MPIOS_CKPT_KEEP   committed checkpoints kept per job; default 2
+//	MPIOS_CKPT_POLL   agree on on-demand requests every M iterations; 0 (default): adaptive
+//	MPIOS_RESTART     job id to restart from; unset: a new run
+//
+// # Migration (to come)
+//
+// The API is shaped for migration as in MPI/IOS: a migration order will reach the ranks
+// through the control plane and be agreed at the next Reconfigure like an on-demand request;
+// the leaving rank writes its piece (or streams it, see ckptstore.PieceSource), Reconfigure
+// returns Leave to it and the application returns; its successor starts with Status Migrated
+// and Load restores the piece. Today Reconfigure always returns Continue.
+package pcm

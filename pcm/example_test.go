@@ -1,0 +1,68 @@
+package pcm_test
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm"
+)
+
+// solve is an application's iterative loop under PCM: u and iter are its state. It stops
+// after iteration stop, as if the process had died there.
+func solve(world *mpi.Comm, opts pcm.Options, iters, stop int) ([]float64, error) {
+	p, err := pcm.InitWith(world, opts)
+	if err != nil {
+		return nil, err
+	}
+	u, iter := []float64{1, 2, 3}, 0
+	if err := p.Register("u", &u); err != nil {
+		return nil, err
+	}
+	if err := p.Register("iter", &iter); err != nil {
+		return nil, err
+	}
+	if err := p.Load(); err != nil {
+		return nil, err
+	}
+	if p.Status() == pcm.Restarted {
+		fmt.Println("restarted after iteration", iter)
+	}
+	for iter < iters {
+		for i := range u {
+			u[i] *= 1.5
+		}
+		iter++ // iter counts completed iterations when Reconfigure is called
+		act, err := p.Reconfigure(iter)
+		if err != nil {
+			return nil, err
+		}
+		if act == pcm.Leave || iter == stop {
+			break
+		}
+	}
+	return u, nil
+}
+
+func Example() {
+	dir, _ := os.MkdirTemp("", "pcm")
+	defer os.RemoveAll(dir)
+	world, _ := mpi.Attach(comm.NewInProcNetwork(1).Endpoint(0)) // a one-rank world
+	defer mpi.Detach(world)
+
+	// Job "run1" checkpoints every 2 iterations and dies after iteration 5.
+	opts := pcm.Options{JobID: "run1", Dir: dir, Every: 2, Log: os.Stdout}
+	if _, err := solve(world, opts, 6, 5); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Job "run2" restarts from run1's newest checkpoint (iteration 4) and finishes.
+	opts = pcm.Options{JobID: "run2", Dir: dir, Every: 2, Restart: "run1", Log: os.Stdout}
+	u, err := solve(world, opts, 6, 0)
+	fmt.Println(u, err)
+	// Output:
+	// pcm: job run2 restarts from job run1 checkpoint 2 (iteration 4)
+	// restarted after iteration 4
+	// [11.390625 22.78125 34.171875] <nil>
+}

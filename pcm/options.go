@@ -1,0 +1,163 @@
+package pcm
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/pcm/ckptstore"
+)
+
+// MaxPollEvery bounds the on-demand agreement interval, fixed or adaptive.
+const MaxPollEvery = 1 << 16
+
+// Options configure a Process. The zero value is a process that neither checkpoints nor
+// restarts: Reconfigure then only checks for pending operations.
+type Options struct {
+	// JobID names the job in the checkpoint store. Default: the program name (made a valid
+	// job id), so that singletons of different programs do not share checkpoints.
+	JobID string
+	// Every takes a checkpoint whenever the completed iteration count is a multiple of Every;
+	// 0: no scheduled checkpoints.
+	Every int
+	// OnDemand enables RequestCheckpoint (checkpoints agreed at poll points, see PollEvery).
+	OnDemand bool
+	// PollEvery is the number of Reconfigure calls between two agreements on on-demand
+	// requests; 0 adapts it so that the agreement costs about 0.2% of the time. At most
+	// MaxPollEvery.
+	PollEvery int
+	// Dir is the checkpoint store root. Default: DefaultDir().
+	Dir string
+	// Node names this node in the manifests. Default: the host name. Ranks that share a store
+	// directory must use the same node name (they do by default).
+	Node string
+	// Keep is the number of committed checkpoints kept per job. Default:
+	// ckptstore.DefaultKeep (2), so that a damaged newest checkpoint leaves one to fall back
+	// to.
+	Keep int
+	// Restart is the id of the job to restart from; "" starts afresh (Status New).
+	Restart string
+	// Log receives diagnostics (restart fallbacks, prune failures). Default: os.Stderr.
+	Log io.Writer
+}
+
+// checkpointing reports whether o asks for checkpoints to be written.
+func (o *Options) checkpointing() bool { return o.Every > 0 || o.OnDemand }
+
+// usesStore reports whether o needs the checkpoint store.
+func (o *Options) usesStore() bool { return o.checkpointing() || o.Restart != "" }
+
+// DefaultDir returns the default checkpoint store root: $XDG_STATE_HOME/mpios/ckpt when
+// XDG_STATE_HOME is an absolute path, else ~/.local/state/mpios/ckpt.
+func DefaultDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "mpios", "ckpt"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("pcm: default checkpoint directory: %w (set %s)", err, job.EnvCkptDir)
+	}
+	return filepath.Join(home, ".local", "state", "mpios", "ckpt"), nil
+}
+
+// OptionsFromEnv reads Options from the launch environment through getenv (os.Getenv if nil).
+// See the package documentation for the variables. A process not started by a launcher (no
+// MPIOS_JOB_ID) gets its program name as job id. Malformed values give an error matching
+// ErrConfig that names the variable.
+func OptionsFromEnv(getenv func(string) string) (Options, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var o Options
+	o.JobID = getenv(job.EnvJobID)
+	bad := func(name, val, want string) error {
+		return fmt.Errorf("pcm: %s=%q: want %s: %w", name, val, want, ErrConfig)
+	}
+	if s := getenv(job.EnvCkptEvery); s != "" {
+		k, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || k < 0 {
+			return o, bad(job.EnvCkptEvery, s, "an integer >= 0 (0: on demand only)")
+		}
+		o.Every, o.OnDemand = k, true
+	}
+	if s := getenv(job.EnvCkptPoll); s != "" {
+		m, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || m < 0 || m > MaxPollEvery {
+			return o, bad(job.EnvCkptPoll, s, fmt.Sprintf("an integer in [0,%d] (0: adaptive)", MaxPollEvery))
+		}
+		o.PollEvery = m
+	}
+	if s := getenv(job.EnvCkptKeep); s != "" {
+		k, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || k < 1 {
+			return o, bad(job.EnvCkptKeep, s, "an integer >= 1")
+		}
+		o.Keep = k
+	}
+	o.Dir = getenv(job.EnvCkptDir)
+	o.Restart = getenv(job.EnvRestart)
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// defaultJobID is the job id of a process without a launcher: its program name with
+// characters a job id cannot have replaced by '_'.
+func defaultJobID() string {
+	name := strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe")
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	if len(b) == 0 || job.ValidateID(string(b)) != nil {
+		return "singleton"
+	}
+	return string(b)
+}
+
+// validate checks o and fills in defaults.
+func (o *Options) validate() error {
+	if o.JobID == "" {
+		o.JobID = defaultJobID()
+	}
+	if err := job.ValidateID(o.JobID); err != nil {
+		return fmt.Errorf("pcm: job id: %v: %w", err, ErrConfig)
+	}
+	if o.Restart != "" {
+		if err := job.ValidateID(o.Restart); err != nil {
+			return fmt.Errorf("pcm: %s: %v: %w", job.EnvRestart, err, ErrConfig)
+		}
+	}
+	switch {
+	case o.Every < 0:
+		return fmt.Errorf("pcm: Every %d: want >= 0: %w", o.Every, ErrConfig)
+	case o.PollEvery < 0 || o.PollEvery > MaxPollEvery:
+		return fmt.Errorf("pcm: PollEvery %d: want 0 to %d: %w", o.PollEvery, MaxPollEvery, ErrConfig)
+	case o.Keep < 0:
+		return fmt.Errorf("pcm: Keep %d: want >= 0: %w", o.Keep, ErrConfig)
+	}
+	if o.Keep == 0 {
+		o.Keep = ckptstore.DefaultKeep
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	if o.Dir == "" && o.usesStore() {
+		d, err := DefaultDir()
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, ErrConfig)
+		}
+		o.Dir = d
+	}
+	return nil
+}

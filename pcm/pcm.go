@@ -1,0 +1,285 @@
+package pcm
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm/ckptstore"
+	"github.com/mpios/mpios/pcm/state"
+)
+
+// Status says how a process began.
+type Status int
+
+const (
+	// New: a fresh start; Load restores nothing.
+	New Status = iota
+	// Migrated: the process took over the rank of a migrated process (not yet produced).
+	Migrated
+	// Restarted: the job was restarted from a checkpoint (Options.Restart); Load restores it.
+	Restarted
+)
+
+// String returns "new", "migrated" or "restarted".
+func (s Status) String() string {
+	switch s {
+	case New:
+		return "new"
+	case Migrated:
+		return "migrated"
+	case Restarted:
+		return "restarted"
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+// Action tells the application what to do after Reconfigure.
+type Action int
+
+const (
+	// Continue with the next iteration.
+	Continue Action = iota
+	// Leave: this process has handed its rank to a successor (migration): it must leave its
+	// loop and end without touching the world again except to finalize. Not produced yet.
+	Leave
+)
+
+// String returns "continue" or "leave".
+func (a Action) String() string {
+	switch a {
+	case Continue:
+		return "continue"
+	case Leave:
+		return "leave"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Process is one rank's handle on the PCM service. Its methods, except RequestCheckpoint, must
+// be called from one goroutine.
+type Process struct {
+	world  *mpi.Comm
+	opts   Options
+	reg    *state.Registry
+	store  *ckptstore.Store // nil unless checkpointing or restarting
+	status Status
+	leader bool   // this rank commits and prunes for its store
+	seq    uint64 // number of the next checkpoint
+
+	loaded   bool
+	lastIter int  // the last iteration seen (Reconfigure or restored checkpoint)
+	haveIter bool // lastIter is set
+	restored ckptstore.Manifest
+
+	want atomic.Bool // RequestCheckpoint was called since the last agreement
+
+	// Poll schedule of on-demand requests, in Reconfigure calls.
+	calls, nextPoll int64
+	pollEvery       int64
+	callsAtSync     int64
+	lastSyncEnd     time.Time
+	lastSyncCost    time.Duration
+}
+
+// Init joins the job's PCM service with the configuration the launcher put in the environment
+// (OptionsFromEnv). It is InitWith(world, options from the environment).
+func Init(world *mpi.Comm) (*Process, error) {
+	opts, err := OptionsFromEnv(nil)
+	if err != nil {
+		return nil, err
+	}
+	return InitWith(world, opts)
+}
+
+// InitWith joins the PCM service with explicit options instead of the MPIOS_ variables. When
+// opts checkpoints or restarts, InitWith opens the checkpoint store and is collective over
+// world (every rank must call it, with the same options); otherwise it does no
+// communication.
+func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
+	if world == nil {
+		return nil, fmt.Errorf("pcm: init: nil communicator: %w", ErrConfig)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	p := &Process{world: world, opts: opts, reg: state.NewRegistry(), seq: 1, nextPoll: 0, pollEvery: 1}
+	if opts.Restart != "" {
+		p.status = Restarted
+	}
+	if opts.PollEvery > 0 {
+		p.pollEvery = int64(opts.PollEvery)
+	}
+	if !opts.usesStore() {
+		return p, nil
+	}
+	if err := p.openStore(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// openStore opens the store on every rank and agrees on which rank commits for which store
+// and on the number of the first checkpoint.
+func (p *Process) openStore() error {
+	// Per rank: store identity (2 words of a hash of node and directory), next free
+	// checkpoint number, failure flag.
+	local := make([]uint64, 4)
+	store, err := ckptstore.Open(p.opts.Dir, &ckptstore.Options{Node: p.opts.Node})
+	if err == nil {
+		h := sha256.Sum256([]byte(store.Node() + "\x00" + store.Dir()))
+		local[0], local[1] = binary.LittleEndian.Uint64(h[:]), binary.LittleEndian.Uint64(h[8:])
+		if p.opts.checkpointing() {
+			// Past every existing directory, committed or not: a number is never reused,
+			// even if this job id was used before (PutPiece refuses committed ones).
+			var seqs []uint64
+			if seqs, err = listSeqs(store, p.opts.JobID); err == nil {
+				local[2] = 1
+				if len(seqs) > 0 {
+					local[2] = slices.Max(seqs) + 1
+				}
+			}
+		}
+	}
+	if err != nil {
+		local[3] = 1
+		err = fmt.Errorf("pcm: init: checkpoint store: %w", err)
+	}
+	n, rank := p.world.Size(), p.world.Rank()
+	all := make([]uint64, 4*n)
+	if cerr := mpi.Allgather(p.world, local, all); cerr != nil {
+		return fmt.Errorf("pcm: init: %w", cerr)
+	}
+	if err != nil {
+		return err
+	}
+	var failed []int
+	for r := range n {
+		if all[4*r+3] != 0 {
+			failed = append(failed, r)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("pcm: init: checkpoint store unusable on rank(s) %v: %w", failed, ErrPeer)
+	}
+	for r := range n {
+		p.seq = max(p.seq, all[4*r+2])
+	}
+	for r := range n {
+		if all[4*r] == local[0] && all[4*r+1] == local[1] {
+			p.leader = r == rank
+			break
+		}
+	}
+	p.store = store
+	return nil
+}
+
+// Register adds the value ptr points to to the process's state under name (see
+// state.Registry.Register: numeric slices and scalars are saved raw, other values with
+// msgpack). Every rank registers the same names in the same order, before Load.
+func (p *Process) Register(name string, ptr any) error {
+	if p.loaded {
+		return fmt.Errorf("pcm: register %q after Load: the value would not be restored: %w", name, ErrCallOrder)
+	}
+	if err := p.reg.Register(name, ptr); err != nil {
+		return fmt.Errorf("pcm: %w", err)
+	}
+	return nil
+}
+
+// Status says how this process began: New, Restarted or Migrated.
+func (p *Process) Status() Status { return p.status }
+
+// Restored returns the manifest of the checkpoint Load restored, and whether there is one.
+func (p *Process) Restored() (ckptstore.Manifest, bool) {
+	return p.restored, p.status == Restarted && p.loaded
+}
+
+// Load restores the registered values from the checkpoint this process restarts from (see
+// Restart in the package documentation); for a New process it does nothing. Call it once,
+// after registering everything and before the first Reconfigure. For a restarted process it is
+// collective. On error the registered values may have been partly replaced: the application
+// must not continue.
+func (p *Process) Load() error {
+	if p.loaded {
+		return fmt.Errorf("pcm: Load called twice: %w", ErrCallOrder)
+	}
+	if p.status == Restarted {
+		m, err := p.restore()
+		if err != nil {
+			return err
+		}
+		p.restored = m
+		p.lastIter, p.haveIter = int(m.Iteration), true
+	}
+	p.loaded = true
+	p.lastSyncEnd = time.Now()
+	return nil
+}
+
+// RequestCheckpoint asks for a checkpoint at the next on-demand agreement point (see
+// Options.PollEvery). One rank asking suffices; every rank then checkpoints the same
+// iteration. It may be called from any goroutine (a control-plane handler, a signal handler).
+func (p *Process) RequestCheckpoint() error {
+	if !p.opts.OnDemand {
+		return ErrNotConfigured
+	}
+	p.want.Store(true)
+	return nil
+}
+
+// Reconfigure is the reconfiguration point at an iteration boundary, where iter iterations
+// have been completed (see Iteration semantics in the package documentation). It is
+// collective: every rank calls it at the same boundaries with the same iter. It takes a
+// checkpoint when one is due or was requested, and otherwise, on most calls, does no
+// communication at all.
+//
+// Errors: a *CheckpointError (matching ErrCheckpointFailed) when a checkpoint was abandoned,
+// which the application may ignore; an error matching mpi.ErrPending when nonblocking
+// operations are pending (on this rank, or on another if the call was an agreement point);
+// ErrIteration or ErrCallOrder on misuse; mpi errors when a peer fails.
+func (p *Process) Reconfigure(iter int) (Action, error) {
+	if !p.loaded {
+		return Continue, fmt.Errorf("pcm: Reconfigure(%d) before Load: %w", iter, ErrCallOrder)
+	}
+	if p.haveIter && iter <= p.lastIter {
+		if p.calls == 0 && p.status == Restarted {
+			return Continue, fmt.Errorf("pcm: Reconfigure(%d) after restarting from iteration %d: the restored counter must count completed iterations, advance it before Reconfigure: %w",
+				iter, p.lastIter, ErrIteration)
+		}
+		return Continue, fmt.Errorf("pcm: Reconfigure(%d) after Reconfigure(%d): iterations must increase: %w", iter, p.lastIter, ErrIteration)
+	}
+	p.lastIter, p.haveIter = iter, true
+	pending := p.world.Pending()
+	scheduled := p.opts.Every > 0 && iter%p.opts.Every == 0
+	poll := p.opts.OnDemand && p.calls >= p.nextPoll
+	p.calls++
+	if !scheduled && !poll {
+		// The common path: no communication.
+		if pending > 0 {
+			return Continue, p.pendingError(iter, p.world.Rank(), pending)
+		}
+		return Continue, nil
+	}
+	return p.sync(iter, scheduled, poll, pending)
+}
+
+func (p *Process) pendingError(iter, rank, n int) error {
+	if rank == p.world.Rank() {
+		return fmt.Errorf("pcm: Reconfigure(%d): %w: %d on this rank (complete them before the iteration boundary)", iter, mpi.ErrPending, n)
+	}
+	return fmt.Errorf("pcm: Reconfigure(%d): %w on rank %d", iter, mpi.ErrPending, rank)
+}
+
+// errorsAs is errors.As for a target type, returning the match.
+func errorsAs[T error](err error) (T, bool) {
+	var t T
+	ok := errors.As(err, &t)
+	return t, ok
+}
