@@ -27,7 +27,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -36,6 +35,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mpios/mpios/internal/solverkit"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm"
 )
@@ -75,8 +75,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.iters, "iters", 100, "number of Jacobi iterations")
 	fs.IntVar(&cfg.residualEvery, "residual-every", 0, "print the global max cell change every K iterations (0: never)")
 	fs.StringVar(&cfg.dump, "dump", "", "rank 0 writes the final interior grid here (raw little-endian float64, row-major)")
-	fs.IntVar(&cfg.crashAfter, crashFlag, 0, "")
-	fs.Usage = func() { usage(fs) }
+	fs.IntVar(&cfg.crashAfter, solverkit.CrashFlag, 0, "")
+	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -90,37 +90,9 @@ func parseFlags(args []string) (config, error) {
 	case cfg.residualEvery < 0:
 		return cfg, fmt.Errorf("-residual-every must be >= 0, got %d", cfg.residualEvery)
 	case cfg.crashAfter < 0:
-		return cfg, fmt.Errorf("-%s must be >= 0, got %d", crashFlag, cfg.crashAfter)
+		return cfg, fmt.Errorf("-%s must be >= 0, got %d", solverkit.CrashFlag, cfg.crashAfter)
 	}
 	return cfg, nil
-}
-
-// crashFlag is the test-only flag that simulates a rank failure; -help leaves it out.
-const crashFlag = "crash-after"
-
-// usage prints the flags of fs except the hidden one.
-func usage(fs *flag.FlagSet) {
-	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
-	shown.SetOutput(fs.Output())
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != crashFlag {
-			shown.Var(f.Value, f.Name, f.Usage)
-		}
-	})
-	fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
-	shown.PrintDefaults()
-}
-
-// blockRange returns the first global row and the row count of rank r when n
-// rows are split over p ranks as evenly as possible: the first n%p ranks get
-// one extra row.
-func blockRange(n, p, r int) (start, count int) {
-	base, rem := n/p, n%p
-	count = base
-	if r < rem {
-		count++
-	}
-	return r*base + min(r, rem), count
 }
 
 // newGrid allocates a local block of rows interior rows plus one ghost (or
@@ -220,7 +192,7 @@ func run(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("-n %d is smaller than the number of ranks %d", cfg.n, size)
 	}
 	n := cfg.n
-	_, rows := blockRange(n, size, rank)
+	_, rows := solverkit.BlockRange(n, size, rank)
 	up, down := rank-1, rank+1
 	if rank == 0 {
 		up = mpi.ProcNull
@@ -331,7 +303,7 @@ func dumpGrid(c *mpi.Comm, u []float64, rows, n int, path string) error {
 	size := c.Size()
 	counts := make([]int, size)
 	for r := range size {
-		_, cnt := blockRange(n, size, r)
+		_, cnt := solverkit.BlockRange(n, size, r)
 		counts[r] = cnt * n
 	}
 	var recv []float64
@@ -344,17 +316,5 @@ func dumpGrid(c *mpi.Comm, u []float64, rows, n int, path string) error {
 	if c.Rank() != 0 {
 		return nil
 	}
-	return writeFloats(path, recv)
-}
-
-// writeFloats writes xs to path as raw little-endian float64 values.
-func writeFloats(path string, xs []float64) error {
-	buf := make([]byte, 8*len(xs))
-	for i, x := range xs {
-		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(x))
-	}
-	if err := os.WriteFile(path, buf, 0o644); err != nil {
-		return fmt.Errorf("dump: %w", err)
-	}
-	return nil
+	return solverkit.WriteFloats(path, recv)
 }

@@ -3,17 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mpios/mpios/internal/solverkit"
+	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -46,31 +46,6 @@ func seqHeat(n, iters int) []float64 {
 	return out
 }
 
-func TestBlockRange(t *testing.T) {
-	for n := 1; n <= 40; n++ {
-		for p := 1; p <= n && p <= 9; p++ {
-			next := 0
-			for r := range p {
-				start, count := blockRange(n, p, r)
-				if start != next {
-					t.Fatalf("n=%d p=%d r=%d: start %d, want %d (blocks must be contiguous)", n, p, r, start, next)
-				}
-				want := n / p
-				if r < n%p {
-					want++ // the first n%p ranks get the extra rows
-				}
-				if count != want {
-					t.Fatalf("n=%d p=%d r=%d: count %d, want %d", n, p, r, count, want)
-				}
-				next += count
-			}
-			if next != n {
-				t.Fatalf("n=%d p=%d: blocks cover %d rows", n, p, next)
-			}
-		}
-	}
-}
-
 // TestStepDecomposed runs the kernel on p in-process row blocks, copying the
 // ghost rows by hand the way exchange does, and checks the result is bitwise
 // identical to the sequential reference. This covers the decomposition logic
@@ -84,7 +59,7 @@ func TestStepDecomposed(t *testing.T) {
 		vs := make([][]float64, p)
 		rows := make([]int, p)
 		for r := range p {
-			_, rows[r] = blockRange(n, p, r)
+			_, rows[r] = solverkit.BlockRange(n, p, r)
 			us[r] = newGrid(rows[r], n, r == 0)
 			vs[r] = newGrid(rows[r], n, r == 0)
 		}
@@ -128,57 +103,6 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// moduleRoot locates the repository root via `go env GOMOD`.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		t.Fatal("not inside a Go module")
-	}
-	return filepath.Dir(gomod)
-}
-
-func goBuild(t *testing.T, root, out, pkg string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-}
-
-func readFloats(t *testing.T, path string) []float64 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b)%8 != 0 {
-		t.Fatalf("%s: %d bytes is not a whole number of float64", path, len(b))
-	}
-	xs := make([]float64, len(b)/8)
-	for i := range xs {
-		xs[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-	}
-	return xs
-}
-
-// outputValue returns the value of the line "key value" in out.
-func outputValue(t *testing.T, out, key string) string {
-	t.Helper()
-	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(line, key+" "); ok {
-			return v
-		}
-	}
-	t.Fatalf("no %q line in output:\n%s", key, out)
-	return ""
-}
-
 // TestMPIRun runs the real binary through mpirun on 1..4 ranks and checks
 // the dumped grid is bitwise identical for every rank count and to the
 // sequential reference, and that the printed checksums agree.
@@ -187,12 +111,11 @@ func TestMPIRun(t *testing.T) {
 		t.Skip("builds and launches mpirun")
 	}
 	const n, iters = 67, 50 // odd n: n%p != 0 for p = 2, 3, 4
-	root := moduleRoot(t)
 	dir := t.TempDir()
 	mpirun := filepath.Join(dir, "mpirun")
 	bin := filepath.Join(dir, "heat2d")
-	goBuild(t, root, mpirun, "./cmd/mpirun")
-	goBuild(t, root, bin, "./heat2d")
+	testbin.Build(t, mpirun, "./cmd/mpirun")
+	testbin.Build(t, bin, "./heat2d")
 
 	want := seqHeat(n, iters)
 	wantSum := 0.0
@@ -215,7 +138,7 @@ func TestMPIRun(t *testing.T) {
 				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, stdout.String(), stderr.String())
 			}
 			out := stdout.String()
-			if got := outputValue(t, out, "checksum"); got != wantChecksum {
+			if got := testbin.OutputValue(t, out, "checksum"); got != wantChecksum {
 				t.Errorf("checksum %s, want %s", got, wantChecksum)
 			}
 			residuals := 0
@@ -227,7 +150,7 @@ func TestMPIRun(t *testing.T) {
 			if residuals != iters/10 {
 				t.Errorf("%d residual lines, want %d:\n%s", residuals, iters/10, out)
 			}
-			got := readFloats(t, dump)
+			got := testbin.ReadFloats(t, dump)
 			if len(got) != n*n {
 				t.Fatalf("dump has %d values, want %d", len(got), n*n)
 			}
@@ -255,19 +178,6 @@ func BenchmarkStep(b *testing.B) {
 	}
 }
 
-// mpiosFreeEnv returns the environment without MPIOS_ variables, with
-// XDG_RUNTIME_DIR set to runtimeDir, plus extra. A private runtime directory
-// keeps mpirun's job ids apart from those of tests running concurrently.
-func mpiosFreeEnv(runtimeDir string, extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MPIOS_") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
-			env = append(env, kv)
-		}
-	}
-	return append(append(env, "XDG_RUNTIME_DIR="+runtimeDir), extra...)
-}
-
 // TestCheckpointRestartMPIRun runs heat2d through mpirun undisturbed, then
 // with checkpoints every 10 iterations and a rank dying after iteration 35,
 // then restarted from that job's checkpoint under a new job id, and checks
@@ -278,12 +188,11 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 		t.Skip("builds and launches mpirun")
 	}
 	const n, iters, np = 67, 60, 4
-	root := moduleRoot(t)
 	dir := t.TempDir()
 	mpirun := filepath.Join(dir, "mpirun")
 	bin := filepath.Join(dir, "heat2d")
-	goBuild(t, root, mpirun, "./cmd/mpirun")
-	goBuild(t, root, bin, "./heat2d")
+	testbin.Build(t, mpirun, "./cmd/mpirun")
+	testbin.Build(t, bin, "./heat2d")
 	ckpt := filepath.Join(dir, "ckpt")
 	rt := filepath.Join(dir, "run")
 
@@ -301,13 +210,13 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	}
 
 	dumpA := filepath.Join(dir, "A.bin")
-	outA, errA, err := job(mpiosFreeEnv(rt), nil, "-dump", dumpA)
+	outA, errA, err := job(testbin.IsolatedEnv(rt), nil, "-dump", dumpA)
 	if err != nil {
 		t.Fatalf("undisturbed run: %v\n%s%s", err, outA, errA)
 	}
 
 	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_DIR=" + ckpt}
-	out, stderr, err := job(mpiosFreeEnv(rt, ckptEnv...), []string{"--job-id", "first"}, "-crash-after", "35")
+	out, stderr, err := job(testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first"}, "-crash-after", "35")
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("crashing run: got %v, want exit status 1\n%s%s", err, out, stderr)
@@ -322,17 +231,17 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	}
 
 	dumpB := filepath.Join(dir, "B.bin")
-	out, stderr, err = job(mpiosFreeEnv(rt, append(ckptEnv, "MPIOS_RESTART=first")...), []string{"--job-id", "second"}, "-dump", dumpB)
+	out, stderr, err = job(testbin.IsolatedEnv(rt, append(ckptEnv, "MPIOS_RESTART=first")...), []string{"--job-id", "second"}, "-dump", dumpB)
 	if err != nil {
 		t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
 	}
 	if !strings.Contains(stderr, "pcm: job second restarts from job first checkpoint 3 (iteration 30)") {
 		t.Errorf("restart not reported:\n%s", stderr)
 	}
-	if a, b := outputValue(t, outA, "checksum"), outputValue(t, out, "checksum"); a != b {
+	if a, b := testbin.OutputValue(t, outA, "checksum"), testbin.OutputValue(t, out, "checksum"); a != b {
 		t.Errorf("checksum %s after restart, %s undisturbed", b, a)
 	}
-	a, b := readFloats(t, dumpA), readFloats(t, dumpB)
+	a, b := testbin.ReadFloats(t, dumpA), testbin.ReadFloats(t, dumpB)
 	want := seqHeat(n, iters)
 	if len(a) != n*n || len(b) != n*n {
 		t.Fatalf("dumps have %d and %d values, want %d", len(a), len(b), n*n)

@@ -30,7 +30,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +38,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mpios/mpios/internal/solverkit"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm"
 )
@@ -68,8 +68,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.maxIters, "maxiters", 1000, "maximum number of iterations")
 	fs.Float64Var(&cfg.tol, "tol", 1e-10, "stop once the largest change of x in an iteration is below this")
 	fs.StringVar(&cfg.dump, "dump", "", "rank 0 writes the final x here (raw little-endian float64)")
-	fs.IntVar(&cfg.crashAfter, crashFlag, 0, "")
-	fs.Usage = func() { usage(fs) }
+	fs.IntVar(&cfg.crashAfter, solverkit.CrashFlag, 0, "")
+	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -83,37 +83,9 @@ func parseFlags(args []string) (config, error) {
 	case math.IsNaN(cfg.tol):
 		return cfg, errors.New("-tol must be a number")
 	case cfg.crashAfter < 0:
-		return cfg, fmt.Errorf("-%s must be >= 0, got %d", crashFlag, cfg.crashAfter)
+		return cfg, fmt.Errorf("-%s must be >= 0, got %d", solverkit.CrashFlag, cfg.crashAfter)
 	}
 	return cfg, nil
-}
-
-// crashFlag is the test-only flag that simulates a rank failure; -help leaves it out.
-const crashFlag = "crash-after"
-
-// usage prints the flags of fs except the hidden one.
-func usage(fs *flag.FlagSet) {
-	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
-	shown.SetOutput(fs.Output())
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != crashFlag {
-			shown.Var(f.Value, f.Name, f.Usage)
-		}
-	})
-	fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
-	shown.PrintDefaults()
-}
-
-// blockRange returns the first global row and the row count of rank r when n
-// rows are split over p ranks as evenly as possible: the first n%p ranks get
-// one extra row.
-func blockRange(n, p, r int) (start, count int) {
-	base, rem := n/p, n%p
-	count = base
-	if r < rem {
-		count++
-	}
-	return r*base + min(r, rem), count
 }
 
 // offDiag is A[i][j] for i != j.
@@ -189,10 +161,10 @@ func run(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("-n %d is smaller than the number of ranks %d", cfg.n, size)
 	}
 	n := cfg.n
-	start, rows := blockRange(n, size, rank)
+	start, rows := solverkit.BlockRange(n, size, rank)
 	counts := make([]int, size)
 	for r := range size {
-		_, counts[r] = blockRange(n, size, r)
+		_, counts[r] = solverkit.BlockRange(n, size, r)
 	}
 	// A's local rows never change, so they are built once up front.
 	a, b := buildRows(start, rows, n)
@@ -291,19 +263,7 @@ func run(args []string, stdout io.Writer) (err error) {
 		return err
 	}
 	if cfg.dump != "" {
-		return writeFloats(cfg.dump, x)
-	}
-	return nil
-}
-
-// writeFloats writes xs to path as raw little-endian float64 values.
-func writeFloats(path string, xs []float64) error {
-	buf := make([]byte, 8*len(xs))
-	for i, v := range xs {
-		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(v))
-	}
-	if err := os.WriteFile(path, buf, 0o644); err != nil {
-		return fmt.Errorf("dump: %w", err)
+		return solverkit.WriteFloats(cfg.dump, x)
 	}
 	return nil
 }

@@ -3,17 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mpios/mpios/internal/solverkit"
+	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -58,31 +58,6 @@ func seqJacobi(n, maxIters int, tol float64) (x []float64, iters int, change flo
 	return x, iters, change
 }
 
-func TestBlockRange(t *testing.T) {
-	for n := 1; n <= 40; n++ {
-		for p := 1; p <= n && p <= 9; p++ {
-			next := 0
-			for r := range p {
-				start, count := blockRange(n, p, r)
-				if start != next {
-					t.Fatalf("n=%d p=%d r=%d: start %d, want %d (blocks must be contiguous)", n, p, r, start, next)
-				}
-				want := n / p
-				if r < n%p {
-					want++ // the first n%p ranks get the extra rows
-				}
-				if count != want {
-					t.Fatalf("n=%d p=%d r=%d: count %d, want %d", n, p, r, count, want)
-				}
-				next += count
-			}
-			if next != n {
-				t.Fatalf("n=%d p=%d: blocks cover %d rows", n, p, next)
-			}
-		}
-	}
-}
-
 // TestSweepDecomposed runs the row-block update in-process for several
 // block counts and checks it is bitwise identical to the reference.
 func TestSweepDecomposed(t *testing.T) {
@@ -93,7 +68,7 @@ func TestSweepDecomposed(t *testing.T) {
 		next := make([]float64, n)
 		for range iters {
 			for r := range p {
-				start, count := blockRange(n, p, r)
+				start, count := solverkit.BlockRange(n, p, r)
 				a, b := buildRows(start, count, n)
 				sweep(next[start:start+count], a, b, x, start)
 			}
@@ -122,57 +97,6 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-// moduleRoot locates the repository root via `go env GOMOD`.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		t.Fatal("not inside a Go module")
-	}
-	return filepath.Dir(gomod)
-}
-
-func goBuild(t *testing.T, root, out, pkg string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-}
-
-func readFloats(t *testing.T, path string) []float64 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b)%8 != 0 {
-		t.Fatalf("%s: %d bytes is not a whole number of float64", path, len(b))
-	}
-	xs := make([]float64, len(b)/8)
-	for i := range xs {
-		xs[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-	}
-	return xs
-}
-
-// outputValue returns the value of the line "key value" in out.
-func outputValue(t *testing.T, out, key string) string {
-	t.Helper()
-	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(line, key+" "); ok {
-			return v
-		}
-	}
-	t.Fatalf("no %q line in output:\n%s", key, out)
-	return ""
-}
-
 // TestMPIRun runs the real binary through mpirun on 1..4 ranks and checks
 // the dumped x is bitwise identical for every rank count and to the
 // sequential reference, and that the printed lines agree.
@@ -183,12 +107,11 @@ func TestMPIRun(t *testing.T) {
 	// n odd so n%p != 0; tol chosen so the run stops on tolerance before
 	// maxiters, exercising the convergence test.
 	const n, maxIters, tol = 101, 200, 1e-9
-	root := moduleRoot(t)
 	dir := t.TempDir()
 	mpirun := filepath.Join(dir, "mpirun")
 	bin := filepath.Join(dir, "jacobi")
-	goBuild(t, root, mpirun, "./cmd/mpirun")
-	goBuild(t, root, bin, "./jacobi")
+	testbin.Build(t, mpirun, "./cmd/mpirun")
+	testbin.Build(t, bin, "./jacobi")
 
 	want, wantIters, wantChange := seqJacobi(n, maxIters, tol)
 	if wantIters >= maxIters {
@@ -219,12 +142,12 @@ func TestMPIRun(t *testing.T) {
 			}
 			out := stdout.String()
 			for key, w := range wantLines {
-				if got := outputValue(t, out, key); got != w {
+				if got := testbin.OutputValue(t, out, key); got != w {
 					t.Errorf("%s %s, want %s", key, got, w)
 				}
 			}
-			outputValue(t, out, "sec_per_iter")
-			got := readFloats(t, dump)
+			testbin.OutputValue(t, out, "sec_per_iter")
+			got := testbin.ReadFloats(t, dump)
 			if len(got) != n {
 				t.Fatalf("dump has %d values, want %d", len(got), n)
 			}
@@ -247,19 +170,6 @@ func BenchmarkSweep(b *testing.B) {
 	}
 }
 
-// mpiosFreeEnv returns the environment without MPIOS_ variables, with
-// XDG_RUNTIME_DIR set to runtimeDir, plus extra. A private runtime directory
-// keeps mpirun's job ids apart from those of tests running concurrently.
-func mpiosFreeEnv(runtimeDir string, extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MPIOS_") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
-			env = append(env, kv)
-		}
-	}
-	return append(append(env, "XDG_RUNTIME_DIR="+runtimeDir), extra...)
-}
-
 // TestCheckpointRestartMPIRun runs jacobi with checkpoints every 5
 // iterations and a rank dying a few iterations before convergence, restarts
 // it from that job's checkpoint under a new job id, and checks that the
@@ -275,12 +185,11 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	if wantIters >= maxIters || lastCkpt < 5 {
 		t.Fatalf("reference converged after %d iterations; adjust the test", wantIters)
 	}
-	root := moduleRoot(t)
 	dir := t.TempDir()
 	mpirun := filepath.Join(dir, "mpirun")
 	bin := filepath.Join(dir, "jacobi")
-	goBuild(t, root, mpirun, "./cmd/mpirun")
-	goBuild(t, root, bin, "./jacobi")
+	testbin.Build(t, mpirun, "./cmd/mpirun")
+	testbin.Build(t, bin, "./jacobi")
 	ckpt := filepath.Join(dir, "ckpt")
 	env := []string{"MPIOS_CKPT_EVERY=5", "MPIOS_CKPT_DIR=" + ckpt}
 	rt := filepath.Join(dir, "run")
@@ -297,7 +206,7 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 		err = cmd.Run()
 		return o.String(), e.String(), err
 	}
-	out, stderr, err := job(mpiosFreeEnv(rt, env...), "first", "-crash-after", fmt.Sprint(crashAfter))
+	out, stderr, err := job(testbin.IsolatedEnv(rt, env...), "first", "-crash-after", fmt.Sprint(crashAfter))
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("crashing run: got %v, want exit status 1\n%s%s", err, out, stderr)
@@ -310,20 +219,20 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 		t.Fatalf("checkpoints of the crashed job: %v %+v, want the newest at iteration %d\n%s%s", err, ms, lastCkpt, out, stderr)
 	}
 	dump := filepath.Join(dir, "x.bin")
-	out, stderr, err = job(mpiosFreeEnv(rt, append(env, "MPIOS_RESTART=first")...), "second", "-dump", dump)
+	out, stderr, err = job(testbin.IsolatedEnv(rt, append(env, "MPIOS_RESTART=first")...), "second", "-dump", dump)
 	if err != nil {
 		t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
 	}
 	if msg := fmt.Sprintf("restarts from job first checkpoint %d (iteration %d)", lastCkpt/5, lastCkpt); !strings.Contains(stderr, msg) {
 		t.Errorf("stderr does not say %q:\n%s", msg, stderr)
 	}
-	if got := outputValue(t, out, "iterations"); got != fmt.Sprint(wantIters) {
+	if got := testbin.OutputValue(t, out, "iterations"); got != fmt.Sprint(wantIters) {
 		t.Errorf("iterations %s, want %d", got, wantIters)
 	}
-	if got := outputValue(t, out, "maxchange"); got != fmt.Sprintf("%.3e", wantChange) {
+	if got := testbin.OutputValue(t, out, "maxchange"); got != fmt.Sprintf("%.3e", wantChange) {
 		t.Errorf("maxchange %s, want %.3e", got, wantChange)
 	}
-	got := readFloats(t, dump)
+	got := testbin.ReadFloats(t, dump)
 	if len(got) != n {
 		t.Fatalf("dump has %d values, want %d", len(got), n)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 var bin string // directory with the built mpirun and test programs
@@ -22,16 +24,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin = dir
-	build := func(out, pkg string) {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", pkg, err)
+	for out, pkg := range map[string]string{"mpirun": "./cmd/mpirun", "mpicheck": "./internal/e2e/testdata/mpicheck"} {
+		if err := testbin.BuildE(filepath.Join(dir, out), pkg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}
-	build("mpirun", "github.com/mpios/mpios/cmd/mpirun")
-	build("mpicheck", "./testdata/mpicheck")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -1,0 +1,77 @@
+// Package solverkit is what the example solvers (heat2d, jacobi) share and the comparison
+// suite's C programs mirror: the row-block decomposition, result files of raw float64 values,
+// and the hidden test flag that simulates a crashed rank.
+package solverkit
+
+import (
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+)
+
+// BlockRange returns the first global row and the row count of rank r when n rows are split
+// over p ranks as evenly as possible: the first n%p ranks get one extra row.
+func BlockRange(n, p, r int) (start, count int) {
+	base, rem := n/p, n%p
+	count = base
+	if r < rem {
+		count++
+	}
+	return r*base + min(r, rem), count
+}
+
+// BlockCounts returns the row count of every rank (the counts of a Gatherv/Allgatherv).
+func BlockCounts(n, p int) []int {
+	counts := make([]int, p)
+	for r := range counts {
+		_, counts[r] = BlockRange(n, p, r)
+	}
+	return counts
+}
+
+// WriteFloats writes xs to path as raw little-endian float64 values, the format of -dump.
+func WriteFloats(path string, xs []float64) error {
+	buf := make([]byte, 8*len(xs))
+	for i, x := range xs {
+		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(x))
+	}
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		return fmt.Errorf("dump: %w", err)
+	}
+	return nil
+}
+
+// ReadFloats reads a file written by WriteFloats.
+func ReadFloats(path string) ([]float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b)%8 != 0 {
+		return nil, fmt.Errorf("%s: %d bytes is not a whole number of float64", path, len(b))
+	}
+	xs := make([]float64, len(b)/8)
+	for i := range xs {
+		xs[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return xs, nil
+}
+
+// CrashFlag is the test-only flag with which a solver makes one rank exit with status 1 after
+// a given iteration, as if it had died; Usage leaves it out of -help.
+const CrashFlag = "crash-after"
+
+// Usage prints the flags of fs except CrashFlag.
+func Usage(fs *flag.FlagSet) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != CrashFlag {
+			shown.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+	shown.PrintDefaults()
+}

@@ -1,0 +1,85 @@
+// Package testbin builds the project's commands for tests that run them as real processes
+// (mpirun, pcmd, the example solvers) and reads what they print.
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mpios/mpios/internal/solverkit"
+)
+
+// ModuleRoot returns the directory of the module's go.mod.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("not inside a Go module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// Build compiles package pkg (an import path or a path relative to the module root) into out,
+// failing t if it does not build.
+func Build(t testing.TB, out, pkg string) {
+	t.Helper()
+	if err := BuildE(out, pkg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BuildE is Build for TestMain, where there is no testing.TB.
+func BuildE(out, pkg string) error {
+	root, err := ModuleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// OutputValue returns the value of the line "key value" in out, failing t if there is none.
+func OutputValue(t testing.TB, out, key string) string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %q line in output:\n%s", key, out)
+	return ""
+}
+
+// ReadFloats reads a -dump file of raw float64 values, failing t on error.
+func ReadFloats(t testing.TB, path string) []float64 {
+	t.Helper()
+	xs, err := solverkit.ReadFloats(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return xs
+}
+
+// IsolatedEnv returns the environment without MPIOS_ variables, with XDG_RUNTIME_DIR set to
+// runtimeDir, plus extra. A private runtime directory keeps mpirun's job ids apart from those
+// of tests running concurrently.
+func IsolatedEnv(runtimeDir string, extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MPIOS_") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
+			env = append(env, kv)
+		}
+	}
+	return append(append(env, "XDG_RUNTIME_DIR="+runtimeDir), extra...)
+}
