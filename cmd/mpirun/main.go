@@ -26,9 +26,10 @@ const helpText = `mpirun - run an mpios program as N cooperating processes
 
 USAGE:
    mpirun -np N [OPTIONS] PROGRAM [ARGS...]
+   mpirun --nats URL --hosts NODE[:SLOTS],... [-np N] [OPTIONS] PROGRAM [ARGS...]
 
-   Starts N copies ("ranks") of PROGRAM on this machine, numbered 0 to N-1, and
-   waits for all of them. Options must come before PROGRAM: everything after it,
+   Starts N copies ("ranks") of PROGRAM on this machine (or on pcmd nodes, see
+   REMOTE RANKS), numbered 0 to N-1, and waits for all of them. Options must come before PROGRAM: everything after it,
    including arguments that look like options, is passed to every rank verbatim.
 
    PROGRAM is an executable (a path, or a command found in $PATH) or the
@@ -36,7 +37,8 @@ USAGE:
    with "go build" into a temporary directory (removed on exit).
 
 OPTIONS:
-   -np N, -n N          number of ranks to start (required, at least 1)
+   -np N, -n N          number of ranks to start (at least 1; required unless
+                        --hosts or --hostfile give the slots)
    --nats URL           use this NATS server for the job's control plane, e.g.
                         nats://user:pass@host:4222 (credentials are passed on to
                         the ranks). By default mpirun runs a private embedded
@@ -51,7 +53,25 @@ OPTIONS:
                         default. Must be unique among running jobs.
    --bind HOST          address the ranks listen on for their data connections
                         and advertise to each other (default 127.0.0.1)
+   --hosts NODE[:SLOTS],...
+                        run the ranks on these pcmd nodes instead of this machine
+                        (see REMOTE RANKS); needs --nats
+   --hostfile FILE      as --hosts, one NODE[:SLOTS] per line, '#' starts a comment
    -h, --help           show this help
+
+REMOTE RANKS:
+   With --hosts or --hostfile, ranks are placed round-robin on the named nodes,
+   each taking at most SLOTS ranks (default: all its free slots), and started by
+   the "pcmd serve" daemon of each node, which must be registered on the --nats
+   server. -np defaults to the total of the slots. mpirun fails before starting
+   anything if a node is unknown, gone or has too few free slots. Output and exit
+   statuses come back over NATS; a node that stops responding fails its ranks
+   ("node n1 stopped responding"). The ranks listen on their node's --advertise
+   address (--bind is ignored), and PROGRAM's absolute path is run on each node:
+   it must exist at the same path there (shared file system or installed) and
+   match the node's --allow patterns. A package directory is built here, so that
+   only works when the nodes share this machine's temporary directory. Only the
+   MPIOS_* variables of mpirun's environment reach remote ranks.
 
 OUTPUT:
    Each rank's stdout and stderr go to mpirun's stdout and stderr, one whole line
@@ -75,6 +95,8 @@ EXAMPLES:
    mpirun -np 4 --timeout 2m ./solver  give up after two minutes
    mpirun -np 4 --nats nats://127.0.0.1:4222 ./ring
                                        use an already running NATS server
+   mpirun --nats nats://10.0.0.1:4222 --hosts n1:4,n2:4 /opt/mpios/bin/ring
+                                       8 ranks on the pcmd nodes n1 and n2
 `
 
 func main() {
@@ -129,6 +151,8 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.DurationFlag{Name: "rendezvous-timeout", Value: job.DefaultRendezvousTimeout, Usage: "rendezvous deadline"},
 			&cli.StringFlag{Name: "job-id", Usage: "job name"},
 			&cli.StringFlag{Name: "bind", Value: launch.DefaultBind, Usage: "rank listen address"},
+			&cli.StringFlag{Name: "hosts", Usage: "pcmd nodes NODE[:SLOTS],..."},
+			&cli.StringFlag{Name: "hostfile", Usage: "file of NODE[:SLOTS] lines"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &usageError{msg: err.Error()}
@@ -140,6 +164,24 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			if err != nil {
 				return err
 			}
+			hosts, err := hostsOf(c)
+			if err != nil {
+				return err
+			}
+			if hosts != nil {
+				// Placement is decided, and checked against the nodes, before anything starts.
+				remote, err := launch.NewRemote(launch.RemoteConfig{
+					NATSURL: cfg.NATSURL, Hosts: hosts, NP: cfg.NP,
+					Logf: func(format string, args ...any) {
+						fmt.Fprintf(stderr, "mpirun: "+format+"\n", args...)
+					},
+				})
+				if err != nil {
+					return err
+				}
+				defer remote.Close()
+				cfg.NP, cfg.Starter = remote.NP(), remote
+			}
 			cfg.Stdout, cfg.Stderr, cfg.Signals = stdout, stderr, sigs
 			return launch.Run(ctx, cfg)
 		},
@@ -149,11 +191,14 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 // config checks the command line and turns it into a launch.Config.
 func config(c *cli.Context) (launch.Config, error) {
 	var cfg launch.Config
-	if !c.IsSet("np") {
+	remote := c.IsSet("hosts") || c.IsSet("hostfile")
+	switch {
+	case !c.IsSet("np") && !remote:
 		return cfg, &usageError{"missing -np N (the number of ranks)"}
-	}
-	if cfg.NP = c.Int("np"); cfg.NP < 1 {
-		return cfg, &usageError{fmt.Sprintf("-np %d: need at least 1 rank", cfg.NP)}
+	case c.IsSet("np"):
+		if cfg.NP = c.Int("np"); cfg.NP < 1 {
+			return cfg, &usageError{fmt.Sprintf("-np %d: need at least 1 rank", cfg.NP)}
+		}
 	}
 	if c.NArg() == 0 {
 		return cfg, &usageError{"missing PROGRAM"}
@@ -181,4 +226,36 @@ func config(c *cli.Context) (launch.Config, error) {
 		return cfg, &usageError{"--bind: empty host"}
 	}
 	return cfg, nil
+}
+
+// hostsOf reads --hosts or --hostfile; nil means the ranks run on this machine.
+func hostsOf(c *cli.Context) ([]launch.HostSlots, error) {
+	hosts, file := c.String("hosts"), c.String("hostfile")
+	switch {
+	case c.IsSet("hosts") && c.IsSet("hostfile"):
+		return nil, &usageError{"give either --hosts or --hostfile, not both"}
+	case !c.IsSet("hosts") && !c.IsSet("hostfile"):
+		return nil, nil
+	case c.String("nats") == "":
+		// The nodes' pcmd daemons are registered on a NATS server; mpirun's private
+		// embedded one would know none of them.
+		return nil, &usageError{"--hosts and --hostfile need --nats URL, the NATS server the pcmd nodes use"}
+	}
+	if c.IsSet("hosts") {
+		h, err := launch.ParseHosts(hosts)
+		if err != nil {
+			return nil, &usageError{"--hosts: " + strings.TrimPrefix(err.Error(), "launch: ")}
+		}
+		return h, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, &usageError{"--hostfile: " + err.Error()}
+	}
+	defer f.Close()
+	h, err := launch.ParseHostfile(f)
+	if err != nil {
+		return nil, &usageError{fmt.Sprintf("--hostfile %s: %s", file, strings.TrimPrefix(err.Error(), "launch: "))}
+	}
+	return h, nil
 }

@@ -1,0 +1,333 @@
+// Command pcmd is the mpios node daemon: "pcmd serve" runs on every node of a cluster and
+// starts ranks for "mpirun --hosts"; "pcmd status" shows the nodes and their ranks. See
+// "pcmd --help" and docs/pcmd.md; the work is done by internal/pcmd.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/pcmd"
+)
+
+// statusUsage is the exit status for command-line mistakes.
+const statusUsage = 2
+
+const helpText = `pcmd - the mpios node daemon
+
+USAGE:
+   pcmd serve --node NAME --nats URL --allow GLOB [OPTIONS]
+   pcmd status [--json] [--nats URL]
+   pcmd migrate --job JOB --rank R --to NODE [--nats URL]
+   pcmd checkpoint --job JOB [--nats URL]
+
+COMMANDS:
+   serve        run the daemon of this node: register it on NATS (heartbeats),
+                start ranks for "mpirun --hosts", relay their output and exit,
+                stop them on request and when pcmd stops
+   status       list the nodes (alive or gone, slots, load) and the ranks they run
+   migrate      ask a running job to move a rank to another node
+   checkpoint   ask a running job to take a checkpoint now
+
+   "pcmd COMMAND --help" describes each command and its options.
+
+NATS:
+   Every command talks to a NATS server (--nats URL, a comma-separated list for a
+   cluster). Authenticate with credentials in the URL (nats://user:pass@host:4222),
+   --nats-creds FILE, --nats-token T, or --nats-user U --nats-pass P. Tokens and
+   passwords can also come from $PCMD_NATS_TOKEN and $PCMD_NATS_PASS, which other
+   users cannot read in the process list. Without --nats, status, migrate and
+   checkpoint use the server of the newest mpirun running for this user.
+
+EXAMPLES:
+   pcmd serve --node n1 --nats nats://10.0.0.1:4222 --advertise 10.0.0.11 \
+              --allow '/opt/mpios/bin/*' --store /var/lib/mpios/ckpt
+   pcmd status --nats nats://10.0.0.1:4222
+   mpirun --nats nats://10.0.0.1:4222 --hosts n1:4,n2:4 /opt/mpios/bin/heat2d
+`
+
+const serveDescription = `Runs until SIGINT or SIGTERM. Registers the node on NATS: every --heartbeat it
+publishes its name, slots (total and in use), load average, advertise address and
+version on mpios.nodes.heartbeat, and answers on mpios.node.NAME.info. A node that
+misses 3 heartbeats is shown as gone.
+
+Starts ranks on request (mpios.node.NAME.spawn), at most --slots at once, but only
+programs whose absolute, cleaned path matches an --allow pattern: without --allow
+every request is refused. Each rank runs in its own process group under pcmd's
+user and environment plus the job's MPIOS_* variables, with MPIOS_BIND set to
+--advertise and MPIOS_CKPT_DIR to --store. Its output lines and exit status go to
+mpios.job.JOB.rank.R.out and .exit. Ranks die with pcmd; when pcmd is stopped it
+stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Ranks of
+a job whose mpirun stops sending keepalives (it died) are stopped too.`
+
+// natsFlags are the connection options common to all commands.
+func natsFlags(required bool) []cli.Flag {
+	natsUsage := "NATS server `URL`, or comma-separated URLs of a cluster"
+	if !required {
+		natsUsage += " (default: that of the newest running mpirun)"
+	}
+	return []cli.Flag{
+		&cli.StringFlag{Name: "nats", Usage: natsUsage},
+		&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials `FILE` (user JWT and nkey seed)"},
+		&cli.StringFlag{Name: "nats-token", EnvVars: []string{"PCMD_NATS_TOKEN"}, Usage: "NATS authentication `TOKEN`"},
+		&cli.StringFlag{Name: "nats-user", Usage: "NATS `USER` (with --nats-pass)"},
+		&cli.StringFlag{Name: "nats-pass", EnvVars: []string{"PCMD_NATS_PASS"}, Usage: "NATS `PASSWORD` of --nats-user"},
+	}
+}
+
+func natsOptions(c *cli.Context, url string) pcmd.NATSOptions {
+	return pcmd.NATSOptions{
+		URL: url, CredsFile: c.String("nats-creds"), Token: c.String("nats-token"),
+		User: c.String("nats-user"), Password: c.String("nats-pass"),
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := runMain(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is a command-line mistake: reported in one line, exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// exitError carries an exit status for an outcome already reported.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// runMain is pcmd with its process environment made explicit. It returns the exit status.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := newApp(ctx, stdout, stderr).Run(args)
+	var (
+		ue *usageError
+		ee *exitError
+	)
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "pcmd: %v (see pcmd --help)\n", ue)
+		return statusUsage
+	default:
+		msg, _ := strings.CutPrefix(err.Error(), "pcmd: ")
+		fmt.Fprintf(stderr, "pcmd: %s\n", msg)
+		return 1
+	}
+}
+
+func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
+	onUsage := func(_ *cli.Context, err error, _ bool) error { return &usageError{msg: err.Error()} }
+	return &cli.App{
+		Name:                      "pcmd",
+		Usage:                     "the mpios node daemon",
+		HideHelpCommand:           true,
+		HideVersion:               true,
+		CustomAppHelpTemplate:     helpText,
+		Writer:                    stdout,
+		ErrWriter:                 stderr,
+		DisableSliceFlagSeparator: true, // an --allow pattern may contain a comma
+		OnUsageError:              onUsage,
+		ExitErrHandler:            func(*cli.Context, error) {},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return &usageError{fmt.Sprintf("unknown command %q", c.Args().First())}
+			}
+			return &usageError{"missing command"}
+		},
+		Commands: []*cli.Command{
+			{
+				Name:        "serve",
+				Usage:       "run the node daemon",
+				UsageText:   "pcmd serve --node NAME --nats URL --allow GLOB [--allow GLOB]... [OPTIONS]",
+				Description: serveDescription,
+				Flags: append([]cli.Flag{
+					&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "node `NAME` (letters, digits, '-', '_'), unique on the NATS server"},
+					&cli.StringSliceFlag{Name: "allow", Usage: "run programs whose absolute path matches `GLOB` ('*' does not match '/'; repeat for more)"},
+					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once"},
+					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
+					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
+					&cli.DurationFlag{Name: "heartbeat", Value: pcmd.DefaultHeartbeat, Usage: "send a heartbeat every `DURATION`; the node is gone after 3 missed beats"},
+					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
+				}, natsFlags(true)...),
+				OnUsageError: onUsage,
+				Action: func(c *cli.Context) error {
+					if c.NArg() > 0 {
+						return &usageError{fmt.Sprintf("serve: unexpected argument %q", c.Args().First())}
+					}
+					if c.String("nats") == "" {
+						return &usageError{"serve: missing --nats URL"}
+					}
+					cfg := pcmd.Config{
+						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
+						Allow: c.StringSlice("allow"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
+						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
+					}
+					if cfg.Slots < 1 {
+						return &usageError{fmt.Sprintf("--slots %d: want at least 1", cfg.Slots)}
+					}
+					if cfg.Heartbeat <= 0 || cfg.KillGrace <= 0 {
+						return &usageError{"--heartbeat and --kill-grace must be positive"}
+					}
+					if err := cfg.NATS.Validate(); err != nil {
+						return &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}
+					}
+					return pcmd.Serve(ctx, cfg)
+				},
+			},
+			{
+				Name:      "status",
+				Usage:     "show the nodes and the ranks they run",
+				UsageText: "pcmd status [--json] [--nats URL] [--wait DURATION]",
+				Description: `Asks every pcmd on the NATS server (mpios.nodes.discover) for itself and the
+peers it hears, and prints each node: alive or gone (no heartbeat for 3 periods),
+slots in use and total, load average, age of the last heartbeat, advertise
+address, pid and version; then every rank of the alive nodes: job, rank, node,
+pid. Without --nats it uses the NATS server of the newest running mpirun of this
+user (found in its job record) and says which one.`,
+				Flags: append([]cli.Flag{
+					&cli.BoolFlag{Name: "json", Usage: "print JSON instead of tables"},
+					&cli.DurationFlag{Name: "wait", Value: 500 * time.Millisecond, Usage: "collect the nodes' answers for `DURATION`"},
+				}, natsFlags(false)...),
+				OnUsageError: onUsage,
+				Action: func(c *cli.Context) error {
+					nc, err := clientConn(c, stderr)
+					if err != nil {
+						return err
+					}
+					defer nc.Close()
+					st, err := pcmd.DiscoverStatus(nc, c.Duration("wait"))
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return st.WriteJSON(stdout)
+					}
+					return st.WriteText(stdout)
+				},
+			},
+			controlCommand(stderr, stdout, job.ControlMigrate, onUsage),
+			controlCommand(stderr, stdout, job.ControlCheckpoint, onUsage),
+		},
+	}
+}
+
+// controlCommand builds "pcmd migrate" or "pcmd checkpoint".
+func controlCommand(stderr, stdout io.Writer, kind job.ControlKind, onUsage cli.OnUsageErrorFunc) *cli.Command {
+	cmd := &cli.Command{
+		Name:         string(kind),
+		OnUsageError: onUsage,
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "job", Usage: "`ID` of the running job (as printed by mpirun)"},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "wait `DURATION` for the job's reply"},
+		}, natsFlags(false)...),
+	}
+	const note = `
+
+The request is a msgpack job.ControlRequest on mpios.job.JOB.ctl; the job's ranks
+answer with a job.ControlReply, which is printed. The ranks do not handle these
+requests yet: until they do, the command reports that nobody answers. Exit status
+0 if the job accepted the request, 1 otherwise.`
+	switch kind {
+	case job.ControlMigrate:
+		cmd.Usage = "ask a running job to move a rank to another node"
+		cmd.UsageText = "pcmd migrate --job JOB --rank R --to NODE [--nats URL] [--timeout DURATION]"
+		cmd.Description = "Asks job JOB to move rank R to pcmd node NODE at its next reconfiguration point:\n" +
+			"the rank checkpoints, a successor starts on NODE and loads its state." + note
+		cmd.Flags = append(cmd.Flags,
+			&cli.IntFlag{Name: "rank", Value: -1, Usage: "the rank `R` to move"},
+			&cli.StringFlag{Name: "to", Usage: "the target `NODE`"})
+	case job.ControlCheckpoint:
+		cmd.Usage = "ask a running job to take a checkpoint now"
+		cmd.UsageText = "pcmd checkpoint --job JOB [--nats URL] [--timeout DURATION]"
+		cmd.Description = "Asks job JOB to take a coordinated checkpoint at its next agreement point\n" +
+			"(the job must run with on-demand checkpointing, MPIOS_CKPT_EVERY set)." + note
+	}
+	cmd.Action = func(c *cli.Context) error {
+		required := []string{"job"}
+		if kind == job.ControlMigrate {
+			required = append(required, "rank", "to")
+		}
+		for _, f := range required {
+			if !c.IsSet(f) {
+				return &usageError{fmt.Sprintf("%s: missing --%s", kind, f)}
+			}
+		}
+		req := job.ControlRequest{Kind: kind}
+		if kind == job.ControlMigrate {
+			req.Rank, req.To = c.Int("rank"), c.String("to")
+		}
+		if err := job.ValidateID(c.String("job")); err != nil {
+			return &usageError{"--job: " + strings.TrimPrefix(err.Error(), "job: ")}
+		}
+		if err := req.Validate(); err != nil {
+			return &usageError{strings.TrimPrefix(err.Error(), "job: ")}
+		}
+		nc, err := clientConn(c, stderr)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		rep, err := pcmd.Control(nc, c.String("job"), req, c.Duration("timeout"))
+		if err != nil {
+			return err
+		}
+		switch {
+		case rep.OK:
+			fmt.Fprintf(stdout, "job %s accepted the %s request: %s\n", c.String("job"), kind, rep.Message)
+			return nil
+		default:
+			fmt.Fprintf(stderr, "pcmd: job %s refused the %s request: %s\n", c.String("job"), kind, rep.Error)
+			return &exitError{1}
+		}
+	}
+	return cmd
+}
+
+// clientConn connects to --nats, or to the server of the newest running mpirun.
+func clientConn(c *cli.Context, stderr io.Writer) (*nats.Conn, error) {
+	url := c.String("nats")
+	if url == "" {
+		rec, path, err := pcmd.NewestRecord(launch.RuntimeDir())
+		if err != nil {
+			return nil, &usageError{"no --nats URL given and " + strings.TrimPrefix(err.Error(), "pcmd: ")}
+		}
+		url = rec.NATSURL
+		fmt.Fprintf(stderr, "pcmd: using NATS %s of mpirun job %s (pid %d, record %s)\n",
+			launch.RedactURL(url), rec.JobID, rec.PID, path)
+	}
+	opts := natsOptions(c, url)
+	opts.Name = "pcmd " + c.Command.Name
+	if err := opts.Validate(); err != nil {
+		return nil, &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}
+	}
+	return opts.Connect(nil, nil)
+}
+
+// shortHostname is the default node name: the host name up to its first dot.
+func shortHostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	h, _, _ = strings.Cut(h, ".")
+	return h
+}

@@ -1,0 +1,616 @@
+package pcmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/launch"
+)
+
+func testServer(t *testing.T) string {
+	t.Helper()
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv.ClientURL()
+}
+
+// syncBuffer collects a node's log.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type node struct {
+	cfg    Config
+	log    *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// startNode runs Serve in the background and waits until the node answers.
+func startNode(t *testing.T, nc *nats.Conn, cfg Config) *node {
+	t.Helper()
+	n := &node{cfg: cfg, log: &syncBuffer{}, done: make(chan error, 1)}
+	if n.cfg.Heartbeat == 0 {
+		n.cfg.Heartbeat = 50 * time.Millisecond
+	}
+	if n.cfg.KillGrace == 0 {
+		n.cfg.KillGrace = 500 * time.Millisecond
+	}
+	n.cfg.Log = log.New(n.log, "", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { n.done <- Serve(ctx, n.cfg) }()
+	t.Cleanup(func() {
+		if err := n.stop(t); err != nil {
+			t.Errorf("node %s: %v", cfg.Node, err)
+		}
+		if t.Failed() {
+			t.Logf("log of node %s:\n%s", cfg.Node, n.log)
+		}
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := nc.Request(job.NodeInfoSubject(cfg.Node), nil, time.Second); err == nil {
+			return n
+		}
+		select {
+		case err := <-n.done:
+			n.done <- err
+			t.Fatalf("Serve: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("node %s did not come up", cfg.Node)
+	return nil
+}
+
+// stop cancels Serve and returns its result; later calls return the same.
+func (n *node) stop(t *testing.T) error {
+	n.once.Do(func() {
+		n.cancel()
+		select {
+		case n.err = <-n.done:
+		case <-time.After(10 * time.Second):
+			n.err = fmt.Errorf("Serve of %s did not return after cancel", n.cfg.Node)
+		}
+	})
+	return n.err
+}
+
+func connect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// rankScript writes the test rank program into a new directory and returns both.
+func rankScript(t *testing.T) (dir, path string) {
+	dir = t.TempDir()
+	path = filepath.Join(dir, "rank.sh")
+	script := `#!/bin/sh
+case "$1" in
+out) echo "bind=$MPIOS_BIND node=$MPIOS_NODE ckpt=$MPIOS_CKPT_DIR job=$MPIOS_JOB_ID pwd=$(pwd)"; echo "to stderr" >&2; exit 3;;
+sleep) exec sleep 30;;
+esac
+`
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir, path
+}
+
+func spawnRaw(t *testing.T, nc *nats.Conn, node string, data []byte) job.SpawnReply {
+	t.Helper()
+	m, err := nc.Request(job.NodeSpawnSubject(node), data, 5*time.Second)
+	if err != nil {
+		t.Fatalf("spawn request: %v", err)
+	}
+	var rep job.SpawnReply
+	if err := job.Decode(m.Data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func spawn(t *testing.T, nc *nats.Conn, node string, req job.SpawnRequest) job.SpawnReply {
+	t.Helper()
+	data, err := job.Encode(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spawnRaw(t, nc, node, data)
+}
+
+// watchRank subscribes to a rank's output and exit before it is spawned.
+func watchRank(t *testing.T, nc *nats.Conn, jobID string, rank int) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.SubscribeSync(job.RankSubjects(jobID, rank))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// waitExit reads a rank's messages up to its exit and returns the output lines and the exit.
+func waitExit(t *testing.T, sub *nats.Subscription, limit time.Duration) ([]string, job.RankExit) {
+	t.Helper()
+	var lines []string
+	deadline := time.Now().Add(limit)
+	for {
+		m, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("no exit message on %s within %v (lines %q): %v", sub.Subject, limit, lines, err)
+		}
+		if strings.HasSuffix(m.Subject, ".exit") {
+			var e job.RankExit
+			if err := job.Decode(m.Data, &e); err != nil {
+				t.Fatal(err)
+			}
+			return lines, e
+		}
+		var o job.RankOutput
+		if err := job.Decode(m.Data, &o); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, fmt.Sprintf("%d:%s", o.Stream, o.Line))
+	}
+}
+
+func info(t *testing.T, nc *nats.Conn, node string) job.NodeInfo {
+	t.Helper()
+	m, err := nc.Request(job.NodeInfoSubject(node), nil, 2*time.Second)
+	if err != nil {
+		t.Fatalf("node %s info: %v", node, err)
+	}
+	var ni job.NodeInfo
+	if err := job.Decode(m.Data, &ni); err != nil {
+		t.Fatal(err)
+	}
+	if err := ni.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return ni
+}
+
+func TestSpawnOutputExitAndEnv(t *testing.T) {
+	t.Parallel()
+	url := testServer(t)
+	nc := connect(t, url)
+	dir, prog := rankScript(t)
+	store := filepath.Join(t.TempDir(), "store")
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"},
+		Slots: 2, Advertise: "127.0.0.2", Store: store})
+	sub := watchRank(t, nc, "j1", 0)
+	rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j1", Rank: 0, Path: prog, Args: []string{"out"}, Dir: dir,
+		Env: []string{"MPIOS_JOB_ID=j1", "MPIOS_RANK=0", "MPIOS_BIND=10.9.9.9", "MPIOS_NODE=fake", "MPIOS_CKPT_DIR=/elsewhere"}})
+	if rep.Error != "" || rep.PID <= 0 || rep.Node != "n1" {
+		t.Fatalf("spawn reply %+v", rep)
+	}
+	lines, exit := waitExit(t, sub, 5*time.Second)
+	out := fmt.Sprintf("1:bind=127.0.0.2 node=n1 ckpt=%s job=j1 pwd=%s", store, dir)
+	if len(lines) != 2 || !strings.Contains(strings.Join(lines, "\n"), out) || !strings.Contains(strings.Join(lines, "\n"), "2:to stderr") {
+		t.Errorf("output %q, want %q and a stderr line", lines, out)
+	}
+	if exit.Code != 3 || exit.Signal != 0 || exit.Sent != 2 || exit.Error != "" {
+		t.Errorf("exit %+v, want code 3 after 2 messages", exit)
+	}
+	if fi, err := os.Stat(store); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("store not created 0700: %v %v", fi, err)
+	}
+}
+
+func TestSpawnRefusals(t *testing.T) {
+	t.Parallel()
+	url := testServer(t)
+	nc := connect(t, url)
+	dir, prog := rankScript(t)
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
+	startNode(t, nc, Config{Node: "closed", NATS: NATSOptions{URL: url}, Slots: 2})
+	trick := dir + strings.Repeat("/..", strings.Count(dir, "/")) + "/bin/sh"
+	ok := job.SpawnRequest{Job: "j", Rank: 0, Path: prog}
+	with := func(f func(*job.SpawnRequest)) job.SpawnRequest { r := ok; f(&r); return r }
+	cases := []struct {
+		name string
+		node string
+		req  any // job.SpawnRequest or raw bytes
+		code job.SpawnRefusal
+		msg  string
+	}{
+		{"garbage", "n1", []byte("\xc1\xff\x00garbage"), job.RefuseInvalid, "pcmd: node n1 rejects a malformed spawn request"},
+		{"wrong type", "n1", []byte("\xa5hello"), job.RefuseInvalid, "malformed"},
+		{"not allowed", "n1", with(func(r *job.SpawnRequest) { r.Path = "/bin/sh" }), job.RefuseNotAllowed,
+			"pcmd: node n1 refuses to run /bin/sh: not allowed by --allow"},
+		{"dot-dot", "n1", with(func(r *job.SpawnRequest) { r.Path = trick }), job.RefuseNotAllowed,
+			"refuses to run /bin/sh (given as " + trick + "): not allowed by --allow"},
+		{"relative", "n1", with(func(r *job.SpawnRequest) { r.Path = "../../bin/sh" }), job.RefuseNotAllowed,
+			"refuses to run ../../bin/sh: not an absolute path"},
+		{"no allow", "closed", ok, job.RefuseNotAllowed, "pcmd: node closed refuses to run " + prog + ": no --allow given"},
+		{"LD_PRELOAD", "n1", with(func(r *job.SpawnRequest) { r.Env = []string{"LD_PRELOAD=/tmp/x.so"} }), job.RefuseInvalid,
+			"only MPIOS_* variables"},
+		{"env mismatch", "n1", with(func(r *job.SpawnRequest) { r.Env = []string{"MPIOS_JOB_ID=other"} }), job.RefuseInvalid,
+			"MPIOS_JOB_ID is \"other\""},
+		{"missing program", "n1", with(func(r *job.SpawnRequest) { r.Path = dir + "/missing" }), job.RefuseFailed,
+			"no such file on this node"},
+		{"not executable", "n1", with(func(r *job.SpawnRequest) { r.Path = dir }), job.RefuseNotAllowed, "not allowed"},
+		{"bad dir", "n1", with(func(r *job.SpawnRequest) { r.Dir = "/nonexistent" }), job.RefuseInvalid, "not an existing absolute directory"},
+		{"foreign subject", "n1", with(func(r *job.SpawnRequest) { r.Out = "mpios.job.other.hello" }), job.RefuseInvalid, "reply subject"},
+		{"wildcard subject", "n1", with(func(r *job.SpawnRequest) { r.Exit = "mpios.job.j.>" }), job.RefuseInvalid, "reply subject"},
+		{"bad job id", "n1", with(func(r *job.SpawnRequest) { r.Job = "a.b" }), job.RefuseInvalid, "invalid spawn request"},
+		{"negative rank", "n1", with(func(r *job.SpawnRequest) { r.Rank = -1 }), job.RefuseInvalid, "negative"},
+	}
+	for _, c := range cases {
+		var rep job.SpawnReply
+		if raw, isRaw := c.req.([]byte); isRaw {
+			rep = spawnRaw(t, nc, c.node, raw)
+		} else {
+			rep = spawn(t, nc, c.node, c.req.(job.SpawnRequest))
+		}
+		if rep.Refusal != c.code || !strings.Contains(rep.Error, c.msg) || rep.PID != 0 {
+			t.Errorf("%s: reply %+v, want refusal %q with %q", c.name, rep, c.code, c.msg)
+		}
+	}
+	// A request without a reply subject is dropped, and nothing above crashed the node.
+	if err := nc.Publish(job.NodeSpawnSubject("n1"), []byte("junk")); err != nil {
+		t.Fatal(err)
+	}
+	if ni := info(t, nc, "n1"); ni.Used != 0 {
+		t.Errorf("refused requests hold %d slots", ni.Used)
+	}
+}
+
+func TestSlotsDuplicatesAndSignals(t *testing.T) {
+	t.Parallel()
+	url := testServer(t)
+	nc := connect(t, url)
+	dir, prog := rankScript(t)
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
+	sleeper := func(rank int) job.SpawnRequest {
+		return job.SpawnRequest{Job: "j2", Rank: rank, Path: prog, Args: []string{"sleep"}}
+	}
+	sub0 := watchRank(t, nc, "j2", 0)
+	sub1 := watchRank(t, nc, "j2", 1)
+	rep0 := spawn(t, nc, "n1", sleeper(0))
+	if rep0.Error != "" {
+		t.Fatal(rep0.Error)
+	}
+	if rep := spawn(t, nc, "n1", sleeper(0)); rep.Refusal != job.RefuseDuplicate ||
+		!strings.Contains(rep.Error, fmt.Sprintf("already runs rank 0 of job j2 (pid %d)", rep0.PID)) {
+		t.Errorf("duplicate: %+v", rep)
+	}
+	if rep := spawn(t, nc, "n1", sleeper(1)); rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	if rep := spawn(t, nc, "n1", sleeper(2)); rep.Refusal != job.RefuseNoSlot || !strings.Contains(rep.Error, "no free slot for rank 2 of job j2 (2 of 2 in use)") {
+		t.Errorf("over the slots: %+v", rep)
+	}
+	ni := info(t, nc, "n1")
+	if ni.Used != 2 || len(ni.Ranks) != 2 || ni.Ranks[0].PID != rep0.PID || ni.Ranks[1].Rank != 1 {
+		t.Errorf("info %+v, want 2 ranks", ni)
+	}
+
+	signal := func(data []byte) job.SignalReply {
+		m, err := nc.Request(job.NodeSignalSubject("n1"), data, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep job.SignalReply
+		if err := job.Decode(m.Data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	enc := func(r job.SignalRequest) []byte { b, _ := job.Encode(r); return b }
+	if rep := signal([]byte{0xc1}); !strings.Contains(rep.Error, "malformed signal request") {
+		t.Errorf("garbage signal: %+v", rep)
+	}
+	if rep := signal(enc(job.SignalRequest{Job: "j2", Rank: 0, Signal: 0})); !strings.Contains(rep.Error, "not a signal") {
+		t.Errorf("signal 0: %+v", rep)
+	}
+	if rep := signal(enc(job.SignalRequest{Job: "j2", Rank: 7, Signal: 15})); !rep.NotFound {
+		t.Errorf("unknown rank: %+v", rep)
+	}
+	if rep := signal(enc(job.SignalRequest{Job: "j2", Rank: 0, Signal: int(syscall.SIGTERM)})); rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	if _, e := waitExit(t, sub0, 5*time.Second); e.Signal != int(syscall.SIGTERM) || e.Code != -1 {
+		t.Errorf("rank 0 exit %+v, want SIGTERM", e)
+	}
+	if rep := signal(enc(job.SignalRequest{Job: "j2", Rank: 1, Signal: int(syscall.SIGKILL)})); rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	if _, e := waitExit(t, sub1, 5*time.Second); e.Signal != int(syscall.SIGKILL) {
+		t.Errorf("rank 1 exit %+v, want SIGKILL", e)
+	}
+	// The slots are free again (the exit is published just before the slot is released).
+	deadline := time.Now().Add(2 * time.Second)
+	for info(t, nc, "n1").Used != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rep := spawn(t, nc, "n1", sleeper(0)); rep.Error != "" {
+		t.Errorf("respawn after exit: %v", rep.Error)
+	}
+}
+
+// TestKeepAliveLease: ranks of a launcher that stopped sending keepalives are stopped;
+// those of a live one are not.
+func TestKeepAliveLease(t *testing.T) {
+	t.Parallel()
+	url := testServer(t)
+	nc := connect(t, url)
+	dir, prog := rankScript(t)
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
+	deadSub := watchRank(t, nc, "dead", 0)
+	liveSub := watchRank(t, nc, "live", 0)
+	for _, id := range []string{"dead", "live"} {
+		if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: id, Rank: 0, Path: prog, Args: []string{"sleep"},
+			KeepAlive: 300 * time.Millisecond}); rep.Error != "" {
+			t.Fatal(rep.Error)
+		}
+	}
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				_ = nc.Publish(job.KeepAliveSubject("live"), nil)
+			}
+		}
+	}()
+	_, e := waitExit(t, deadSub, 5*time.Second)
+	if e.Signal != int(syscall.SIGTERM) || !strings.Contains(e.Reason, "no keepalive from the launcher of job dead") {
+		t.Errorf("exit %+v, want SIGTERM for lack of keepalive", e)
+	}
+	time.Sleep(500 * time.Millisecond)
+	ni := info(t, nc, "n1")
+	close(stop)
+	if len(ni.Ranks) != 1 || ni.Ranks[0].Job != "live" {
+		t.Errorf("ranks %+v, want the live job's rank still running", ni.Ranks)
+	}
+	if _, e := waitExit(t, liveSub, 5*time.Second); e.Signal == 0 {
+		t.Errorf("live job's rank %+v, want it stopped once its keepalives stop", e)
+	}
+}
+
+func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
+	t.Parallel()
+	url := testServer(t)
+	nc := connect(t, url)
+	dir, prog := rankScript(t)
+	n := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 1})
+	beats, err := nc.SubscribeSync(job.NodesHeartbeatSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := watchRank(t, nc, "j", 0)
+	rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 0, Path: prog, Args: []string{"sleep"}})
+	if rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	if err := n.stop(t); err != nil {
+		t.Fatalf("Serve after cancel: %v", err)
+	}
+	_, e := waitExit(t, sub, time.Second)
+	if e.Signal != int(syscall.SIGTERM) || !strings.Contains(e.Reason, "pcmd on node n1 is shutting down") {
+		t.Errorf("exit %+v", e)
+	}
+	if err := syscall.Kill(rep.PID, 0); err == nil {
+		t.Errorf("rank pid %d survived pcmd", rep.PID)
+	}
+	leaving := false
+	for !leaving {
+		m, err := beats.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal("no leaving heartbeat")
+		}
+		var ni job.NodeInfo
+		leaving = job.Decode(m.Data, &ni) == nil && ni.Leaving
+	}
+	if _, err := nc.Request(job.NodeInfoSubject("n1"), nil, time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("stopped node still listens: %v", err)
+	}
+}
+
+func TestNodeNameInUse(t *testing.T) {
+	t.Parallel()
+	url := testServer(t)
+	nc := connect(t, url)
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}})
+	err := Serve(context.Background(), Config{Node: "n1", NATS: NATSOptions{URL: url}, Log: log.New(&syncBuffer{}, "", 0)})
+	if !errors.Is(err, ErrNodeNameInUse) || !strings.Contains(err.Error(), "node n1 is already served by pcmd pid") {
+		t.Errorf("second pcmd for n1: %v", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	cases := map[string]Config{
+		"node name":                        {Node: "a.b"},
+		"want a pattern of absolute paths": {Node: "n", Allow: []string{"bin/*"}},
+		"syntax error in pattern":          {Node: "n", Allow: []string{"/bin/["}},
+		"slots: want 1 to":                 {Node: "n", Slots: job.MaxSlots + 1},
+		"advertise address":                {Node: "n", Advertise: "a b"},
+		"heartbeat 1ns":                    {Node: "n", Heartbeat: time.Nanosecond},
+		"no NATS URL":                      {Node: "n"},
+		"give only one of":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", Token: "t", User: "u", Password: "p"}},
+		"needs a password":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", User: "u"}},
+	}
+	for want, cfg := range cases {
+		if err := Serve(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Serve error %v, want one containing %q", err, want)
+		}
+	}
+}
+
+func TestDiscoverStatus(t *testing.T) {
+	t.Parallel()
+	url := testServer(t)
+	nc := connect(t, url)
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Slots: 3})
+	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, Slots: 1})
+	time.Sleep(150 * time.Millisecond) // a few heartbeats: the nodes know each other
+	st, err := DiscoverStatus(nc, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Nodes) != 2 || st.Nodes[0].Name != "n1" || st.Nodes[0].Slots != 3 || st.Nodes[1].State != StateAlive {
+		t.Errorf("status %+v", st)
+	}
+	var text bytes.Buffer
+	if err := st.WriteText(&text); err != nil || !strings.Contains(text.String(), "n2    alive  0/1") {
+		t.Errorf("text status:\n%s", text.String())
+	}
+	if err := n2.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	st, err = DiscoverStatus(nc, 200*time.Millisecond)
+	if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Name != "n1" {
+		t.Errorf("after n2 deregistered: %+v, %v", st, err)
+	}
+}
+
+func TestCollectGone(t *testing.T) {
+	t.Parallel()
+	beat := time.Second
+	n2 := job.NodeInfo{Name: "n2", Slots: 2, Used: 1, Interval: beat, Ranks: []job.RankInfo{{Job: "j", Rank: 1, PID: 9}}}
+	views := []job.NodeView{
+		{Self: job.NodeInfo{Name: "n1", Slots: 2, Interval: beat}, Peers: []job.PeerInfo{{Info: n2, Age: 10 * time.Second}}},
+		{Self: job.NodeInfo{Name: "n3", Slots: 2, Interval: beat}, Peers: []job.PeerInfo{{Info: n2, Age: 4 * time.Second}}},
+	}
+	st := Collect(views)
+	if len(st.Nodes) != 3 || st.Nodes[1].Name != "n2" || st.Nodes[1].State != StateGone || st.Nodes[1].LastBeat != 4 {
+		t.Errorf("nodes %+v, want n2 gone since 4s", st.Nodes)
+	}
+	if len(st.Ranks) != 0 {
+		t.Errorf("ranks of a gone node are listed: %+v", st.Ranks)
+	}
+	views[1].Peers[0].Age = 2 * time.Second // within 3 beats: alive
+	if st := Collect(views); st.Nodes[1].State != StateAlive || len(st.Ranks) != 1 || st.Ranks[0].Node != "n2" {
+		t.Errorf("n2 heard 2s ago: %+v", st)
+	}
+}
+
+func TestAllowed(t *testing.T) {
+	t.Parallel()
+	pats := []string{"/opt/mpios/bin/*", "/home/*/mpios/heat2d"}
+	cases := map[string]bool{
+		"/opt/mpios/bin/heat2d":                true,
+		"/opt/mpios/bin/sub/heat2d":            false, // '*' does not cross '/'
+		"/opt/mpios/bin/../../../bin/sh":       false,
+		"/opt/mpios/bin/./heat2d":              true,
+		"opt/mpios/bin/heat2d":                 false,
+		"../../opt/mpios/bin/heat2d":           false,
+		"/home/ann/mpios/heat2d":               true,
+		"/home/ann/../../bin/sh":               false,
+		"/opt/mpios/bin/heat2d\x00/../../bash": false,
+	}
+	for path, want := range cases {
+		if got := Allowed(pats, path); got != want {
+			t.Errorf("Allowed(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func ExampleAllowed() {
+	allow := []string{"/opt/mpios/bin/*"}
+	fmt.Println(Allowed(allow, "/opt/mpios/bin/heat2d"))
+	fmt.Println(Allowed(allow, "/opt/mpios/bin/../../../bin/sh")) // cleaned to /bin/sh
+	fmt.Println(Allowed(allow, "../../bin/sh"))                   // relative: never
+	// Output:
+	// true
+	// false
+	// false
+}
+
+func TestNewestRecord(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	now := time.Now()
+	write := func(id string, pid int, started time.Time) {
+		b, _ := json.Marshal(launch.Record{JobID: id, NATSURL: "nats://" + id, PID: pid, Started: started})
+		if err := os.WriteFile(launch.RecordPath(dir, id), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("old", os.Getpid(), now.Add(-time.Hour))
+	write("new", os.Getpid(), now)
+	write("dead", 1<<22+12345, now.Add(time.Hour)) // newest, but its mpirun is gone
+	if err := os.WriteFile(filepath.Join(dir, "broken.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec, path, err := NewestRecord(dir)
+	if err != nil || rec.JobID != "new" || path != launch.RecordPath(dir, "new") {
+		t.Errorf("NewestRecord = %+v, %q, %v; want job new", rec, path, err)
+	}
+	if _, _, err := NewestRecord(t.TempDir()); !errors.Is(err, ErrNoRecord) {
+		t.Errorf("empty dir: %v, want ErrNoRecord", err)
+	}
+}
+
+func TestControl(t *testing.T) {
+	t.Parallel()
+	url := testServer(t)
+	nc := connect(t, url)
+	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: "n2"}
+	if _, err := Control(nc, "j", req, time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {
+		t.Errorf("no responder: %v", err)
+	}
+	if _, err := Control(nc, "j", job.ControlRequest{Kind: "explode"}, time.Second); err == nil {
+		t.Error("an invalid kind was sent")
+	}
+	// Stand in for the rank side, which is still to be written.
+	var got job.ControlRequest
+	if _, err := nc.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
+		_ = job.Decode(m.Data, &got)
+		b, _ := job.Encode(job.ControlReply{OK: true, Message: "migrating at iteration 12"})
+		_ = m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Control(nc, "j", req, 2*time.Second)
+	if err != nil || !rep.OK || rep.Message != "migrating at iteration 12" || got != req {
+		t.Errorf("Control = %+v, %v; request seen %+v", rep, err, got)
+	}
+}
