@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -57,6 +59,13 @@ OPTIONS:
                         run the ranks on these pcmd nodes instead of this machine
                         (see REMOTE RANKS); needs --nats
    --hostfile FILE      as --hosts, one NODE[:SLOTS] per line, '#' starts a comment
+   --ckpt-every K       checkpoint the registered state of every rank (package pcm)
+                        every K iterations; 0 takes checkpoints only on request
+   --ckpt-dir DIR       where checkpoints are stored (default: the MPIOS_CKPT_DIR
+                        of the environment, else ~/.local/state/mpios/ckpt)
+   --restart JOB        resume from the newest complete checkpoint of job JOB
+                        (same number of ranks; falls back to an older checkpoint
+                        if the newest is damaged, and says so)
    -h, --help           show this help
 
 REMOTE RANKS:
@@ -153,6 +162,9 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.StringFlag{Name: "bind", Value: launch.DefaultBind, Usage: "rank listen address"},
 			&cli.StringFlag{Name: "hosts", Usage: "pcmd nodes NODE[:SLOTS],..."},
 			&cli.StringFlag{Name: "hostfile", Usage: "file of NODE[:SLOTS] lines"},
+			&cli.IntFlag{Name: "ckpt-every", Usage: "checkpoint every K iterations"},
+			&cli.StringFlag{Name: "ckpt-dir", Usage: "checkpoint store directory"},
+			&cli.StringFlag{Name: "restart", Usage: "job id to restart from"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &usageError{msg: err.Error()}
@@ -224,6 +236,32 @@ func config(c *cli.Context) (launch.Config, error) {
 	}
 	if cfg.Bind = c.String("bind"); cfg.Bind == "" {
 		return cfg, &usageError{"--bind: empty host"}
+	}
+	// Checkpoint options reach the ranks' pcm through its environment contract; set here they
+	// override the same variables inherited from mpirun's environment.
+	var ckptEnv []string
+	if c.IsSet("ckpt-every") {
+		if k := c.Int("ckpt-every"); k < 0 {
+			return cfg, &usageError{fmt.Sprintf("--ckpt-every %d: want K >= 0", k)}
+		}
+		ckptEnv = append(ckptEnv, job.EnvCkptEvery+"="+strconv.Itoa(c.Int("ckpt-every")))
+	}
+	if c.IsSet("ckpt-dir") {
+		dir, err := filepath.Abs(c.String("ckpt-dir"))
+		if err != nil || c.String("ckpt-dir") == "" {
+			return cfg, &usageError{"--ckpt-dir: want a directory"}
+		}
+		ckptEnv = append(ckptEnv, job.EnvCkptDir+"="+dir)
+	}
+	if c.IsSet("restart") {
+		if err := job.ValidateID(c.String("restart")); err != nil {
+			msg, _ := strings.CutPrefix(err.Error(), "job: ")
+			return cfg, &usageError{"--restart: " + msg}
+		}
+		ckptEnv = append(ckptEnv, job.EnvRestart+"="+c.String("restart"))
+	}
+	if ckptEnv != nil {
+		cfg.Env = append(os.Environ(), ckptEnv...)
 	}
 	return cfg, nil
 }

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin = dir
-	for out, pkg := range map[string]string{"mpirun": "./cmd/mpirun", "mpicheck": "./internal/e2e/testdata/mpicheck"} {
+	for out, pkg := range map[string]string{"mpirun": "./cmd/mpirun", "mpicheck": "./internal/e2e/testdata/mpicheck", "heat2d": "./heat2d"} {
 		if err := testbin.BuildE(filepath.Join(dir, out), pkg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -166,5 +166,60 @@ func TestExternalNATSServer(t *testing.T) {
 	}
 	if strings.Contains(res.stderr, "s3cret") {
 		t.Errorf("mpirun printed the NATS password:\n%s", res.stderr)
+	}
+}
+
+// TestCheckpointFlagsRestartBitwise drives checkpoint and restart through mpirun's own flags:
+// a job that dies after a checkpoint, restarted with --restart, ends bitwise identical to an
+// undisturbed run.
+func TestCheckpointFlagsRestartBitwise(t *testing.T) {
+	dir := t.TempDir()
+	rt := t.TempDir()
+	env := testbin.IsolatedEnv(rt)
+	run := func(args ...string) result {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, prog("mpirun"), args...)
+		cmd.Env = env
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		res := result{stdout: out.String(), stderr: errb.String()}
+		if ee, ok := err.(*exec.ExitError); ok {
+			res.code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	undisturbed := filepath.Join(dir, "a")
+	if res := run("-np", "3", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", undisturbed); res.code != 0 {
+		t.Fatalf("undisturbed run: %d\n%s", res.code, res.stderr)
+	}
+	store := filepath.Join(dir, "ckpt")
+	if res := run("-np", "3", "--job-id", "ck1", "--ckpt-every", "8", "--ckpt-dir", store,
+		prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21"); res.code == 0 {
+		t.Fatal("the crashing run exited 0")
+	}
+	restarted := filepath.Join(dir, "b")
+	res := run("-np", "3", "--job-id", "ck2", "--ckpt-dir", store, "--restart", "ck1",
+		prog("heat2d"), "-n", "41", "-iters", "40", "-dump", restarted)
+	if res.code != 0 {
+		t.Fatalf("restart: %d\n%s", res.code, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "iteration 16") {
+		t.Errorf("restart should report resuming from iteration 16:\n%s", res.stderr)
+	}
+	a, b := testbin.ReadFloats(t, undisturbed), testbin.ReadFloats(t, restarted)
+	if len(a) != len(b) || len(a) != 41*41 {
+		t.Fatalf("dumps of %d and %d values", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("cell %d: restarted %v, undisturbed %v", i, b[i], a[i])
+		}
+	}
+	if res := run("-np", "3", "--ckpt-every", "-1", prog("heat2d")); res.code != 2 || !strings.Contains(res.stderr, "--ckpt-every") {
+		t.Errorf("--ckpt-every -1: exit %d\n%s", res.code, res.stderr)
 	}
 }
