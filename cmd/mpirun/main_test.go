@@ -12,10 +12,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 // Binaries built by TestMain.
@@ -43,27 +44,9 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// lockedBuffer lets the test read output while mpirun is still writing it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr lockedBuffer
+	stdout, stderr testbin.Buffer
 	runtimeDir     string
 }
 
@@ -347,7 +330,7 @@ func TestRealNATSServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := exec.CommandContext(ctx, bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "--user", "ruser", "--pass", "rpass")
-	var srvOut lockedBuffer
+	var srvOut testbin.Buffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
 	"github.com/mpios/mpios/internal/pcmd"
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 // bin holds the pcmd, mpirun and heat2d binaries built by TestMain.
@@ -85,7 +86,7 @@ func binaryServer(t *testing.T) string {
 	ln.Close()
 	_, port, _ := net.SplitHostPort(addr)
 	cmd := exec.Command(debianNATS, "-a", "127.0.0.1", "-p", port)
-	var out lockedBuffer
+	var out testbin.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -104,27 +105,10 @@ func binaryServer(t *testing.T) string {
 	return ""
 }
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a started binary.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr lockedBuffer
+	stdout, stderr testbin.Buffer
 	done           chan struct{}
 	code           int
 }

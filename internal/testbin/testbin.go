@@ -3,11 +3,13 @@
 package testbin
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mpios/mpios/internal/solverkit"
@@ -82,4 +84,24 @@ func IsolatedEnv(runtimeDir string, extra ...string) []string {
 		}
 	}
 	return append(append(env, "XDG_RUNTIME_DIR="+runtimeDir), extra...)
+}
+
+// Buffer is a bytes.Buffer that a test can read while a process is still writing to it.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what has been written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
