@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mpios/mpios/internal/mpitest"
+	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm"
 	"github.com/mpios/mpios/pcm/ckptstore"
@@ -125,7 +126,7 @@ func TestRestartBitwise(t *testing.T) {
 		t.Run(tr.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			firstRun(t, dir)
-			var log syncBuffer
+			var log testbin.Buffer
 			mpitest.Run(t, tr, testRanks, func(c *mpi.Comm) error {
 				var loaded int
 				got, p, err := run(c, runOpts{iters: testIters,
@@ -203,7 +204,7 @@ func TestRestartFallback(t *testing.T) {
 			dir := t.TempDir()
 			firstRun(t, dir)
 			c.damage(t, dir)
-			var log syncBuffer
+			var log testbin.Buffer
 			mpitest.Run(t, mpitest.InProc, testRanks, func(cm *mpi.Comm) error {
 				got, p, err := run(cm, runOpts{iters: testIters,
 					opts: pcm.Options{JobID: "second", Restart: "first", Dir: dir, Node: "nodeA", Log: &log}})

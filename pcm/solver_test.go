@@ -1,7 +1,6 @@
 package pcm_test
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"sync"
@@ -178,22 +177,4 @@ func equalResults(t *testing.T, rank int, got, want result) {
 		t.Errorf("rank %d: state differs from the undisturbed run:\n got  iter %d u %v max %v\n want iter %d u %v max %v",
 			rank, got.iter, got.u, got.max, want.iter, want.u, want.max)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the goroutine ranks' logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

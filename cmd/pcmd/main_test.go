@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
@@ -55,26 +54,13 @@ const debianNATS = "/usr/sbin/nats-server"
 // TestCluster runs two pcmd nodes against an in-process NATS server and, if installed,
 // the real nats-server binary.
 func TestCluster(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) { testCluster(t, embeddedServer(t)) })
+	t.Run("embedded", func(t *testing.T) { testCluster(t, testbin.NATSServer(t, "", "")) })
 	t.Run("nats-server", func(t *testing.T) {
 		if _, err := os.Stat(debianNATS); err != nil {
 			t.Skipf("%s not installed", debianNATS)
 		}
 		testCluster(t, binaryServer(t))
 	})
-}
-
-func embeddedServer(t *testing.T) string {
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv.ClientURL()
 }
 
 func binaryServer(t *testing.T) string {
@@ -387,7 +373,7 @@ func spawnReply(t *testing.T, nc *nats.Conn, data []byte) job.SpawnReply {
 // TestFrozenNode: a node whose pcmd hangs (SIGSTOP: its NATS subscriptions stay, but it
 // stops beating) is declared gone after 3 missed heartbeats, failing the job.
 func TestFrozenNode(t *testing.T) {
-	url := embeddedServer(t)
+	url := testbin.NATSServer(t, "", "")
 	heat2d := filepath.Join(bin, "heat2d")
 	n1 := startNode(t, url, "n1", "--slots", "1", "--allow", heat2d)
 	startNode(t, url, "n2", "--slots", "1", "--allow", heat2d)
@@ -416,7 +402,7 @@ func TestFrozenNode(t *testing.T) {
 
 // TestMpirunHostsErrors: placement problems stop mpirun before anything starts.
 func TestMpirunHostsErrors(t *testing.T) {
-	url := embeddedServer(t)
+	url := testbin.NATSServer(t, "", "")
 	n := startNode(t, url, "n1", "--slots", "1", "--allow", filepath.Join(bin, "heat2d"))
 	waitStatus(t, url, 10*time.Second, "n1", func(st pcmd.Status) bool { return len(st.Nodes) == 1 })
 	env := []string{"XDG_RUNTIME_DIR=" + t.TempDir()}

@@ -12,15 +12,14 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 // fakerank is the test rank binary built by TestMain.
@@ -46,24 +45,6 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// syncBuffer is a bytes.Buffer safe for a test to read while a job writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type result struct {
 	stdout, stderr string
 	err            error
@@ -74,7 +55,7 @@ type result struct {
 // every run: the first stderr line, and no record file or rank process left behind.
 func runJob(t *testing.T, cfg Config, args ...string) result {
 	t.Helper()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testbin.Buffer
 	if cfg.Program == "" {
 		cfg.Program = fakerank
 	}
@@ -265,27 +246,9 @@ func TestOutputLinesNotInterleaved(t *testing.T) {
 	check("stderr", res.stderr, "err")
 }
 
-// testServer starts an in-process NATS server requiring user "u", password "p".
-func testServer(t *testing.T) (url string) {
-	t.Helper()
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
-		Username: "u", Password: "p",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("test NATS server not ready")
-	}
-	t.Cleanup(srv.Shutdown)
-	return strings.Replace(srv.ClientURL(), "nats://", "nats://u:p@", 1)
-}
-
 func TestRankExitStatusExternalNATS(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "u", "p")
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -419,7 +382,7 @@ func TestBuildError(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "go.mod"), "module broken\n\ngo 1.22\n")
 	writeFile(t, filepath.Join(dir, "main.go"), "package main\n\nfunc main() { undefinedThing() }\n")
-	var stderr syncBuffer
+	var stderr testbin.Buffer
 	err := Run(context.Background(), Config{NP: 2, Program: dir, Stderr: &stderr, RuntimeDir: t.TempDir()})
 	var be *BuildError
 	if !errors.As(err, &be) {
@@ -443,7 +406,7 @@ func TestProgramErrors(t *testing.T) {
 		{t.TempDir(), "without Go files"},
 		{notExec, "not executable"},
 	} {
-		err := Run(context.Background(), Config{NP: 1, Program: tc.prog, Stderr: &syncBuffer{}})
+		err := Run(context.Background(), Config{NP: 1, Program: tc.prog, Stderr: &testbin.Buffer{}})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.prog, err, tc.want)
 		}
@@ -462,7 +425,7 @@ func TestRecordFile(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(context.Background(), Config{NP: 1, Program: fakerank, Args: []string{"-sleep", "2s"},
-			JobID: "rec-test", RuntimeDir: dir, Stdout: &syncBuffer{}, Stderr: &syncBuffer{}})
+			JobID: "rec-test", RuntimeDir: dir, Stdout: &testbin.Buffer{}, Stderr: &testbin.Buffer{}})
 	}()
 	path := RecordPath(dir, "rec-test")
 	deadline := time.Now().Add(10 * time.Second)
@@ -487,7 +450,7 @@ func TestRecordFile(t *testing.T) {
 	}
 	// A second job with the same id must not take over the live one's record.
 	err = Run(context.Background(), Config{NP: 1, Program: "true", JobID: "rec-test", RuntimeDir: dir,
-		Stdout: &syncBuffer{}, Stderr: &syncBuffer{}})
+		Stdout: &testbin.Buffer{}, Stderr: &testbin.Buffer{}})
 	if !errors.Is(err, ErrJobIDInUse) {
 		t.Errorf("duplicate job id: %v, want ErrJobIDInUse", err)
 	}

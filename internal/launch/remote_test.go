@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 func TestParseHosts(t *testing.T) {
@@ -246,7 +247,7 @@ func newRemote(t *testing.T, url string, hosts string, np int) (*Remote, *logBuf
 
 func TestRemotePlacementErrors(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "u", "p")
 	startFakeNode(t, url, "n1", 2, fastBeat)
 	_, _, err := newRemote(t, url, "n1,n9", 0)
 	if !errors.Is(err, ErrUnknownNode) || !strings.Contains(err.Error(), "node n9: no pcmd serves it") ||
@@ -269,7 +270,7 @@ func TestRemotePlacementErrors(t *testing.T) {
 // order (a long line in pieces), malformed messages are dropped, and lost ones reported.
 func TestRemoteRun(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "u", "p")
 	nodes := []*fakeNode{startFakeNode(t, url, "n1", 2, fastBeat), startFakeNode(t, url, "n2", 2, fastBeat)}
 	for _, n := range nodes {
 		n.onSpawn = func(req job.SpawnRequest) {
@@ -298,7 +299,7 @@ func TestRemoteRun(t *testing.T) {
 	if got, want := r.Placement(), []string{"n1", "n2", "n1", "n2"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("placement %v, want %v", got, want)
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr testbin.Buffer
 	err = Run(context.Background(), Config{NP: r.NP(), Program: fakerank, Starter: r, JobID: "remote-run",
 		Env: []string{"PATH=/bin", "MPIOS_CKPT_EVERY=5", "MPIOS_CKPT_EVERY=7"}, NATSURL: url,
 		Stdout: &stdout, Stderr: &stderr, RuntimeDir: t.TempDir()})
@@ -324,7 +325,7 @@ func TestRemoteRun(t *testing.T) {
 
 func TestRemoteSpawnEnvAndRefusal(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "u", "p")
 	n := startFakeNode(t, url, "n1", 2, fastBeat)
 	r, _, err := newRemote(t, url, "n1", 0)
 	if err != nil {
@@ -365,7 +366,7 @@ func TestRemoteSpawnEnvAndRefusal(t *testing.T) {
 // TestRemoteNodeGone: a node that stops beating fails its ranks, without a hang.
 func TestRemoteNodeGone(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "u", "p")
 	n1, _ := startFakeNode(t, url, "n1", 1, fastBeat), startFakeNode(t, url, "n2", 1, fastBeat)
 	r, logs, err := newRemote(t, url, "n1,n2", 0)
 	if err != nil {
@@ -413,7 +414,7 @@ func TestRemoteNodeGone(t *testing.T) {
 // TestRemoteSignalDeadNode: signalling a rank whose pcmd vanished marks the node gone at once.
 func TestRemoteSignalDeadNode(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "u", "p")
 	n1 := startFakeNode(t, url, "n1", 1, time.Hour) // no help from missed heartbeats
 	r, _, err := newRemote(t, url, "n1", 0)
 	if err != nil {

@@ -15,48 +15,16 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/testbin"
 )
-
-func testServer(t *testing.T) string {
-	t.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv.ClientURL()
-}
-
-// syncBuffer collects a node's log.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 type node struct {
 	cfg    Config
-	log    *syncBuffer
+	log    *testbin.Buffer
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -66,7 +34,7 @@ type node struct {
 // startNode runs Serve in the background and waits until the node answers.
 func startNode(t *testing.T, nc *nats.Conn, cfg Config) *node {
 	t.Helper()
-	n := &node{cfg: cfg, log: &syncBuffer{}, done: make(chan error, 1)}
+	n := &node{cfg: cfg, log: &testbin.Buffer{}, done: make(chan error, 1)}
 	if n.cfg.Heartbeat == 0 {
 		n.cfg.Heartbeat = 50 * time.Millisecond
 	}
@@ -215,7 +183,7 @@ func info(t *testing.T, nc *nats.Conn, node string) job.NodeInfo {
 
 func TestSpawnOutputExitAndEnv(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	dir, prog := rankScript(t)
 	store := filepath.Join(t.TempDir(), "store")
@@ -242,7 +210,7 @@ func TestSpawnOutputExitAndEnv(t *testing.T) {
 
 func TestSpawnRefusals(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
@@ -301,7 +269,7 @@ func TestSpawnRefusals(t *testing.T) {
 
 func TestSlotsDuplicatesAndSignals(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
@@ -376,7 +344,7 @@ func TestSlotsDuplicatesAndSignals(t *testing.T) {
 // those of a live one are not.
 func TestKeepAliveLease(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
@@ -416,7 +384,7 @@ func TestKeepAliveLease(t *testing.T) {
 
 func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	dir, prog := rankScript(t)
 	n := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 1})
@@ -455,10 +423,10 @@ func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
 
 func TestNodeNameInUse(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}})
-	err := Serve(context.Background(), Config{Node: "n1", NATS: NATSOptions{URL: url}, Log: log.New(&syncBuffer{}, "", 0)})
+	err := Serve(context.Background(), Config{Node: "n1", NATS: NATSOptions{URL: url}, Log: log.New(&testbin.Buffer{}, "", 0)})
 	if !errors.Is(err, ErrNodeNameInUse) || !strings.Contains(err.Error(), "node n1 is already served by pcmd pid") {
 		t.Errorf("second pcmd for n1: %v", err)
 	}
@@ -486,7 +454,7 @@ func TestConfigErrors(t *testing.T) {
 
 func TestDiscoverStatus(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Slots: 3})
 	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, Slots: 1})
@@ -591,7 +559,7 @@ func TestNewestRecord(t *testing.T) {
 
 func TestControl(t *testing.T) {
 	t.Parallel()
-	url := testServer(t)
+	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: "n2"}
 	if _, err := Control(nc, "j", req, time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {

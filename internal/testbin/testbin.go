@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mpios/mpios/internal/solverkit"
 )
@@ -104,4 +107,25 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// NATSServer starts an in-process NATS server on a random loopback port for the duration of
+// the test and returns its URL. With a non-empty user the server requires user and password,
+// and the URL carries them.
+func NATSServer(t testing.TB, user, password string) string {
+	t.Helper()
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
+		NoLog: true, NoSigs: true, Username: user, Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	if user == "" {
+		return srv.ClientURL()
+	}
+	return strings.Replace(srv.ClientURL(), "nats://", "nats://"+user+":"+password+"@", 1)
 }
