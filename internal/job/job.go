@@ -36,6 +36,12 @@ const (
 	EnvRestart   = "MPIOS_RESTART"    // id of the job whose newest valid checkpoint to restart from
 )
 
+// Environment variables of profiling and autonomous reconfiguration.
+const (
+	EnvProfileEvery = "MPIOS_PROFILE_EVERY" // Go duration between profile publications; 0 turns profiling off; default 1s
+	EnvPolicy       = "MPIOS_POLICY"        // the job's IOS decision policy (sras, atsras, flcras, mpiios, none); "" = the nodes' own
+)
+
 // DefaultRendezvousTimeout bounds how long a rank waits for all ranks to report their address.
 const DefaultRendezvousTimeout = 60 * time.Second
 
@@ -263,9 +269,17 @@ func RankSubjects(jobID string, rank int) string {
 // KeepAliveInterval while the job runs; see SpawnRequest.KeepAlive.
 func KeepAliveSubject(jobID string) string { return subject(jobID, "keepalive") }
 
-// ControlSubject: requests to a running job (ControlRequest), answered by its ranks with a
-// ControlReply. Nobody answers yet: the rank side is still to be written.
+// ControlSubject: requests to a running job (ControlRequest), answered by the job's launcher
+// with a ControlReply.
 func ControlSubject(jobID string) string { return subject(jobID, "ctl") }
+
+// ProfileSubject: every rank of a job publishes its profiler.RankProfile here, JSON-encoded,
+// once per profile period (MPIOS_PROFILE_EVERY). The IOS agent of the rank's node (pcmd) and
+// mpirun --profile-out subscribe to it.
+func ProfileSubject(jobID string) string { return subject(jobID, "profile") }
+
+// ProfileSubjectAll matches the ProfileSubject of every job.
+const ProfileSubjectAll = "mpios.job.*.profile"
 
 // KeepAliveInterval is how often a launcher publishes on KeepAliveSubject.
 const KeepAliveInterval = time.Second
@@ -519,11 +533,18 @@ const (
 	ControlCheckpoint ControlKind = "checkpoint" // take a coordinated checkpoint now
 )
 
-// ControlRequest asks a running job to reconfigure, on ControlSubject.
+// ControlRequest asks a running job to reconfigure, on ControlSubject. The job's launcher
+// (mpirun) answers it.
 type ControlRequest struct {
 	Kind ControlKind `msgpack:"kind"`
 	Rank int         `msgpack:"rank"` // migrate: the rank to move
 	To   string      `msgpack:"to"`   // migrate: the target node
+	// Ranks, if not empty, replaces Rank: every listed rank moves to To at the same
+	// iteration boundary.
+	Ranks []int `msgpack:"ranks,omitempty"`
+	// Reason says who asked and why ("pcmd migrate by root", "ios: node n3 steals, gain
+	// 0.4"); mpirun logs it and pcmd status shows it.
+	Reason string `msgpack:"reason,omitempty"`
 }
 
 // Validate checks a ControlRequest's form.
@@ -534,6 +555,17 @@ func (c ControlRequest) Validate() error {
 	case ControlMigrate:
 		if c.Rank < 0 {
 			return fmt.Errorf("job: migrate: rank %d is negative", c.Rank)
+		}
+		if len(c.Ranks) > MaxSlots {
+			return fmt.Errorf("job: migrate: %d ranks, want at most %d", len(c.Ranks), MaxSlots)
+		}
+		for _, r := range c.Ranks {
+			if r < 0 {
+				return fmt.Errorf("job: migrate: rank %d is negative", r)
+			}
+		}
+		if len(c.Reason) > 1024 {
+			return errors.New("job: migrate: reason longer than 1024 bytes")
 		}
 		return ValidateNode(c.To)
 	}
