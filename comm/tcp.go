@@ -13,6 +13,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,11 +65,18 @@ type TCPEndpoint struct {
 
 	peers []*tcpPeer
 
-	mu     sync.Mutex
-	closed bool
-	in     map[net.Conn]*sync.Mutex // accepted connections and their write locks (for Bye)
-	inPeer []int                    // accepted connections per peer
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	retiring bool                     // Retire is handing this rank over to a successor
+	in       map[net.Conn]*sync.Mutex // accepted connections and their write locks (for Bye)
+	inPeer   []int                    // accepted connections per peer
+	// inOrder lists each peer's accepted connections in acceptance order. After a peer
+	// migrated, its successor's connection may be accepted while frames of the old process
+	// are still unread on the old one; only the oldest connection is read, so the peer's
+	// frames stay in sending order across the move.
+	inOrder [][]net.Conn
+	inTurn  *sync.Cond // an accepted connection ended (on mu)
+	wg      sync.WaitGroup
 }
 
 type tcpPeer struct {
@@ -103,7 +111,10 @@ func NewTCP(cfg TCPConfig) (*TCPEndpoint, error) {
 		logger := log.New(os.Stderr, "", 0)
 		cfg.Logf = logger.Printf
 	}
-	e := &TCPEndpoint{cfg: cfg, peers: make([]*tcpPeer, cfg.Size), in: make(map[net.Conn]*sync.Mutex), inPeer: make([]int, cfg.Size)}
+	cfg.Addrs = append([]string(nil), cfg.Addrs...) // Redirect changes them
+	e := &TCPEndpoint{cfg: cfg, peers: make([]*tcpPeer, cfg.Size), in: make(map[net.Conn]*sync.Mutex),
+		inPeer: make([]int, cfg.Size), inOrder: make([][]net.Conn, cfg.Size)}
+	e.inTurn = sync.NewCond(&e.mu)
 	for i := range e.peers {
 		e.peers[i] = &tcpPeer{}
 	}
@@ -166,10 +177,17 @@ func (e *TCPEndpoint) serveConn(conn net.Conn) {
 		return
 	}
 
+	e.mu.Lock()
+	for len(e.inOrder[peer]) > 0 && e.inOrder[peer][0] != conn && !e.closed {
+		e.inTurn.Wait()
+	}
+	e.mu.Unlock()
 	flags, err := e.readFrames(peer, conn)
 	e.mu.Lock()
 	delete(e.in, conn)
 	e.inPeer[peer]--
+	e.inOrder[peer] = slices.DeleteFunc(e.inOrder[peer], func(c net.Conn) bool { return c == conn })
+	e.inTurn.Broadcast()
 	closed := e.closed
 	e.mu.Unlock()
 	conn.Close()
@@ -290,7 +308,9 @@ func (e *TCPEndpoint) connect(peer int, p *tcpPeer) (net.Conn, error) {
 	if e.isClosed() {
 		return nil, ErrClosed
 	}
+	e.mu.Lock()
 	addr := e.cfg.Addrs[peer]
+	e.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.DialTimeout)
 	defer cancel()
 	bo := backoff.WithContext(backoff.NewExponentialBackOff(
@@ -349,6 +369,12 @@ func (e *TCPEndpoint) watchOutgoing(peer int, p *tcpPeer, conn net.Conn) {
 		perr.Err = fmt.Errorf("%w: %v", ErrPeerLost, err)
 	}
 	p.mu.Lock()
+	if p.conn != conn {
+		// Redirect or Retire replaced this connection on purpose.
+		p.mu.Unlock()
+		conn.Close()
+		return
+	}
 	if p.err == nil {
 		p.err = perr
 	}
@@ -399,6 +425,9 @@ func (e *TCPEndpoint) CloseWithFlags(flags uint8) error {
 		p.err = ErrClosed
 		p.mu.Unlock()
 	}
+	e.mu.Lock()
+	e.inTurn.Broadcast() // connections waiting for their turn give up
+	e.mu.Unlock()
 	for c, m := range in {
 		m.Lock()
 		c.SetWriteDeadline(time.Now().Add(time.Second))
@@ -467,11 +496,14 @@ func (e *TCPEndpoint) acceptHandshake(conn net.Conn) (int, error) {
 	}
 	e.in[conn] = new(sync.Mutex)
 	e.inPeer[src]++
+	e.inOrder[src] = append(e.inOrder[src], conn)
 	e.mu.Unlock()
 	if _, err := conn.Write(e.mac('s', nonceD, nonceA[:], ranks)); err != nil {
 		e.mu.Lock()
 		delete(e.in, conn)
 		e.inPeer[src]--
+		e.inOrder[src] = slices.DeleteFunc(e.inOrder[src], func(c net.Conn) bool { return c == conn })
+		e.inTurn.Broadcast()
 		e.mu.Unlock()
 		return 0, err
 	}
@@ -534,4 +566,101 @@ func (e *TCPEndpoint) Abandon() {
 	for _, c := range in {
 		c.Close()
 	}
+}
+
+// Addrs returns the current data-plane address of every rank.
+func (e *TCPEndpoint) Addrs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.cfg.Addrs)
+}
+
+// Redirect points this endpoint at the successor of a migrated peer: the connection to the
+// old process ends with a Bye carrying FlagMigrated (after every frame already sent on it),
+// and the next Send to peer dials addr. Frames the successor sends are read only after the
+// old process's stream to us has ended, so the peer's frames keep their order. Call it when
+// no Send to peer is in progress.
+func (e *TCPEndpoint) Redirect(peer int, addr string) error {
+	if peer < 0 || peer >= e.cfg.Size || peer == e.cfg.Rank {
+		return fmt.Errorf("comm: redirect rank %d: not a peer of rank %d (size %d)", peer, e.cfg.Rank, e.cfg.Size)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("comm: redirect rank %d: address %q: %w", peer, addr, err)
+	}
+	p := e.peers[peer]
+	p.dial.Lock()
+	defer p.dial.Unlock()
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	e.cfg.Addrs[peer] = addr
+	e.mu.Unlock()
+	p.mu.Lock()
+	old := p.conn
+	p.conn, p.err = nil, nil
+	if old != nil {
+		old.SetWriteDeadline(time.Now().Add(time.Second))
+		old.Write(AppendHeader(nil, &Header{Kind: KindBye, Flags: FlagMigrated}))
+		old.Close()
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// ErrRetireTimeout reports that peers did not close their connections to a retiring
+// endpoint in time (some peer did not Redirect).
+var ErrRetireTimeout = errors.New("comm: retire: peers still connected")
+
+// Retire ends this endpoint's part in the job because a successor process takes over its
+// rank. It says Bye with FlagMigrated on every outgoing connection, then waits, up to
+// timeout, until every peer has closed its connection to this rank (each peer Redirects
+// first), so every frame peers sent to this process has been handed to the Handler; then
+// it closes the endpoint. The Handler sees no PeerClosed for any of it.
+func (e *TCPEndpoint) Retire(timeout time.Duration) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	e.retiring = true
+	e.mu.Unlock()
+	bye := AppendHeader(nil, &Header{Kind: KindBye, Flags: FlagMigrated})
+	for _, p := range e.peers {
+		p.dial.Lock()
+		p.mu.Lock()
+		if p.conn != nil && p.err == nil {
+			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			p.conn.Write(bye)
+			p.conn.Close()
+		}
+		p.conn, p.err = nil, ErrClosed
+		p.mu.Unlock()
+		p.dial.Unlock()
+	}
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		e.mu.Lock()
+		var waiting []int
+		for peer, n := range e.inPeer {
+			if n > 0 {
+				waiting = append(waiting, peer)
+			}
+		}
+		e.mu.Unlock()
+		if len(waiting) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			err = fmt.Errorf("%w after %v: rank(s) %v", ErrRetireTimeout, timeout, waiting)
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	if cerr := e.CloseWithFlags(FlagMigrated); err == nil {
+		err = cerr
+	}
+	return err
 }

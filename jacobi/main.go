@@ -190,6 +190,7 @@ func run(args []string, stdout io.Writer) (err error) {
 			return err
 		}
 	}
+	defer p.Close()
 	if err := p.Load(); err != nil {
 		return err
 	}
@@ -199,8 +200,12 @@ func run(args []string, stdout io.Writer) (err error) {
 	crashRank := min(1, size-1)
 	startIter := iter
 
-	if err := comm.Barrier(); err != nil {
-		return err
+	// Start the clock together. A process that took over a migrated rank joins a
+	// running loop: the others are not at this barrier.
+	if p.Status() != pcm.Migrated {
+		if err := comm.Barrier(); err != nil {
+			return err
+		}
 	}
 	t0 := time.Now()
 	for iter < cfg.maxIters {

@@ -57,6 +57,7 @@ type engine struct {
 	peerErr   []error             // set once a peer failed or finalized
 	broken    error               // job-wide failure: every operation fails with it
 	closed    bool
+	retired   bool    // the rank moved to a successor process (see migrate.go)
 	unexpSize []int64 // eager bytes queued unmatched, per peer
 	unexpMax  int64
 	space     *sync.Cond // unexpected bytes drained, or a failure
@@ -287,6 +288,9 @@ func (e *engine) failure() error {
 	if e.broken != nil {
 		return e.broken
 	}
+	if e.retired {
+		return ErrMigrated
+	}
 	if e.closed {
 		return ErrFinalized
 	}
@@ -400,6 +404,12 @@ func (e *engine) takeAllPending() []*Request {
 	e.space.Broadcast()
 	e.arrived.Broadcast()
 	return all
+}
+
+func (e *engine) isRetired() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.retired
 }
 
 // pending counts this process's incomplete nonblocking operations.

@@ -50,7 +50,11 @@ func Init() (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mpi: Init: %w", err)
 	}
-	world, nc, err := joinJob(env)
+	join := joinJob
+	if spec := os.Getenv(job.EnvMigrate); spec != "" {
+		join = func(env job.Env) (*Comm, *nats.Conn, error) { return joinAsSuccessor(env, spec) }
+	}
+	world, nc, err := join(env)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: Init: rank %d of job %s: %w", env.Rank, env.JobID, err)
 	}
@@ -64,52 +68,16 @@ func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen on %s: %w", env.Bind, err)
 	}
-	nc, err := nats.Connect(env.NATSURL,
-		nats.Name(fmt.Sprintf("mpios %s rank %d", env.JobID, env.Rank)),
-		nats.Timeout(10*time.Second),
-		nats.MaxReconnects(-1), // the data plane does not need NATS; keep trying quietly
-		nats.ReconnectWait(250*time.Millisecond),
-	)
+	nc, holder, err := connectControl(env)
 	if err != nil {
 		ln.Close()
-		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
+		return nil, nil, err
 	}
 	fail := func(err error) (*Comm, *nats.Conn, error) {
 		ln.Close()
 		nc.Close()
 		return nil, nil, err
 	}
-	// Subscribe to events before saying hello, so that no failure report can be missed.
-	var eng *engine
-	var engMu sync.Mutex
-	var early error
-	sub, err := nc.Subscribe(job.EventSubject(env.JobID), func(m *nats.Msg) {
-		var ev job.Event
-		if err := job.Decode(m.Data, &ev); err != nil {
-			fmt.Fprintf(os.Stderr, "mpi: rank %d: ignoring malformed job event: %v\n", env.Rank, err)
-			return
-		}
-		var err error
-		switch ev.Kind {
-		case job.EventRankFailed:
-			err = &ProcFailedError{Rank: ev.Rank, Reason: ev.Reason}
-		case job.EventAbort:
-			err = fmt.Errorf("%w: %s", ErrAborted, ev.Reason)
-		default:
-			return
-		}
-		engMu.Lock()
-		defer engMu.Unlock()
-		if eng != nil {
-			eng.breakJob(err)
-		} else if early == nil {
-			early = err
-		}
-	})
-	if err != nil {
-		return fail(fmt.Errorf("subscribe to job events: %w", err))
-	}
-	_ = sub
 	host, _ := os.Hostname()
 	hello, err := job.Encode(job.Hello{Rank: env.Rank, Addr: ln.Addr().String(), PID: os.Getpid(), Host: host})
 	if err != nil {
@@ -134,23 +102,83 @@ func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
 		return fail(err)
 	}
 	e := newEngine(ep)
-	e.onPeerLost = func(peer int, err error) {
+	e.onPeerLost = lostReporter(env, nc)
+	world, err := attach(e)
+	if err != nil {
+		return fail(err)
+	}
+	holder.set(world.e)
+	return world, nc, nil
+}
+
+// engineHolder delivers job events to the engine once it exists, and the first event that
+// came earlier at that moment.
+type engineHolder struct {
+	mu    sync.Mutex
+	eng   *engine
+	early error
+}
+
+func (h *engineHolder) deliver(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.eng != nil {
+		h.eng.breakJob(err)
+	} else if h.early == nil {
+		h.early = err
+	}
+}
+
+func (h *engineHolder) set(e *engine) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.eng = e
+	if h.early != nil {
+		e.breakJob(h.early)
+	}
+}
+
+// connectControl connects to the job's control plane and subscribes to its events before
+// anything else, so that no failure report can be missed.
+func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
+	nc, err := nats.Connect(env.NATSURL,
+		nats.Name(fmt.Sprintf("mpios %s rank %d", env.JobID, env.Rank)),
+		nats.Timeout(10*time.Second),
+		nats.MaxReconnects(-1), // the data plane does not need NATS; keep trying quietly
+		nats.ReconnectWait(250*time.Millisecond),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
+	}
+	holder := &engineHolder{}
+	_, err = nc.Subscribe(job.EventSubject(env.JobID), func(m *nats.Msg) {
+		var ev job.Event
+		if err := job.Decode(m.Data, &ev); err != nil {
+			fmt.Fprintf(os.Stderr, "mpi: rank %d: ignoring malformed job event: %v\n", env.Rank, err)
+			return
+		}
+		switch ev.Kind {
+		case job.EventRankFailed:
+			holder.deliver(&ProcFailedError{Rank: ev.Rank, Reason: ev.Reason})
+		case job.EventAbort:
+			holder.deliver(fmt.Errorf("%w: %s", ErrAborted, ev.Reason))
+		}
+	})
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("subscribe to job events: %w", err)
+	}
+	return nc, holder, nil
+}
+
+// lostReporter tells the launcher about a peer lost without a goodbye.
+func lostReporter(env job.Env, nc *nats.Conn) func(peer int, err error) {
+	return func(peer int, err error) {
 		data, eerr := job.Encode(job.Lost{Observer: env.Rank, Rank: peer, Reason: err.Error()})
 		if eerr == nil && nc.Publish(job.LostSubject(env.JobID), data) == nil {
 			nc.FlushTimeout(time.Second)
 		}
 	}
-	world, err := attach(e)
-	if err != nil {
-		return fail(err)
-	}
-	engMu.Lock()
-	eng = world.e
-	if early != nil {
-		eng.breakJob(early)
-	}
-	engMu.Unlock()
-	return world, nc, nil
 }
 
 // Attach starts a matching engine on an endpoint and returns the world communicator over it.
@@ -177,6 +205,10 @@ func attach(e *engine) (*Comm, error) {
 func Detach(world *Comm) error {
 	if err := world.valid("Detach"); err != nil {
 		return err
+	}
+	if world.e.isRetired() {
+		// The rank lives on in a successor: nothing to wait for, the endpoint is closed.
+		return nil
 	}
 	if n := world.e.pending(); n > 0 {
 		return fmt.Errorf("mpi: Finalize: %w: %d operations", ErrPending, n)

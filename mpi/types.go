@@ -127,6 +127,9 @@ var (
 	// ErrInitialized: Init called twice.
 	ErrInitialized = errors.New("mpi: already initialized")
 	// ErrFinalized: a call after Finalize.
+	// ErrMigrated reports a call in a process that handed its rank to a successor
+	// (pcm.Reconfigure returned pcm.Leave).
+	ErrMigrated  = errors.New("mpi: this process handed its rank to a successor")
 	ErrFinalized = errors.New("mpi: finalized")
 	// ErrRank: a rank outside the communicator.
 	ErrRank = errors.New("mpi: invalid rank")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mpios/mpios/internal/job"
 	"math"
 	"os"
 	"path/filepath"
@@ -30,6 +31,7 @@ const (
 	agreeIter           // the iteration
 	agreeNegIter        // minus the iteration: its Max is minus the minimum
 	agreePoll           // proposed poll interval
+	agreeNegHave        // minus the number of reconfiguration entries known: its Max is minus the minimum
 	agreeLen
 )
 
@@ -47,6 +49,9 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 	}
 	v[agreeIter], v[agreeNegIter] = int64(iter), -int64(iter)
 	v[agreePoll] = p.proposePoll(start)
+	if p.ctl != nil {
+		v[agreeNegHave] = -int64(p.ctl.have())
+	}
 	out := make([]int64, agreeLen)
 	if err := mpi.Allreduce(p.world, v, out, mpi.Max); err != nil {
 		p.keepRequest(want)
@@ -66,10 +71,31 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 		p.keepRequest(want)
 		return Continue, p.pendingError(iter, int(r-1), pending)
 	}
-	if scheduled || out[agreeWant] > 0 {
-		return Continue, p.checkpoint(iter)
+	var entries []job.Reconf
+	if p.ctl != nil {
+		// Every rank knows at least -out[agreeNegHave] entries: act on those, all alike.
+		known := uint64(-out[agreeNegHave])
+		entries = p.ctl.between(p.applied, known)
+		p.applied = max(p.applied, known)
 	}
-	return Continue, nil
+	asked := out[agreeWant] > 0
+	for _, e := range entries {
+		if e.Kind == job.ControlCheckpoint {
+			asked = true
+		}
+	}
+	var ckptErr error
+	if scheduled || asked && p.opts.checkpointing() {
+		ckptErr = p.checkpoint(iter)
+		if ckptErr != nil && !errors.Is(ckptErr, ErrCheckpointFailed) {
+			return Continue, ckptErr
+		}
+	}
+	if moving, to := movesOf(entries, p.world.Size()); len(moving) > 0 {
+		act, err := p.migrate(iter, moving, to)
+		return act, errors.Join(ckptErr, err)
+	}
+	return Continue, ckptErr
 }
 
 // keepRequest re-arms a request consumed by an agreement that did not take place.
@@ -107,6 +133,9 @@ type pieceResult struct {
 	Info ckptstore.PieceInfo `json:"info"`
 	Time time.Time           `json:"time"`
 	Err  string              `json:"err,omitempty"`
+	// Store identifies the rank's checkpoint store; the lowest rank of each store commits
+	// and prunes for it. Decided per checkpoint, since migrations move ranks between stores.
+	Store [2]uint64 `json:"store"`
 }
 
 // checkpoint takes coordinated checkpoint p.seq of the state after iteration iter.
@@ -115,7 +144,7 @@ func (p *Process) checkpoint(iter int) error {
 	p.seq++ // also when abandoned: a number is never reused
 	cerr := &CheckpointError{Job: p.opts.JobID, Seq: seq, Iteration: iter}
 
-	res := pieceResult{Time: time.Now().UTC()}
+	res := pieceResult{Time: time.Now().UTC(), Store: p.storeID}
 	info, werr := p.store.PutPieceFrom(p.opts.JobID, seq, rank, p.reg)
 	if werr != nil {
 		res.Err = werr.Error()
@@ -141,6 +170,12 @@ func (p *Process) checkpoint(iter int) error {
 	}
 	if len(cerr.Failures) > 0 {
 		return cerr // every rank saw the same results: all abandon it
+	}
+	for r := range results {
+		if results[r].Store == p.storeID {
+			p.leader = r == rank
+			break
+		}
 	}
 
 	m := ckptstore.Manifest{

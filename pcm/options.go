@@ -41,6 +41,9 @@ type Options struct {
 	Keep int
 	// Restart is the id of the job to restart from; "" starts afresh (Status New).
 	Restart string
+	// Control follows the launcher's reconfiguration requests (migrations, checkpoints
+	// asked for with pcmd) when the process was started by mpirun. OptionsFromEnv sets it.
+	Control bool
 	// Log receives diagnostics (restart fallbacks, prune failures). Default: os.Stderr.
 	Log io.Writer
 }
@@ -74,6 +77,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	}
 	var o Options
 	o.JobID = getenv(job.EnvJobID)
+	o.Control = o.JobID != ""
 	bad := func(name, val, want string) error {
 		return fmt.Errorf("pcm: %s=%q: want %s: %w", name, val, want, ErrConfig)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rewire"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/ckptstore"
 	"github.com/mpios/mpios/pcm/state"
@@ -20,7 +22,8 @@ type Status int
 const (
 	// New: a fresh start; Load restores nothing.
 	New Status = iota
-	// Migrated: the process took over the rank of a migrated process (not yet produced).
+	// Migrated: the process took over the rank of a process that migrated; Load restores
+	// the state the predecessor handed over.
 	Migrated
 	// Restarted: the job was restarted from a checkpoint (Options.Restart); Load restores it.
 	Restarted
@@ -46,7 +49,8 @@ const (
 	// Continue with the next iteration.
 	Continue Action = iota
 	// Leave: this process has handed its rank to a successor (migration): it must leave its
-	// loop and end without touching the world again except to finalize. Not produced yet.
+	// loop and end without touching the world again except to finalize (mpi.Finalize then
+	// only releases resources).
 	Leave
 )
 
@@ -78,6 +82,12 @@ type Process struct {
 	restored ckptstore.Manifest
 
 	want atomic.Bool // RequestCheckpoint was called since the last agreement
+
+	ctl       *control // the launcher's reconfiguration log; nil when not launched
+	applied   uint64   // log entries acted upon
+	left      bool     // Reconfigure returned Leave
+	inherited []byte   // hand-over state of a Migrated process, until Load
+	storeID   [2]uint64
 
 	// Poll schedule of on-demand requests, in Reconfigure calls.
 	calls, nextPoll int64
@@ -112,16 +122,63 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 	if opts.Restart != "" {
 		p.status = Restarted
 	}
+	if in := rewire.TakeInherited(); in != nil && in.Rank == world.Rank() {
+		p.status, p.inherited = Migrated, in.State
+	}
 	if opts.PollEvery > 0 {
 		p.pollEvery = int64(opts.PollEvery)
+	}
+	if opts.Control {
+		env, err := job.FromEnviron(nil)
+		if err == nil && env.Size == world.Size() {
+			if p.ctl, err = startControl(env, opts.Log); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if !opts.usesStore() {
 		return p, nil
 	}
+	if p.status == Migrated {
+		// The other ranks are not here to agree: the store is opened alone and the
+		// checkpoint numbering comes with the state.
+		if err := p.openLocalStore(); err != nil {
+			p.Close()
+			return nil, err
+		}
+		return p, nil
+	}
 	if err := p.openStore(); err != nil {
+		p.Close()
 		return nil, err
 	}
 	return p, nil
+}
+
+// Close releases the process's connection to the control plane. The registered values are
+// untouched.
+func (p *Process) Close() error {
+	if p.ctl != nil {
+		p.ctl.close()
+		p.ctl = nil
+	}
+	return nil
+}
+
+// openLocalStore opens the checkpoint store without agreeing with the other ranks.
+func (p *Process) openLocalStore() error {
+	store, err := ckptstore.Open(p.opts.Dir, &ckptstore.Options{Node: p.opts.Node})
+	if err != nil {
+		return fmt.Errorf("pcm: init: checkpoint store: %w", err)
+	}
+	p.store, p.storeID = store, storeIdentity(store)
+	return nil
+}
+
+// storeIdentity names a store: ranks with the same identity share it.
+func storeIdentity(s *ckptstore.Store) [2]uint64 {
+	h := sha256.Sum256([]byte(s.Node() + "\x00" + s.Dir()))
+	return [2]uint64{binary.LittleEndian.Uint64(h[:]), binary.LittleEndian.Uint64(h[8:])}
 }
 
 // openStore opens the store on every rank and agrees on which rank commits for which store
@@ -132,8 +189,8 @@ func (p *Process) openStore() error {
 	local := make([]uint64, 4)
 	store, err := ckptstore.Open(p.opts.Dir, &ckptstore.Options{Node: p.opts.Node})
 	if err == nil {
-		h := sha256.Sum256([]byte(store.Node() + "\x00" + store.Dir()))
-		local[0], local[1] = binary.LittleEndian.Uint64(h[:]), binary.LittleEndian.Uint64(h[8:])
+		id := storeIdentity(store)
+		local[0], local[1] = id[0], id[1]
 		if p.opts.checkpointing() {
 			// Past every existing directory, committed or not: a number is never reused,
 			// even if this job id was used before (PutPiece refuses committed ones).
@@ -176,7 +233,7 @@ func (p *Process) openStore() error {
 			break
 		}
 	}
-	p.store = store
+	p.store, p.storeID = store, [2]uint64{local[0], local[1]}
 	return nil
 }
 
@@ -209,6 +266,11 @@ func (p *Process) Restored() (ckptstore.Manifest, bool) {
 func (p *Process) Load() error {
 	if p.loaded {
 		return fmt.Errorf("pcm: Load called twice: %w", ErrCallOrder)
+	}
+	if p.status == Migrated {
+		if err := p.loadInherited(); err != nil {
+			return err
+		}
 	}
 	if p.status == Restarted {
 		m, err := p.restore()
@@ -248,6 +310,9 @@ func (p *Process) Reconfigure(iter int) (Action, error) {
 	if !p.loaded {
 		return Continue, fmt.Errorf("pcm: Reconfigure(%d) before Load: %w", iter, ErrCallOrder)
 	}
+	if p.left {
+		return Leave, fmt.Errorf("pcm: Reconfigure(%d) after Leave: this process handed its rank over: %w", iter, ErrCallOrder)
+	}
 	if p.haveIter && iter <= p.lastIter {
 		if p.calls == 0 && p.status == Restarted {
 			return Continue, fmt.Errorf("pcm: Reconfigure(%d) after restarting from iteration %d: the restored counter must count completed iterations, advance it before Reconfigure: %w",
@@ -258,7 +323,7 @@ func (p *Process) Reconfigure(iter int) (Action, error) {
 	p.lastIter, p.haveIter = iter, true
 	pending := p.world.Pending()
 	scheduled := p.opts.Every > 0 && iter%p.opts.Every == 0
-	poll := p.opts.OnDemand && p.calls >= p.nextPoll
+	poll := (p.opts.OnDemand || p.ctl != nil) && p.calls >= p.nextPoll
 	p.calls++
 	if !scheduled && !poll {
 		// The common path: no communication.

@@ -34,6 +34,12 @@ const (
 	EnvCkptKeep  = "MPIOS_CKPT_KEEP"  // committed checkpoints kept per job; default 2
 	EnvCkptPoll  = "MPIOS_CKPT_POLL"  // agree on on-demand requests every M iterations; 0: adaptive
 	EnvRestart   = "MPIOS_RESTART"    // id of the job whose newest valid checkpoint to restart from
+	// EnvMigrate is set by the launcher for a process that takes over a migrating rank:
+	// where its predecessor waits to hand the rank over (see package internal/rewire).
+	EnvMigrate = "MPIOS_MIGRATE"
+	// EnvIncarnation counts the processes that have held a rank: 0 for the first, +1 per
+	// migration.
+	EnvIncarnation = "MPIOS_INCARNATION"
 )
 
 // Environment variables of profiling and autonomous reconfiguration.
@@ -263,6 +269,13 @@ func RankExitSubject(jobID string, rank int) string {
 // on it receives a rank's output and exit in the order the node published them.
 func RankSubjects(jobID string, rank int) string {
 	return subject(jobID, "rank."+strconv.Itoa(rank)+".*")
+}
+
+// IncarnationSubjects returns the output and exit subjects of a later incarnation of a
+// rank (the process that took it over after inc migrations), and the subject matching both.
+func IncarnationSubjects(jobID string, rank, inc int) (out, exit, both string) {
+	base := "rank." + strconv.Itoa(rank) + ".i" + strconv.Itoa(inc) + "."
+	return subject(jobID, base+"out"), subject(jobID, base+"exit"), subject(jobID, base+"*")
 }
 
 // KeepAliveSubject: the launcher of a job publishes an empty message here every
@@ -577,4 +590,134 @@ type ControlReply struct {
 	OK      bool   `msgpack:"ok"`
 	Message string `msgpack:"message,omitempty"`
 	Error   string `msgpack:"error,omitempty"`
+}
+
+// Reconfiguration log. The launcher turns accepted ControlRequests into numbered entries and
+// publishes the whole log on ReconfSubject whenever it grows; a rank that subscribed late
+// asks for it on ReconfGetSubject. At their next agreement point the ranks act on the
+// entries every one of them has (the smallest prefix), so all act at the same boundary.
+
+// ReconfSubject carries the ReconfLog of a job, published by its launcher.
+func ReconfSubject(jobID string) string { return subject(jobID, "reconf") }
+
+// ReconfGetSubject: request (empty), the launcher replies with the ReconfLog.
+func ReconfGetSubject(jobID string) string { return subject(jobID, "reconf.get") }
+
+// Reconf is one accepted reconfiguration: a checkpoint, or ranks moving to node To.
+type Reconf struct {
+	Seq    uint64      `msgpack:"seq"` // 1, 2, ...
+	Kind   ControlKind `msgpack:"kind"`
+	Ranks  []int       `msgpack:"ranks,omitempty"`
+	To     string      `msgpack:"to,omitempty"`
+	Reason string      `msgpack:"reason,omitempty"`
+}
+
+// ReconfLog is every Reconf of a job so far, in order.
+type ReconfLog struct {
+	Entries []Reconf `msgpack:"entries"`
+}
+
+// Validate checks a log received from the network: consecutive numbers from 1, known kinds.
+func (l ReconfLog) Validate() error {
+	for i, e := range l.Entries {
+		if e.Seq != uint64(i+1) {
+			return fmt.Errorf("job: reconfiguration log: entry %d has number %d", i+1, e.Seq)
+		}
+		switch e.Kind {
+		case ControlCheckpoint:
+		case ControlMigrate:
+			if len(e.Ranks) == 0 || ValidateNode(e.To) != nil {
+				return fmt.Errorf("job: reconfiguration log: entry %d: migration without ranks or with a bad node %q", e.Seq, e.To)
+			}
+			for _, r := range e.Ranks {
+				if r < 0 {
+					return fmt.Errorf("job: reconfiguration log: entry %d: rank %d", e.Seq, r)
+				}
+			}
+		default:
+			return fmt.Errorf("job: reconfiguration log: entry %d: kind %q", e.Seq, e.Kind)
+		}
+	}
+	return nil
+}
+
+// MigrateSubject: a migrating rank asks its launcher to start its successor (request
+// MigrateRequest, reply MigrateReply).
+func MigrateSubject(jobID string) string { return subject(jobID, "migrate") }
+
+// MigratedSubject: a migrating rank reports the outcome (MigrateReport).
+func MigratedSubject(jobID string) string { return subject(jobID, "migrated") }
+
+// MigrateRequest asks the launcher to start the successor of Rank for log entry Seq on the
+// entry's node; the successor finds its predecessor through Handover (EnvMigrate).
+type MigrateRequest struct {
+	Seq        uint64 `msgpack:"seq"`
+	Rank       int    `msgpack:"rank"`
+	Handover   string `msgpack:"handover"`
+	Iteration  int    `msgpack:"iteration"`
+	StateBytes int64  `msgpack:"state_bytes"`
+}
+
+// Validate checks a MigrateRequest's form.
+func (m MigrateRequest) Validate(size int) error {
+	if m.Rank < 0 || m.Rank >= size {
+		return fmt.Errorf("job: migrate request: rank %d outside [0,%d)", m.Rank, size)
+	}
+	if m.Seq == 0 || m.Handover == "" || len(m.Handover) > 512 {
+		return fmt.Errorf("job: migrate request of rank %d: no entry number or hand-over address", m.Rank)
+	}
+	return nil
+}
+
+// MigrateReply answers a MigrateRequest: where the successor runs, or why it does not.
+type MigrateReply struct {
+	Node  string `msgpack:"node"`
+	PID   int    `msgpack:"pid"`
+	Error string `msgpack:"error,omitempty"`
+}
+
+// MigrateReport is a migrating rank's account of one migration.
+type MigrateReport struct {
+	Seq        uint64        `msgpack:"seq"`
+	Rank       int           `msgpack:"rank"`
+	To         string        `msgpack:"to"`
+	OK         bool          `msgpack:"ok"`
+	Error      string        `msgpack:"error,omitempty"`
+	Iteration  int           `msgpack:"iteration"`
+	StateBytes int64         `msgpack:"state_bytes"`
+	Pause      time.Duration `msgpack:"pause"` // from entering the migration to handing over
+}
+
+// JobInfoSubject: request (empty); the job's launcher replies with its JobInfo.
+func JobInfoSubject(jobID string) string { return subject(jobID, "info") }
+
+// JobRank is where one rank of a job runs now.
+type JobRank struct {
+	Rank        int    `msgpack:"rank"`
+	Node        string `msgpack:"node"` // "" when the launcher runs it locally
+	PID         int    `msgpack:"pid"`
+	Incarnation int    `msgpack:"incarnation"` // migrations so far
+}
+
+// Migration is one migration as its launcher saw it.
+type Migration struct {
+	Seq       uint64        `msgpack:"seq"`
+	Rank      int           `msgpack:"rank"`
+	From      string        `msgpack:"from"`
+	To        string        `msgpack:"to"`
+	Reason    string        `msgpack:"reason,omitempty"`
+	State     string        `msgpack:"state"` // requested, spawning, done, failed
+	Error     string        `msgpack:"error,omitempty"`
+	Iteration int           `msgpack:"iteration,omitempty"`
+	Pause     time.Duration `msgpack:"pause,omitempty"`
+	At        time.Time     `msgpack:"at"`
+}
+
+// JobInfo describes a running job: its ranks and its migrations.
+type JobInfo struct {
+	Job        string      `msgpack:"job"`
+	Size       int         `msgpack:"size"`
+	Policy     string      `msgpack:"policy,omitempty"`
+	Ranks      []JobRank   `msgpack:"ranks"`
+	Migrations []Migration `msgpack:"migrations"`
 }

@@ -218,10 +218,14 @@ type rankState struct {
 	hello    *nats.Msg // pending rendezvous request
 	helloMsg job.Hello
 	early    bool // exited with status 0 before saying hello
+
+	incarnation int        // migrations so far
+	next        *successor // migration in progress
 }
 
 type rankExit struct {
 	rank int
+	proc Process
 	exit Exit
 	err  error
 }
@@ -247,6 +251,8 @@ type runner struct {
 	rdvTimer  *time.Timer
 	rdvC      <-chan time.Time
 	signalled int
+
+	rc reconfState
 }
 
 func (r *runner) connect(url string) error {
@@ -304,6 +310,10 @@ func (r *runner) connect(url string) error {
 		nc.Close()
 		return fmt.Errorf("launch: subscribe to %s: %w", job.LostSubject(id), err)
 	}
+	if err := r.subscribeReconf(); err != nil {
+		nc.Close()
+		return err
+	}
 	// The server must know the subscriptions before any rank can say hello.
 	if err := nc.FlushTimeout(5 * time.Second); err != nil {
 		nc.Close()
@@ -345,7 +355,8 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 
 	n := r.cfg.NP
 	r.ranks = make([]rankState, n)
-	exits := make(chan rankExit, n)
+	r.rc.path, r.rc.env = path, env
+	exits := make(chan rankExit, 2*n+8)
 	r.exits = exits
 	for i := range n {
 		env.Rank = i
@@ -360,7 +371,7 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 		r.running++
 		go func() {
 			ex, err := proc.Wait()
-			exits <- rankExit{rank: i, exit: ex, err: err}
+			exits <- rankExit{rank: i, proc: proc, exit: ex, err: err}
 		}()
 	}
 
@@ -379,6 +390,18 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 			r.onHello(m)
 		case m := <-r.abortCh:
 			r.onAbort(m)
+		case m := <-r.rc.ctlCh:
+			r.onControl(m)
+		case m := <-r.rc.migrateCh:
+			r.onMigrateRequest(m)
+		case m := <-r.rc.reportCh:
+			r.onMigrateReport(m)
+		case m := <-r.rc.getCh:
+			r.onReconfGet(m)
+		case m := <-r.rc.infoCh:
+			r.onJobInfo(m)
+		case f := <-r.rc.doneCh:
+			f()
 		case sig := <-r.cfg.Signals:
 			r.onSignal(sig)
 		case <-ctxDone:
@@ -453,8 +476,19 @@ func (r *runner) describe(rank int) string {
 
 func (r *runner) onExit(ex rankExit) {
 	st := &r.ranks[ex.rank]
-	st.running = false
 	r.running--
+	if ex.proc != st.proc {
+		r.onSideExit(ex)
+		return
+	}
+	if st.next != nil && st.next.proc != nil && ex.err == nil && ex.exit.Success() {
+		// A migrating rank's process ends cleanly only after handing over: its report
+		// may still be on its way.
+		st.running = false // so the exited process is not kept as a side process
+		r.commitMigration(ex.rank)
+		return
+	}
+	st.running = false
 	if r.stopping {
 		return
 	}
@@ -513,8 +547,12 @@ collect:
 		select {
 		case ex := <-r.exits:
 			st := &r.ranks[ex.rank]
-			st.running = false
 			r.running--
+			if ex.proc != st.proc {
+				r.onSideExit(ex)
+				continue
+			}
+			st.running = false
 			if ex.err != nil || !ex.exit.Success() {
 				failed = append(failed, ex)
 			}
@@ -754,6 +792,9 @@ func (r *runner) stop() {
 			}
 		}
 	}
+	for p := range r.rc.side {
+		_ = p.Signal(syscall.SIGTERM)
+	}
 	r.graceC = time.After(r.cfg.KillGrace)
 }
 
@@ -770,6 +811,9 @@ func (r *runner) killAll(late bool) {
 		if err := st.proc.Signal(syscall.SIGKILL); err != nil {
 			r.stderr.logf("%v", trimLaunch(err))
 		}
+	}
+	for p := range r.rc.side {
+		_ = p.Signal(syscall.SIGKILL)
 	}
 }
 

@@ -40,6 +40,9 @@ type Spec struct {
 	Args []string // arguments after the program name
 	Env  []string // the complete environment, KEY=VALUE
 	Dir  string   // working directory; "" = the launcher's
+	// Incarnation counts the processes that held this rank before (migrations); a remote
+	// starter keeps each incarnation's output apart.
+	Incarnation int
 
 	// Output receives every line the rank writes, without its trailing newline (a final
 	// unterminated line is delivered too). Lines of one stream arrive in order from a single
@@ -52,6 +55,15 @@ type Spec struct {
 // (pcmd) will ask node agents to spawn them and relay their output and exit status.
 type Starter interface {
 	Start(spec Spec) (Process, error)
+}
+
+// NodeStarter is a Starter that can place a rank on a named node, as migrations need.
+type NodeStarter interface {
+	Starter
+	// CheckNode reports whether node can take a rank now (it is known, alive, has a slot).
+	CheckNode(node string) error
+	// StartOn starts spec's rank on node.
+	StartOn(node string, spec Spec) (Process, error)
 }
 
 // Process is a started rank.

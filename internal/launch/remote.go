@@ -344,11 +344,50 @@ func (r *Remote) Placement() []string { return slices.Clone(r.place) }
 
 // Start implements Starter: it asks the rank's node to spawn it.
 func (r *Remote) Start(spec Spec) (Process, error) {
-	if spec.Output == nil {
-		return nil, fmt.Errorf("launch: start rank %d: Spec.Output is nil", spec.Rank)
-	}
 	if spec.Rank < 0 || spec.Rank >= len(r.place) {
 		return nil, fmt.Errorf("launch: start rank %d: only %d ranks were placed", spec.Rank, len(r.place))
+	}
+	return r.start(r.place[spec.Rank], spec)
+}
+
+// CheckNode implements NodeStarter. Nodes that were not among the hosts are learned here
+// and watched from then on.
+func (r *Remote) CheckNode(name string) error {
+	if err := job.ValidateNode(name); err != nil {
+		return fmt.Errorf("launch: %w", trimJob(err))
+	}
+	r.mu.Lock()
+	node := r.nodes[name]
+	r.mu.Unlock()
+	if node != nil && node.gone != nil {
+		return node.gone
+	}
+	info, err := r.nodeInfo(name)
+	if err != nil {
+		return err
+	}
+	if info.Slots-info.Used <= 0 {
+		return fmt.Errorf("launch: node %s has no free slot (%d of %d in use): %w", name, info.Used, info.Slots, ErrNotEnoughSlots)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nodes[name] == nil {
+		r.nodes[name] = &remoteNode{name: name, pid: info.PID, interval: info.Interval, last: time.Now(), procs: make(map[*remoteProcess]bool)}
+	}
+	return nil
+}
+
+// StartOn implements NodeStarter.
+func (r *Remote) StartOn(node string, spec Spec) (Process, error) {
+	if err := r.CheckNode(node); err != nil {
+		return nil, err
+	}
+	return r.start(node, spec)
+}
+
+func (r *Remote) start(name string, spec Spec) (Process, error) {
+	if spec.Output == nil {
+		return nil, fmt.Errorf("launch: start rank %d: Spec.Output is nil", spec.Rank)
 	}
 	env := mpiosEnv(spec.Env)
 	jobID := envValue(env, job.EnvJobID)
@@ -363,7 +402,6 @@ func (r *Remote) Start(spec Spec) (Process, error) {
 			dir = wd
 		}
 	}
-	name := r.place[spec.Rank]
 	p := &remoteProcess{r: r, node: name, rank: spec.Rank, job: jobID, output: spec.Output, done: make(chan struct{})}
 
 	r.mu.Lock()
@@ -383,8 +421,13 @@ func (r *Remote) Start(spec Spec) (Process, error) {
 		p.finish(Exit{Code: -1}, err)
 		return nil, err
 	}
-	// One subscription for output and exit keeps them in publication order.
-	sub, err := r.nc.Subscribe(job.RankSubjects(jobID, spec.Rank), p.onMsg)
+	// One subscription for output and exit keeps them in publication order. Later
+	// incarnations of a rank (after migrations) get subjects of their own.
+	outSubj, exitSubj, allSubj := "", "", job.RankSubjects(jobID, spec.Rank)
+	if spec.Incarnation > 0 {
+		outSubj, exitSubj, allSubj = job.IncarnationSubjects(jobID, spec.Rank, spec.Incarnation)
+	}
+	sub, err := r.nc.Subscribe(allSubj, p.onMsg)
 	if err != nil {
 		return fail(fmt.Errorf("launch: start rank %d: subscribe: %w", spec.Rank, err))
 	}
@@ -393,7 +436,7 @@ func (r *Remote) Start(spec Spec) (Process, error) {
 	p.mu.Unlock()
 	data, err := job.Encode(job.SpawnRequest{
 		Job: jobID, Rank: spec.Rank, Path: spec.Path, Args: spec.Args, Env: env, Dir: dir,
-		KeepAlive: r.cfg.KeepAlive,
+		Out: outSubj, Exit: exitSubj, KeepAlive: r.cfg.KeepAlive,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("launch: start rank %d: %w", spec.Rank, err))

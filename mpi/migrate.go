@@ -1,0 +1,185 @@
+package mpi
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rewire"
+	"github.com/nats-io/nats.go"
+)
+
+// Live migration (package pcm runs the protocol; see internal/rewire): this file is the
+// matching engine's part of it. A process whose rank moves hands its unreceived messages
+// and its context counter to the successor; every other process redirects the rank.
+
+// rewirable is an endpoint whose peers can move (the TCP transport).
+type rewirable interface {
+	Addrs() []string
+	Redirect(peer int, addr string) error
+	Retire(timeout time.Duration) error
+}
+
+func init() {
+	rewire.Install(func(world any) (rewire.Member, error) {
+		c, ok := world.(*Comm)
+		if !ok || c == nil {
+			return nil, fmt.Errorf("rewire: %T is not an *mpi.Comm", world)
+		}
+		if c.ctx != 0 {
+			return nil, errors.New("mpi: only the world communicator takes part in a migration")
+		}
+		rw, ok := c.e.ep.(rewirable)
+		if !ok {
+			return nil, rewire.ErrUnsupported
+		}
+		return member{e: c.e, rw: rw}, nil
+	})
+}
+
+type member struct {
+	e  *engine
+	rw rewirable
+}
+
+func (m member) Addrs() []string { return m.rw.Addrs() }
+
+func (m member) Redirect(rank int, addr string) error { return m.rw.Redirect(rank, addr) }
+
+// Retire flushes the data plane (every frame peers sent before redirecting is queued here)
+// and takes the unreceived messages out of the engine.
+func (m member) Retire(timeout time.Duration) (rewire.Snapshot, error) {
+	e := m.e
+	e.mu.Lock()
+	if n := len(e.sends) + len(e.recvs); n > 0 {
+		e.mu.Unlock()
+		return rewire.Snapshot{}, fmt.Errorf("mpi: retire: %w: %d operations", ErrPending, n)
+	}
+	// Nothing may block the flush: the successor gets whatever arrives.
+	e.unexpMax = math.MaxInt64
+	e.space.Broadcast()
+	e.mu.Unlock()
+	err := m.rw.Retire(timeout)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	snap := rewire.Snapshot{NextCtx: e.nextCtx}
+	ctxs := make([]uint32, 0, len(e.ctxs))
+	for ctx := range e.ctxs {
+		ctxs = append(ctxs, ctx)
+	}
+	slices.Sort(ctxs)
+	for _, ctx := range ctxs {
+		q := e.ctxs[ctx]
+		if len(q.posted) > 0 && err == nil {
+			err = fmt.Errorf("mpi: retire: %w: %d receives posted", ErrPending, len(q.posted))
+		}
+		for _, msg := range q.unexp {
+			if msg.rts && err == nil {
+				err = fmt.Errorf("mpi: retire: a large message from rank %d is still being sent", msg.peer)
+			}
+			snap.Unexpected = append(snap.Unexpected, rewire.Message{Ctx: ctx, Peer: msg.peer, Tag: msg.tag, Elem: msg.elem, Data: msg.data})
+		}
+	}
+	e.closed, e.retired = true, true
+	if err != nil {
+		return snap, err
+	}
+	return snap, nil
+}
+
+// inject puts a predecessor's unreceived messages into a fresh engine, before it starts.
+func (e *engine) inject(s rewire.Snapshot) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.nextCtx = max(e.nextCtx, s.NextCtx)
+	for _, msg := range s.Unexpected {
+		if msg.Peer < 0 || msg.Peer >= e.size || msg.Peer == e.rank {
+			return fmt.Errorf("mpi: inherited message from rank %d outside the world", msg.Peer)
+		}
+		q := e.queues(msg.Ctx)
+		q.unexp = append(q.unexp, &message{peer: msg.Peer, tag: msg.Tag, elem: msg.Elem, total: uint64(len(msg.Data)), data: msg.Data})
+		e.unexpSize[msg.Peer] += int64(len(msg.Data))
+	}
+	return nil
+}
+
+// successorWait bounds how long a successor waits for its predecessor's final word: the
+// other migrations of the same boundary may be moving large states meanwhile.
+const successorWait = 15 * time.Minute
+
+// joinAsSuccessor takes over rank env.Rank from the predecessor named by spec: it receives
+// the rank's state and, once every rank has agreed, the address table and the messages the
+// predecessor had not received, then joins the data plane in its place.
+func joinAsSuccessor(env job.Env, spec string) (*Comm, *nats.Conn, error) {
+	began := time.Now()
+	hs, err := rewire.ParseSpec(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(env.Bind, "0"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen on %s: %w", env.Bind, err)
+	}
+	nc, holder, err := connectControl(env)
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	fail := func(err error) (*Comm, *nats.Conn, error) {
+		ln.Close()
+		nc.Close()
+		return nil, nil, err
+	}
+	succ, err := rewire.Dial(hs, env.Secret, env.Rank, ln.Addr().String(), 30*time.Second)
+	if err != nil {
+		return fail(err)
+	}
+	defer succ.Close()
+	blob, err := succ.ReceiveState()
+	if err != nil {
+		return fail(err)
+	}
+	if err := succ.Ack(nil); err != nil {
+		return fail(fmt.Errorf("rewire: acknowledge state: %w", err))
+	}
+	final, err := succ.ReceiveFinal(successorWait)
+	if err != nil {
+		return fail(err)
+	}
+	if final.Abort != "" {
+		return fail(fmt.Errorf("migration aborted by the predecessor: %s", final.Abort))
+	}
+	if len(final.Addrs) != env.Size {
+		succ.Ack(errors.New("address table of the wrong size"))
+		return fail(fmt.Errorf("rewire: address table has %d entries for %d ranks", len(final.Addrs), env.Size))
+	}
+	final.Addrs[env.Rank] = ln.Addr().String()
+	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: final.Addrs, Listener: ln, Secret: env.Secret})
+	if err != nil {
+		succ.Ack(err)
+		return fail(err)
+	}
+	e := newEngine(ep)
+	if err := e.inject(final.Snap); err != nil {
+		succ.Ack(err)
+		return fail(err)
+	}
+	e.onPeerLost = lostReporter(env, nc)
+	world, err := attach(e)
+	if err != nil {
+		succ.Ack(err)
+		return fail(err)
+	}
+	holder.set(world.e)
+	if err := succ.Ack(nil); err != nil {
+		fmt.Fprintf(os.Stderr, "mpi: rank %d: predecessor did not take the final acknowledgement: %v\n", env.Rank, err)
+	}
+	rewire.SetInherited(&rewire.Inheritance{Rank: env.Rank, State: blob, Since: began, Bytes: int64(len(blob))})
+	return world, nc, nil
+}
