@@ -55,7 +55,8 @@ type config struct {
 	iters         int
 	residualEvery int
 	dump          string
-	crashAfter    int // test only: rank 1 exits after this iteration (0: never)
+	crashAfter    int           // test only: rank 1 exits after this iteration (0: never)
+	pace          time.Duration // test only: sleep this long per iteration
 }
 
 func main() {
@@ -76,6 +77,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.residualEvery, "residual-every", 0, "print the global max cell change every K iterations (0: never)")
 	fs.StringVar(&cfg.dump, "dump", "", "rank 0 writes the final interior grid here (raw little-endian float64, row-major)")
 	fs.IntVar(&cfg.crashAfter, solverkit.CrashFlag, 0, "")
+	fs.DurationVar(&cfg.pace, solverkit.PaceFlag, 0, "")
 	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -265,6 +267,9 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 		if act == pcm.Leave {
 			return nil
+		}
+		if cfg.pace > 0 {
+			time.Sleep(cfg.pace)
 		}
 		if iter == cfg.crashAfter && rank == crashRank {
 			os.Exit(1) // test only: die without finalizing, like a crashed rank

@@ -48,7 +48,8 @@ type config struct {
 	maxIters   int
 	tol        float64
 	dump       string
-	crashAfter int // test only: rank 1 exits after this iteration (0: never)
+	crashAfter int           // test only: rank 1 exits after this iteration (0: never)
+	pace       time.Duration // test only: sleep this long per iteration
 }
 
 func main() {
@@ -69,6 +70,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&cfg.tol, "tol", 1e-10, "stop once the largest change of x in an iteration is below this")
 	fs.StringVar(&cfg.dump, "dump", "", "rank 0 writes the final x here (raw little-endian float64)")
 	fs.IntVar(&cfg.crashAfter, solverkit.CrashFlag, 0, "")
+	fs.DurationVar(&cfg.pace, solverkit.PaceFlag, 0, "")
 	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -240,6 +242,9 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 		if act == pcm.Leave {
 			return nil
+		}
+		if cfg.pace > 0 {
+			time.Sleep(cfg.pace)
 		}
 		if iter == cfg.crashAfter && rank == crashRank {
 			os.Exit(1) // test only: die without finalizing, like a crashed rank

@@ -109,6 +109,11 @@ func (e *engine) inject(s rewire.Snapshot) error {
 	return nil
 }
 
+// testHookEnv makes successors fail on purpose, for the tests of aborted migrations:
+// "exit-at-start" exits before contacting the predecessor, "exit-mid-state" in the middle of
+// receiving the state.
+const testHookEnv = "MPIOS_TESTHOOK_SUCCESSOR"
+
 // successorWait bounds how long a successor waits for its predecessor's final word: the
 // other migrations of the same boundary may be moving large states meanwhile.
 const successorWait = 15 * time.Minute
@@ -136,11 +141,18 @@ func joinAsSuccessor(env job.Env, spec string) (*Comm, *nats.Conn, error) {
 		nc.Close()
 		return nil, nil, err
 	}
+	hook := os.Getenv(testHookEnv)
+	if hook == "exit-at-start" {
+		os.Exit(3)
+	}
 	succ, err := rewire.Dial(hs, env.Secret, env.Rank, ln.Addr().String(), 30*time.Second)
 	if err != nil {
 		return fail(err)
 	}
 	defer succ.Close()
+	if hook == "exit-mid-state" {
+		succ.ExitMidState()
+	}
 	blob, err := succ.ReceiveState()
 	if err != nil {
 		return fail(err)

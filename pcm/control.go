@@ -108,6 +108,22 @@ func (c *control) requestSuccessor(req job.MigrateRequest) (job.MigrateReply, er
 	return rep, nil
 }
 
+// watchSuccessor calls gone when the launcher reports that the successor of rank for
+// request seq ended; stop ends the watch.
+func (c *control) watchSuccessor(seq uint64, rank int, gone func(reason string)) (stop func()) {
+	sub, err := c.nc.Subscribe(job.SuccessorGoneSubject(c.env.JobID), func(m *nats.Msg) {
+		var g job.SuccessorGone
+		if job.Decode(m.Data, &g) == nil && g.Seq == seq && g.Rank == rank {
+			gone(g.Reason)
+		}
+	})
+	if err != nil {
+		return func() {}
+	}
+	c.nc.Flush()
+	return func() { sub.Unsubscribe() }
+}
+
 // report tells the launcher how a migration ended.
 func (c *control) report(r job.MigrateReport) {
 	data, err := job.Encode(r)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
@@ -164,10 +165,12 @@ func (p *Process) handOverState(iter int, entry job.Reconf) (*rewire.Predecessor
 		return nil, "", err
 	}
 	size := p.reg.Size()
+	stop := p.ctl.watchSuccessor(entry.Seq, env.Rank, pred.Cancel)
+	defer stop()
 	rep, err := p.ctl.requestSuccessor(job.MigrateRequest{Seq: entry.Seq, Rank: env.Rank, Handover: pred.Spec().String(), Iteration: iter, StateBytes: size})
 	if err != nil {
 		pred.Close()
-		return nil, "", fmt.Errorf("start successor on %s: %w", entry.To, err)
+		return nil, "", fmt.Errorf("start successor on %s: %w", entry.To, trimPrefix(err))
 	}
 	addr, err := pred.Accept(acceptTimeout)
 	if err != nil {
@@ -226,4 +229,12 @@ func (p *Process) loadInherited() error {
 	p.callsAtSync, p.lastSyncCost = meta.CallsAtSync, time.Duration(meta.CostNanos)
 	p.lastIter, p.haveIter = meta.LastIter, true
 	return nil
+}
+
+// trimPrefix drops the "mpirun: " its launcher puts before its own messages.
+func trimPrefix(err error) error {
+	if s, ok := strings.CutPrefix(err.Error(), "mpirun: "); ok {
+		return errors.New(s)
+	}
+	return err
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/iosbridge"
 )
 
 // statusUsage is the exit status for command-line mistakes.
@@ -66,6 +67,13 @@ OPTIONS:
    --restart JOB        resume from the newest complete checkpoint of job JOB
                         (same number of ranks; falls back to an older checkpoint
                         if the newest is damaged, and says so)
+   --policy NAME        how the IOS agents of the pcmd nodes decide to move this
+                        job's ranks: mpiios (MPI/IOS gain), sras, atsras, flcras,
+                        or none (never move them; profile only). Default: each
+                        node's own "pcmd serve --policy" (mpiios unless changed)
+   --profile-out FILE   write every profile the ranks publish (once a second:
+                        messages and bytes per peer, communication and
+                        computation time, iteration times) to FILE as JSON lines
    -h, --help           show this help
 
 REMOTE RANKS:
@@ -165,6 +173,8 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.IntFlag{Name: "ckpt-every", Usage: "checkpoint every K iterations"},
 			&cli.StringFlag{Name: "ckpt-dir", Usage: "checkpoint store directory"},
 			&cli.StringFlag{Name: "restart", Usage: "job id to restart from"},
+			&cli.StringFlag{Name: "policy", Usage: "IOS decision policy of the job"},
+			&cli.StringFlag{Name: "profile-out", Usage: "write the ranks' profiles here"},
 		},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &usageError{msg: err.Error()}
@@ -259,6 +269,18 @@ func config(c *cli.Context) (launch.Config, error) {
 			return cfg, &usageError{"--restart: " + msg}
 		}
 		ckptEnv = append(ckptEnv, job.EnvRestart+"="+c.String("restart"))
+	}
+	if c.IsSet("policy") {
+		name := c.String("policy")
+		if _, err := iosbridge.PolicyByName(name); err != nil {
+			return cfg, &usageError{fmt.Sprintf("--policy %q: want one of mpiios, sras, atsras, flcras, none", name)}
+		}
+		ckptEnv = append(ckptEnv, job.EnvPolicy+"="+name)
+	}
+	if c.IsSet("profile-out") {
+		if cfg.ProfileOut = c.String("profile-out"); cfg.ProfileOut == "" {
+			return cfg, &usageError{"--profile-out: want a file name"}
+		}
 	}
 	if ckptEnv != nil {
 		cfg.Env = append(os.Environ(), ckptEnv...)

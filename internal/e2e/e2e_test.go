@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin = dir
-	for out, pkg := range map[string]string{"mpirun": "./cmd/mpirun", "mpicheck": "./internal/e2e/testdata/mpicheck", "heat2d": "./heat2d"} {
+	for out, pkg := range map[string]string{"mpirun": "./cmd/mpirun", "mpicheck": "./internal/e2e/testdata/mpicheck", "heat2d": "./heat2d", "jacobi": "./jacobi", "pcmd": "./cmd/pcmd"} {
 		if err := testbin.BuildE(filepath.Join(dir, out), pkg); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -645,6 +645,17 @@ func (l ReconfLog) Validate() error {
 // MigrateRequest, reply MigrateReply).
 func MigrateSubject(jobID string) string { return subject(jobID, "migrate") }
 
+// SuccessorGoneSubject: the launcher tells a migrating rank that the successor it started
+// ended before taking over (SuccessorGone), so the rank stops waiting for it.
+func SuccessorGoneSubject(jobID string) string { return subject(jobID, "successor-gone") }
+
+// SuccessorGone reports the end of a successor that never took over.
+type SuccessorGone struct {
+	Seq    uint64 `msgpack:"seq"`
+	Rank   int    `msgpack:"rank"`
+	Reason string `msgpack:"reason"`
+}
+
 // MigratedSubject: a migrating rank reports the outcome (MigrateReport).
 func MigratedSubject(jobID string) string { return subject(jobID, "migrated") }
 

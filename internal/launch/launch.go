@@ -61,6 +61,10 @@ type Config struct {
 	// the ranks gracefully, a second one kills them at once.
 	Signals <-chan os.Signal
 
+	// ProfileOut, if set, is a file that receives every profile the ranks publish
+	// (job.ProfileSubject), one JSON object per line.
+	ProfileOut string
+
 	Starter    Starter // nil = Local{}
 	RuntimeDir string  // where the job Record is written; "" = RuntimeDir()
 }
@@ -126,6 +130,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer r.nc.Close()
+	if cfg.ProfileOut != "" {
+		stop, err := r.recordProfiles(cfg.ProfileOut)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	recPath, err := writeRecord(cfg.RuntimeDir, Record{
 		JobID: cfg.JobID, NATSURL: natsURL, PID: os.Getpid(), Started: time.Now().UTC(),

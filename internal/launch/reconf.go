@@ -1,9 +1,14 @@
 package launch
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,13 +27,20 @@ type successor struct {
 	proc Process // nil until started
 }
 
+// sideProc is a process that is not, or no longer, its rank's current one.
+type sideProc struct {
+	rank      int
+	successor bool // started for a migration that has not committed
+	killed    bool // mpirun killed it (the migration was aborted)
+}
+
 // reconfState is the runner's part for reconfiguration; used by the event loop only.
 type reconfState struct {
 	path    string
 	env     job.Env
 	log     []job.Reconf
 	history []job.Migration
-	side    map[Process]int // processes of a rank other than its current one, still running
+	side    map[Process]sideProc // processes of a rank other than its current one, still running
 
 	ctlCh     chan *nats.Msg
 	migrateCh chan *nats.Msg
@@ -41,7 +53,7 @@ type reconfState struct {
 // subscribeReconf sets up the subjects of reconfiguration.
 func (r *runner) subscribeReconf() error {
 	id := r.cfg.JobID
-	r.rc.side = make(map[Process]int)
+	r.rc.side = make(map[Process]sideProc)
 	r.rc.doneCh = make(chan func(), 16)
 	for _, s := range []struct {
 		subj string
@@ -183,8 +195,8 @@ func (r *runner) checkMovable(ranks []int, node string) error {
 		case nodeOf(st.proc) == node:
 			return fmt.Errorf("rank %d already runs on %s", rank, node)
 		}
-		for p, rk := range r.rc.side {
-			if rk == rank && p.Host() == node {
+		for p, sp := range r.rc.side {
+			if sp.rank == rank && p.Host() == node {
 				return fmt.Errorf("rank %d's previous process on %s has not exited yet; try again", rank, node)
 			}
 		}
@@ -244,7 +256,7 @@ func (r *runner) onMigrateRequest(m *nats.Msg) {
 		if st.next != nil && st.next.seq == req.Seq && st.next.proc == nil {
 			st.next = nil
 		}
-		r.stderr.logf("migration of rank %d (request %d) failed: %s; the rank stays on %s", req.Rank, req.Seq, reason, nodeOf(st.proc))
+		// The rank reports the aborted migration, with this reason, and mpirun logs it then.
 		respond(m, job.MigrateReply{Error: "mpirun: " + reason})
 	}
 	if r.stopping {
@@ -277,13 +289,13 @@ func (r *runner) onMigrateRequest(m *nats.Msg) {
 				return
 			}
 			r.running++
-			r.rc.side[proc] = req.Rank
+			r.rc.side[proc] = sideProc{rank: req.Rank, successor: true}
 			go func() {
 				ex, err := proc.Wait()
 				r.exits <- rankExit{rank: req.Rank, proc: proc, exit: ex, err: err}
 			}()
 			if r.stopping || st.next == nil || st.next.seq != req.Seq {
-				_ = proc.Signal(syscall.SIGKILL)
+				r.kill(proc)
 				respond(m, job.MigrateReply{Error: "mpirun: the migration was cancelled"})
 				return
 			}
@@ -312,7 +324,7 @@ func (r *runner) onMigrateReport(m *nats.Msg) {
 		r.stderr.logf("migration of rank %d to %s aborted, it continues on %s: %s", rep.Rank, rep.To, nodeOf(st.proc), rep.Error)
 		if st.next != nil && st.next.seq == rep.Seq {
 			if st.next.proc != nil {
-				_ = st.next.proc.Signal(syscall.SIGKILL)
+				r.kill(st.next.proc)
 			}
 			st.next = nil
 		}
@@ -348,7 +360,7 @@ func (r *runner) commitMigration(rank int) {
 	}
 	delete(r.rc.side, next.proc)
 	if st.running {
-		r.rc.side[st.proc] = rank
+		r.rc.side[st.proc] = sideProc{rank: rank}
 	}
 	st.proc, st.running = next.proc, true
 	st.incarnation++
@@ -360,19 +372,37 @@ func (r *runner) commitMigration(rank int) {
 // onSideExit handles the exit of a process that is not its rank's current one: a
 // predecessor that handed over, or a successor that never took over.
 func (r *runner) onSideExit(ex rankExit) {
+	sp := r.rc.side[ex.proc]
 	delete(r.rc.side, ex.proc)
 	st := &r.ranks[ex.rank]
 	if st.next != nil && st.next.proc == ex.proc {
-		// The successor died before the hand-over completed; the predecessor notices
-		// and reports the aborted migration.
-		r.stderr.logf("successor of rank %d on %s (pid %d) ended before taking over: %s",
-			ex.rank, nodeOf(ex.proc), ex.proc.PID(), exitText(ex))
+		// The successor died before the hand-over completed: the predecessor may be
+		// waiting for it to connect. It reports the aborted migration.
+		reason := fmt.Sprintf("its successor on %s (pid %d) ended before taking over: %s", nodeOf(ex.proc), ex.proc.PID(), exitText(ex))
+		if data, err := job.Encode(job.SuccessorGone{Seq: st.next.seq, Rank: ex.rank, Reason: reason}); err == nil {
+			_ = r.nc.Publish(job.SuccessorGoneSubject(r.cfg.JobID), data)
+		}
+		return
+	}
+	if sp.successor {
+		if !sp.killed && !r.stopping {
+			r.stderr.logf("successor of rank %d on %s (pid %d) ended: %s", ex.rank, nodeOf(ex.proc), ex.proc.PID(), exitText(ex))
+		}
 		return
 	}
 	if ex.err != nil || !ex.exit.Success() {
 		r.stderr.logf("previous process of rank %d on %s (pid %d) ended after handing over: %s",
 			ex.rank, nodeOf(ex.proc), ex.proc.PID(), exitText(ex))
 	}
+}
+
+// kill stops a successor whose migration was aborted.
+func (r *runner) kill(p Process) {
+	if sp, ok := r.rc.side[p]; ok {
+		sp.killed = true
+		r.rc.side[p] = sp
+	}
+	_ = p.Signal(syscall.SIGKILL)
 }
 
 func exitText(ex rankExit) string {
@@ -406,4 +436,46 @@ func byteSize(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return strconv.FormatInt(n, 10) + " B"
+}
+
+// recordProfiles appends every profile the ranks publish to the file at path, one JSON
+// object per line. stop flushes and closes it.
+func (r *runner) recordProfiles(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("launch: --profile-out: %w", err)
+	}
+	var mu sync.Mutex
+	w := bufio.NewWriter(f)
+	bad := 0
+	sub, err := r.nc.Subscribe(job.ProfileSubject(r.cfg.JobID), func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !json.Valid(m.Data) || bytes.ContainsAny(m.Data, "\n") {
+			if bad++; bad == 1 {
+				r.stderr.logf("ignoring a malformed profile message")
+			}
+			return
+		}
+		w.Write(m.Data)
+		w.WriteByte('\n')
+	})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("launch: --profile-out: subscribe: %w", err)
+	}
+	return func() {
+		// Profiles published just before the ranks ended are still in flight.
+		r.nc.FlushTimeout(time.Second)
+		sub.Drain()
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		if err := w.Flush(); err != nil {
+			r.stderr.logf("--profile-out %s: %v", path, err)
+		}
+		if err := f.Close(); err != nil {
+			r.stderr.logf("--profile-out %s: %v", path, err)
+		}
+	}, nil
 }

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -136,6 +138,8 @@ func (c *conn) waitAck(wait time.Duration) error {
 
 // Predecessor is the old process's end of a hand-over.
 type Predecessor struct {
+	cancel chan string // Cancel's reason
+	once   sync.Once
 	ln     net.Listener
 	secret []byte
 	rank   int
@@ -154,7 +158,15 @@ func Listen(bind string, secret []byte, rank int) (*Predecessor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rewire: hand-over listener on %s: %w", bind, err)
 	}
-	return &Predecessor{ln: ln, secret: secret, rank: rank, token: token}, nil
+	return &Predecessor{ln: ln, secret: secret, rank: rank, token: token, cancel: make(chan string, 1)}, nil
+}
+
+// Cancel makes a pending Accept fail with reason (the successor is known to be gone).
+func (p *Predecessor) Cancel(reason string) {
+	p.once.Do(func() {
+		p.cancel <- reason
+		p.ln.Close()
+	})
 }
 
 // Spec tells the successor where and how to reach this predecessor.
@@ -172,6 +184,11 @@ func (p *Predecessor) Accept(timeout time.Duration) (string, error) {
 		}
 		c, err := p.ln.Accept()
 		if err != nil {
+			select {
+			case reason := <-p.cancel:
+				return "", errors.New(reason)
+			default:
+			}
 			if lastErr != nil {
 				return "", fmt.Errorf("rewire: no successor within %v (last attempt: %v)", timeout, lastErr)
 			}
@@ -304,7 +321,8 @@ func (w *chunkWriter) Close() error {
 
 // Successor is the new process's end of a hand-over.
 type Successor struct {
-	c *conn
+	c            *conn
+	exitMidState bool
 }
 
 // Dial connects to the predecessor named by spec, proves it is rank's successor in the job
@@ -341,6 +359,10 @@ func Dial(spec Spec, secret []byte, rank int, dataAddr string, timeout time.Dura
 	return &Successor{c: newConn(c)}, nil
 }
 
+// ExitMidState makes the process exit (status 3) once some of the state has arrived, as if
+// it died during the transfer. For tests of aborted migrations only.
+func (s *Successor) ExitMidState() { s.exitMidState = true }
+
 // ReceiveState reads the state blob. It does not acknowledge it: call Ack once it is checked.
 func (s *Successor) ReceiveState() ([]byte, error) {
 	hint, err := s.c.readControl(frameHint, idleTimeout)
@@ -371,6 +393,9 @@ func (s *Successor) ReceiveState() ([]byte, error) {
 			return nil, fmt.Errorf("rewire: receive state: %w", err)
 		}
 		buf = buf[:len(buf)+int(n)]
+		if s.exitMidState {
+			os.Exit(3)
+		}
 	}
 }
 

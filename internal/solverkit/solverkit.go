@@ -63,12 +63,17 @@ func ReadFloats(path string) ([]float64, error) {
 // a given iteration, as if it had died; Usage leaves it out of -help.
 const CrashFlag = "crash-after"
 
-// Usage prints the flags of fs except CrashFlag.
+// PaceFlag is the test-only flag with which a solver sleeps a given duration per iteration,
+// so that a test can reconfigure a running job in time whatever the machine's speed. It
+// changes no result.
+const PaceFlag = "pace"
+
+// Usage prints the flags of fs except the test-only ones.
 func Usage(fs *flag.FlagSet) {
 	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	shown.SetOutput(fs.Output())
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != CrashFlag {
+		if f.Name != CrashFlag && f.Name != PaceFlag {
 			shown.Var(f.Value, f.Name, f.Usage)
 		}
 	})

@@ -1,0 +1,356 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/testbin"
+	"github.com/nats-io/nats.go"
+)
+
+// cluster is a NATS server and pcmd nodes on loopback, as on a real cluster: mpirun and the
+// nodes only share the NATS URL.
+type cluster struct {
+	t   *testing.T
+	url string
+	nc  *nats.Conn
+	env []string
+}
+
+// debianNATS is Debian's nats-server, used when installed (CI installs it).
+const debianNATS = "/usr/sbin/nats-server"
+
+func newCluster(t *testing.T, nodes ...string) *cluster {
+	t.Helper()
+	url := ""
+	if _, err := os.Stat(debianNATS); err == nil {
+		url = startNATSBinary(t)
+	} else {
+		t.Logf("%s not installed: using an in-process NATS server", debianNATS)
+		url = testbin.NATSServer(t, "", "")
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c := &cluster{t: t, url: url, nc: nc, env: testbin.IsolatedEnv(t.TempDir())}
+	for _, n := range nodes {
+		c.startNode(n, "--allow", bin+"/*")
+	}
+	return c
+}
+
+func startNATSBinary(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(debianNATS, "-a", "127.0.0.1", "-p", fmt.Sprint(port))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			nc.Close()
+			return url
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nats-server on port %d: %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startNode starts a pcmd node and waits for its first heartbeat.
+func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
+	c.t.Helper()
+	beats, err := c.nc.SubscribeSync(job.NodeInfoSubject(name))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	beats.Unsubscribe()
+	all := append([]string{"serve", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms",
+		"--store", filepath.Join(c.t.TempDir(), "store")}, args...)
+	cmd := exec.Command(prog("pcmd"), all...)
+	cmd.Env = c.env
+	var logb testbin.Buffer
+	cmd.Stdout, cmd.Stderr = &logb, &logb
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if c.t.Failed() {
+			c.t.Logf("pcmd %s log:\n%s", name, logb.String())
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := c.nc.Request(job.NodeInfoSubject(name), nil, 200*time.Millisecond); err == nil {
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("pcmd %s did not come up:\n%s", name, logb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// job is an mpirun running in the background.
+type bgJob struct {
+	t      *testing.T
+	id     string
+	cmd    *exec.Cmd
+	stdout testbin.Buffer
+	stderr testbin.Buffer
+	done   chan error
+}
+
+func (c *cluster) start(t *testing.T, id string, extraEnv []string, args ...string) *bgJob {
+	t.Helper()
+	// The nodes' IOS agents must not move ranks on their own here.
+	all := append([]string{"--nats", c.url, "--job-id", id, "--policy", "none"}, args...)
+	j := &bgJob{t: t, id: id, done: make(chan error, 1)}
+	j.cmd = exec.Command(prog("mpirun"), all...)
+	j.cmd.Env = append(append([]string(nil), c.env...), extraEnv...)
+	j.cmd.Stdout, j.cmd.Stderr = &j.stdout, &j.stderr
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { j.done <- j.cmd.Wait() }()
+	t.Cleanup(func() { j.cmd.Process.Kill() })
+	j.waitLog(`job `+id+` nats`, 1, 10*time.Second)
+	c.waitRunning(t, id)
+	return j
+}
+
+// wait waits for mpirun to end and returns its exit code.
+func (j *bgJob) wait(limit time.Duration) int {
+	j.t.Helper()
+	select {
+	case err := <-j.done:
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		} else if err != nil {
+			j.t.Fatal(err)
+		}
+		return 0
+	case <-time.After(limit):
+		j.cmd.Process.Signal(syscall.SIGQUIT)
+		j.t.Fatalf("job %s did not finish within %v\nstdout:\n%s\nstderr:\n%s", j.id, limit, j.stdout.String(), j.stderr.String())
+	}
+	return -1
+}
+
+// waitLog waits until mpirun's stderr matches re n times.
+func (j *bgJob) waitLog(re string, n int, limit time.Duration) {
+	j.t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(limit)
+	for len(rx.FindAllString(j.stderr.String(), -1)) < n {
+		select {
+		case <-j.done:
+			j.t.Fatalf("job %s ended before %d lines matching %q\nstderr:\n%s", j.id, n, re, j.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			j.t.Fatalf("job %s: no %d lines matching %q within %v\nstderr:\n%s", j.id, n, re, limit, j.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitRunning waits until every rank of job id has started iterating: the rendezvous is
+// done (mpirun takes requests) and a little time passed.
+func (c *cluster) waitRunning(t *testing.T, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m, err := c.nc.Request(job.ReconfGetSubject(id), nil, time.Second)
+		if err == nil && len(m.Data) > 0 {
+			// mpirun answers only from its event loop; the ranks have said hello when a
+			// harmless control request is no longer refused as "starting".
+			data, _ := job.Encode(job.ControlRequest{Kind: job.ControlMigrate, Rank: 1 << 20, To: "probe"})
+			if r, err := c.nc.Request(job.ControlSubject(id), data, time.Second); err == nil {
+				var rep job.ControlReply
+				if job.Decode(r.Data, &rep) == nil && !strings.Contains(rep.Error, "not running") {
+					time.Sleep(200 * time.Millisecond)
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s did not start running within 30s", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// control sends a control request to job id and returns the reply.
+func (c *cluster) control(id string, req job.ControlRequest) job.ControlReply {
+	c.t.Helper()
+	data, _ := job.Encode(req)
+	m, err := c.nc.Request(job.ControlSubject(id), data, 10*time.Second)
+	if err != nil {
+		c.t.Fatalf("control request %+v: %v", req, err)
+	}
+	var rep job.ControlReply
+	if err := job.Decode(m.Data, &rep); err != nil {
+		c.t.Fatal(err)
+	}
+	return rep
+}
+
+// migrate asks for a migration and waits until mpirun reports it (the n-th report).
+func (c *cluster) migrate(j *bgJob, to string, n int, ranks ...int) {
+	c.t.Helper()
+	rep := c.control(j.id, job.ControlRequest{Kind: job.ControlMigrate, Ranks: ranks, To: to, Reason: "test"})
+	if !rep.OK {
+		c.t.Fatalf("migrate %v to %s refused: %s\nstderr:\n%s", ranks, to, rep.Error, j.stderr.String())
+	}
+	j.waitLog(`mpirun: migrated rank \d+ from \S+ to \S+ at iteration`, n, 30*time.Second)
+}
+
+// referenceDump runs prog locally (no migration) and returns its dump.
+func referenceDump(t *testing.T, args ...string) []byte {
+	t.Helper()
+	dump := filepath.Join(t.TempDir(), "ref.bin")
+	res := mpirun(t, 120*time.Second, append([]string{"-np", "4", prog(args[0])}, append(args[1:], "-dump", dump)...)...)
+	if res.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", res.code, res.stderr)
+	}
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestMigrationsKeepResultsBitwise is the issue's migration test: two pcmd nodes and a real
+// nats-server; heat2d and jacobi on 4 ranks move back and forth, two ranks in one boundary,
+// rank 0 included, and the results are bitwise those of an undisturbed run.
+func TestMigrationsKeepResultsBitwise(t *testing.T) {
+	apps := map[string][]string{
+		"heat2d": {"heat2d", "-n", "96", "-iters", "2500"},
+		"jacobi": {"jacobi", "-n", "256", "-maxiters", "2500", "-tol", "0"},
+	}
+	for name, args := range apps {
+		t.Run(name, func(t *testing.T) {
+			want := referenceDump(t, args...)
+			c := newCluster(t, "n1", "n2")
+			dump := filepath.Join(t.TempDir(), "out.bin")
+			run := append([]string{"--hosts", "n1:2,n2:2", prog(args[0])}, args[1:]...)
+			j := c.start(t, "mig-"+name, nil, append(run, "-dump", dump, "-pace", "2ms")...)
+			// Placement is round-robin: n1 runs ranks 0 and 2, n2 ranks 1 and 3.
+			c.migrate(j, "n1", 1, 1)    // there
+			c.migrate(j, "n2", 2, 1)    // and back
+			c.migrate(j, "n2", 4, 0, 2) // two ranks in one boundary, rank 0 included
+			c.migrate(j, "n1", 5, 0)
+			if code := j.wait(120 * time.Second); code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+			}
+			got, err := os.ReadFile(dump)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("result after migrations differs from the undisturbed run\nstderr:\n%s", j.stderr.String())
+			}
+			if n := strings.Count(j.stderr.String(), "mpirun: migrated rank"); n != 5 {
+				t.Fatalf("%d migrations reported, want 5:\n%s", n, j.stderr.String())
+			}
+		})
+	}
+}
+
+// TestFailedMigrationsLeaveTheRankInPlace covers the issue's failure cases: each migration is
+// aborted, the old process continues, the job's result is unchanged, and mpirun says why.
+func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
+	args := []string{"heat2d", "-n", "64", "-iters", "1500"}
+	want := referenceDump(t, args...)
+	c := newCluster(t, "n1", "n2")
+	// n3 runs nothing of ours: its --allow does not cover the program.
+	c.startNode("n3", "--allow", "/nonexistent/*")
+
+	cases := []struct {
+		name    string
+		hook    string // MPIOS_TESTHOOK_SUCCESSOR for the job's successors
+		to      string
+		refused string // the control request is refused with this
+		aborted string // or the migration is aborted with this in mpirun's log
+	}{
+		{name: "unknown-node", to: "nowhere", refused: "no pcmd serves it"},
+		{name: "same-node", to: "n2", refused: "already runs on n2"},
+		{name: "target-refuses", to: "n3", aborted: "not allowed by --allow"},
+		{name: "successor-fails-to-start", hook: "exit-at-start", to: "n1", aborted: "ended before taking over: exited with status 3"},
+		{name: "successor-dies-mid-transfer", hook: "exit-mid-state", to: "n1", aborted: "hand state to the successor on n1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var env []string
+			if tc.hook != "" {
+				env = append(env, "MPIOS_TESTHOOK_SUCCESSOR="+tc.hook)
+			}
+			id := "fail-" + tc.name
+			dump := filepath.Join(t.TempDir(), "out.bin")
+			j := c.start(t, id, env, "--hosts", "n1:2,n2:2", prog(args[0]), args[1], args[2], args[3], args[4], "-dump", dump, "-pace", "2ms")
+			rep := c.control(id, job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: tc.to, Reason: "test"})
+			if tc.refused != "" {
+				if rep.OK || !strings.Contains(rep.Error, tc.refused) {
+					t.Fatalf("reply %+v, want a refusal containing %q", rep, tc.refused)
+				}
+			} else {
+				if !rep.OK {
+					t.Fatalf("request refused: %s", rep.Error)
+				}
+				j.waitLog(`migration of rank 1 to `+tc.to+` aborted, it continues on n2: .*`+regexp.QuoteMeta(tc.aborted), 1, 90*time.Second)
+				info := c.jobInfo(id)
+				if len(info.Migrations) != 1 || info.Migrations[0].State != "failed" || info.Migrations[0].Error == "" {
+					t.Fatalf("job info migrations %+v, want one failed with a reason", info.Migrations)
+				}
+			}
+			if code := j.wait(120 * time.Second); code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+			}
+			got, err := os.ReadFile(dump)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("result differs from the undisturbed run\nstderr:\n%s", j.stderr.String())
+			}
+		})
+	}
+}
+
+func (c *cluster) jobInfo(id string) job.JobInfo {
+	c.t.Helper()
+	m, err := c.nc.Request(job.JobInfoSubject(id), nil, 5*time.Second)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var info job.JobInfo
+	if err := job.Decode(m.Data, &info); err != nil {
+		c.t.Fatal(err)
+	}
+	return info
+}
