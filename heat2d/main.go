@@ -57,6 +57,7 @@ type config struct {
 	dump          string
 	crashAfter    int           // test only: rank 1 exits after this iteration (0: never)
 	pace          time.Duration // test only: sleep this long per iteration
+	noPCM         bool          // benchmark baseline only: never call pcm.Reconfigure
 }
 
 func main() {
@@ -78,6 +79,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.dump, "dump", "", "rank 0 writes the final interior grid here (raw little-endian float64, row-major)")
 	fs.IntVar(&cfg.crashAfter, solverkit.CrashFlag, 0, "")
 	fs.DurationVar(&cfg.pace, solverkit.PaceFlag, 0, "")
+	fs.BoolVar(&cfg.noPCM, solverkit.NoPCMFlag, false, "")
 	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -258,6 +260,9 @@ func run(args []string, stdout io.Writer) (err error) {
 		u, unew = unew, u
 		// Iteration boundary: u is the grid after iter iterations and
 		// nothing else carries state across iterations.
+		if cfg.noPCM {
+			continue
+		}
 		act, err := p.Reconfigure(iter)
 		if errors.Is(err, pcm.ErrCheckpointFailed) {
 			// Losing one checkpoint is no reason to stop computing.

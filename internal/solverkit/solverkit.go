@@ -68,12 +68,16 @@ const CrashFlag = "crash-after"
 // changes no result.
 const PaceFlag = "pace"
 
+// NoPCMFlag is the benchmark-only flag with which a solver never reaches pcm.Reconfigure:
+// the baseline against which PCM's overhead is measured. It changes no result.
+const NoPCMFlag = "no-pcm"
+
 // Usage prints the flags of fs except the test-only ones.
 func Usage(fs *flag.FlagSet) {
 	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	shown.SetOutput(fs.Output())
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != CrashFlag && f.Name != PaceFlag {
+		if f.Name != CrashFlag && f.Name != PaceFlag && f.Name != NoPCMFlag {
 			shown.Var(f.Value, f.Name, f.Usage)
 		}
 	})
