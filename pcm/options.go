@@ -103,6 +103,8 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		o.Keep = k
 	}
 	o.Dir = getenv(job.EnvCkptDir)
+	// pcmd names its node for the ranks it starts: pieces record where they are stored.
+	o.Node = getenv(job.EnvNode)
 	o.Restart = getenv(job.EnvRestart)
 	if err := o.validate(); err != nil {
 		return o, err

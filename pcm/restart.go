@@ -42,6 +42,9 @@ type outcome struct {
 func (p *Process) restore() (ckptstore.Manifest, error) {
 	job := p.opts.Restart
 	cands, err := p.localCandidates(job)
+	if err == nil && len(cands) == 0 {
+		cands = p.remoteCandidates(job)
+	}
 	o := outcome{Rank: p.world.Rank()}
 	if err != nil {
 		o.Code, o.Reason = codeFatal, "list checkpoints: "+err.Error()
@@ -71,6 +74,11 @@ func (p *Process) restore() (ckptstore.Manifest, error) {
 		}
 		seq := uint64(agreed[0])
 		c, have := cands[seq]
+		// Ranks on nodes that do not hold this checkpoint get its manifest from one that does.
+		c, have, err = p.shareManifest(c, have)
+		if err != nil {
+			return ckptstore.Manifest{}, fmt.Errorf("pcm: restart from job %s checkpoint %d: share manifest: %w", job, seq, err)
+		}
 		o, ferr := p.tryLoad(job, seq, c, have)
 		worst, fails, err := p.agreeOutcome(o)
 		if err != nil {
@@ -205,7 +213,7 @@ func (p *Process) tryLoad(job string, seq uint64, c candidate, have bool) (outco
 		err := &SizeMismatchError{Job: job, Seq: seq, Checkpoint: c.m.Size, World: p.world.Size()}
 		return outcome{Code: codeFatal, Rank: -1, Reason: err.Error()}, err
 	}
-	rc, _, err := p.store.OpenPiece(job, seq, rank)
+	rc, err := p.openPiece(c.m)
 	if err != nil {
 		return outcome{Code: codeSkip, Rank: rank, Reason: reasonOf(err)}, nil
 	}

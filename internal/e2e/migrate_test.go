@@ -139,7 +139,6 @@ func (c *cluster) start(t *testing.T, id string, extraEnv []string, args ...stri
 	go func() { j.done <- j.cmd.Wait() }()
 	t.Cleanup(func() { j.cmd.Process.Kill() })
 	j.waitLog(`job `+id+` nats`, 1, 10*time.Second)
-	c.waitRunning(t, id)
 	return j
 }
 
@@ -260,6 +259,7 @@ func TestMigrationsKeepResultsBitwise(t *testing.T) {
 			dump := filepath.Join(t.TempDir(), "out.bin")
 			run := append([]string{"--hosts", "n1:2,n2:2", prog(args[0])}, args[1:]...)
 			j := c.start(t, "mig-"+name, nil, append(run, "-dump", dump, "-pace", "2ms")...)
+			c.waitRunning(t, j.id)
 			// Placement is round-robin: n1 runs ranks 0 and 2, n2 ranks 1 and 3.
 			c.migrate(j, "n1", 1, 1)    // there
 			c.migrate(j, "n2", 2, 1)    // and back
@@ -313,6 +313,7 @@ func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 			id := "fail-" + tc.name
 			dump := filepath.Join(t.TempDir(), "out.bin")
 			j := c.start(t, id, env, "--hosts", "n1:2,n2:2", prog(args[0]), args[1], args[2], args[3], args[4], "-dump", dump, "-pace", "2ms")
+			c.waitRunning(t, j.id)
 			rep := c.control(id, job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: tc.to, Reason: "test"})
 			if tc.refused != "" {
 				if rep.OK || !strings.Contains(rep.Error, tc.refused) {
@@ -353,4 +354,38 @@ func (c *cluster) jobInfo(id string) job.JobInfo {
 		c.t.Fatal(err)
 	}
 	return info
+}
+
+// TestRestartOnOtherNodesFetchesPieces: a job checkpoints on nodes n1 and n2 and dies; it is
+// restarted on n3 and n4, whose stores hold nothing of it: the manifest comes from the
+// ranks' agreement, the pieces from the pcmd of the nodes that store them.
+func TestRestartOnOtherNodesFetchesPieces(t *testing.T) {
+	args := []string{"heat2d", "-n", "41", "-iters", "40"}
+	want := referenceDump(t, args...)
+	c := newCluster(t, "n1", "n2", "n3", "n4")
+	crashed := c.start(t, "rs1", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "8", prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")
+	if code := crashed.wait(60 * time.Second); code == 0 {
+		t.Fatalf("the crashing run exited 0:\n%s", crashed.stderr.String())
+	}
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "rs2", nil, "--hosts", "n3:2,n4:2", "--restart", "rs1", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", dump)
+	if code := j.wait(60 * time.Second); code != 0 {
+		t.Fatalf("restart: exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	errs := j.stderr.String()
+	if !strings.Contains(errs, "restarts from job rs1 checkpoint") || !strings.Contains(errs, "iteration 16") {
+		t.Errorf("restart should resume from iteration 16:\n%s", errs)
+	}
+	for _, node := range []string{"n1", "n2"} {
+		if !strings.Contains(errs, "checkpoint 2 from node "+node) {
+			t.Errorf("no piece was read from node %s:\n%s", node, errs)
+		}
+	}
+	got, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("restarted result differs from the undisturbed run\nstderr:\n%s", errs)
+	}
 }

@@ -732,3 +732,58 @@ type JobInfo struct {
 	Ranks      []JobRank   `msgpack:"ranks"`
 	Migrations []Migration `msgpack:"migrations"`
 }
+
+// Checkpoint pieces on other nodes. A rank restarting on a node that does not hold its piece
+// asks the pcmd of the node that does: the reply names a one-time TCP address where the
+// piece's bytes are streamed (NATS carries only the request), and the rank checks them
+// against the manifest's checksum.
+
+// PieceSubject: request PieceRequest, reply PieceReply, answered by node's pcmd.
+func PieceSubject(node string) string { return "mpios.node." + node + ".piece" }
+
+// PieceRequest names one rank's piece of checkpoint Seq of job Job.
+type PieceRequest struct {
+	Job  string `msgpack:"job"`
+	Seq  uint64 `msgpack:"seq"`
+	Rank int    `msgpack:"rank"`
+}
+
+// Validate checks a PieceRequest's form.
+func (p PieceRequest) Validate() error {
+	if err := ValidateID(p.Job); err != nil {
+		return err
+	}
+	if p.Rank < 0 || p.Seq == 0 {
+		return fmt.Errorf("job: piece request: rank %d of checkpoint %d", p.Rank, p.Seq)
+	}
+	return nil
+}
+
+// PieceReply says where to read a piece: connect to Addr, send Token (raw bytes), read Size
+// bytes. The offer expires after PieceOfferTTL.
+type PieceReply struct {
+	Addr  string `msgpack:"addr"`
+	Token []byte `msgpack:"token"`
+	Size  int64  `msgpack:"size"`
+	Error string `msgpack:"error,omitempty"`
+}
+
+// PieceOfferTTL is how long a PieceReply's address waits for its connection.
+const PieceOfferTTL = 30 * time.Second
+
+// ManifestsSubject: request ManifestsRequest; every pcmd whose store has committed
+// checkpoints of the job replies with a ManifestsReply (the others stay silent). A job
+// restarting on nodes that hold none of its checkpoints finds them this way.
+const ManifestsSubject = "mpios.nodes.manifests"
+
+// ManifestsRequest asks for the committed checkpoints of Job.
+type ManifestsRequest struct {
+	Job string `msgpack:"job"`
+}
+
+// ManifestsReply lists a node's committed manifests of a job, each JSON-encoded
+// (ckptstore.Manifest).
+type ManifestsReply struct {
+	Node      string   `msgpack:"node"`
+	Manifests [][]byte `msgpack:"manifests"`
+}

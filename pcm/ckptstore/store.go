@@ -317,6 +317,17 @@ func (s *Store) OpenPiece(job string, seq uint64, rank int) (io.ReadCloser, Piec
 	return rc, info, nil
 }
 
+// OpenPieceOf is OpenPiece for a checkpoint whose manifest the caller already has (read from
+// another node's store): the piece is checked against m's entry.
+func (s *Store) OpenPieceOf(m Manifest, rank int) (io.ReadCloser, PieceInfo, error) {
+	id := PieceID{Job: m.Job, Seq: m.Seq, Rank: rank}
+	rc, info, err := s.openPiece(id, &m)
+	if err != nil {
+		return nil, info, fmt.Errorf("ckptstore: open %s: %w", id, err)
+	}
+	return rc, info, nil
+}
+
 // openPiece opens id, checking it against m's entry (m is read from disk if nil).
 func (s *Store) openPiece(id PieceID, m *Manifest) (io.ReadCloser, PieceInfo, error) {
 	if err := validID(id); err != nil {

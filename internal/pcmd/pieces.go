@@ -1,0 +1,173 @@
+package pcmd
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/pcm/ckptstore"
+	"github.com/nats-io/nats.go"
+)
+
+// pieceServer lends the checkpoint pieces of this node's store to ranks restarting on other
+// nodes (job.PieceSubject). Each request gets a one-time listener on the node's advertise
+// address and a random token; the piece's bytes go over that connection, never over NATS.
+// Anyone who may publish on mpios.node.NODE.piece can read this node's checkpoints: restrict
+// that subject with NATS permissions on a shared server.
+type pieceServer struct {
+	node, dir, advertise string
+	logf                 func(format string, args ...any)
+	sub, msub            *nats.Subscription
+	wg                   sync.WaitGroup
+	mu                   sync.Mutex
+	open                 map[net.Listener]bool // offers not taken yet
+	stopped              bool
+}
+
+// startPieceServer answers piece requests for node until stop is called.
+func startPieceServer(nc *nats.Conn, node, storeDir, advertise string, logf func(string, ...any)) (stop func(), err error) {
+	s := &pieceServer{node: node, dir: storeDir, advertise: advertise, logf: logf, open: make(map[net.Listener]bool)}
+	s.sub, err = nc.Subscribe(job.PieceSubject(node), s.onRequest)
+	if err != nil {
+		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceSubject(node), err)
+	}
+	s.msub, err = nc.Subscribe(job.ManifestsSubject, s.onManifests)
+	if err != nil {
+		s.sub.Unsubscribe()
+		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.ManifestsSubject, err)
+	}
+	return func() {
+		s.sub.Unsubscribe()
+		s.msub.Unsubscribe()
+		s.mu.Lock()
+		s.stopped = true
+		for ln := range s.open {
+			ln.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	}, nil
+}
+
+func (s *pieceServer) onRequest(m *nats.Msg) {
+	reply := func(r job.PieceReply) {
+		if data, err := job.Encode(r); err == nil && m.Reply != "" {
+			m.Respond(data)
+		}
+	}
+	var req job.PieceRequest
+	if err := job.Decode(m.Data, &req); err != nil {
+		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: malformed piece request", s.node)})
+		return
+	}
+	if err := req.Validate(); err != nil {
+		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: %v", s.node, err)})
+		return
+	}
+	if s.dir == "" {
+		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s has no checkpoint store (--store)", s.node)})
+		return
+	}
+	store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
+	if err != nil {
+		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: %v", s.node, err)})
+		return
+	}
+	rc, info, err := store.OpenPiece(req.Job, req.Seq, req.Rank)
+	if err != nil {
+		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: %v", s.node, err)})
+		return
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.advertise, "0"))
+	if err != nil {
+		rc.Close()
+		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: listen: %v", s.node, err)})
+		return
+	}
+	token := make([]byte, 16)
+	rand.Read(token)
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		ln.Close()
+		rc.Close()
+		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s is shutting down", s.node)})
+		return
+	}
+	s.open[ln] = true
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer rc.Close()
+		if err := s.lend(ln, token, rc); err != nil {
+			s.logf("piece %s/%d/rank %d: %v", req.Job, req.Seq, req.Rank, err)
+		}
+	}()
+	reply(job.PieceReply{Addr: ln.Addr().String(), Token: token, Size: info.Size})
+}
+
+// onManifests answers with this node's committed manifests of the job, if it has any.
+func (s *pieceServer) onManifests(m *nats.Msg) {
+	var req job.ManifestsRequest
+	if s.dir == "" || m.Reply == "" || job.Decode(m.Data, &req) != nil || job.ValidateID(req.Job) != nil {
+		return
+	}
+	store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
+	if err != nil {
+		return
+	}
+	ms, err := store.Checkpoints(req.Job)
+	if err != nil || len(ms) == 0 {
+		return
+	}
+	rep := job.ManifestsReply{Node: s.node}
+	for _, man := range ms {
+		if b, err := json.Marshal(man); err == nil {
+			rep.Manifests = append(rep.Manifests, b)
+		}
+	}
+	if data, err := job.Encode(rep); err == nil {
+		m.Respond(data)
+	}
+}
+
+// lend streams one piece to the first connection that presents token.
+func (s *pieceServer) lend(ln net.Listener, token []byte, piece io.Reader) error {
+	defer func() {
+		s.mu.Lock()
+		delete(s.open, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	deadline := time.Now().Add(job.PieceOfferTTL)
+	ln.(*net.TCPListener).SetDeadline(deadline)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return fmt.Errorf("nobody came for it: %w", err)
+		}
+		c.SetDeadline(deadline)
+		got := make([]byte, len(token))
+		if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, token) {
+			c.Close()
+			continue
+		}
+		c.SetDeadline(time.Time{})
+		_, err = io.Copy(c, piece)
+		if cerr := c.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			return fmt.Errorf("send: %w", err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,170 @@
+package pcm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm/ckptstore"
+)
+
+// Restart on other nodes: a rank whose node does not hold the agreed checkpoint's manifest
+// gets it from a rank that does, and a piece stored on another node is fetched from that
+// node's pcmd (job.PieceSubject), verified against the manifest as it streams in.
+
+// shareManifest gives every rank the manifest of checkpoint seq if any rank can read it:
+// the lowest such rank broadcasts it. Ranks that read it themselves keep their own.
+func (p *Process) shareManifest(c candidate, have bool) (candidate, bool, error) {
+	// Max of minus the rank is minus the lowest rank that has the manifest.
+	const none = -1 << 40
+	in, best := []int64{none}, []int64{0}
+	if have && c.ok {
+		in[0] = -int64(p.world.Rank())
+	}
+	if err := mpi.Allreduce(p.world, in, best, mpi.Max); err != nil {
+		return c, have, err
+	}
+	if best[0] == none {
+		return c, have, nil // nobody can read it: the usual fallback follows
+	}
+	root := int(-best[0])
+	var data []byte
+	if p.world.Rank() == root {
+		var err error
+		if data, err = json.Marshal(c.m); err != nil {
+			return c, have, err
+		}
+	}
+	n := []int{len(data)}
+	if err := mpi.Bcast(p.world, n, root); err != nil {
+		return c, have, err
+	}
+	if p.world.Rank() != root {
+		data = make([]byte, n[0])
+	}
+	if err := mpi.Bcast(p.world, data, root); err != nil {
+		return c, have, err
+	}
+	if have && c.ok {
+		return c, have, nil
+	}
+	var m ckptstore.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return c, have, fmt.Errorf("manifest from rank %d: %w", root, err)
+	}
+	return candidate{m: m, ok: true}, true, nil
+}
+
+// openPiece opens this rank's piece of m: from the local store, or from the pcmd of the node
+// that holds it.
+func (p *Process) openPiece(m ckptstore.Manifest) (io.ReadCloser, error) {
+	rank := p.world.Rank()
+	rc, info, err := p.store.OpenPieceOf(m, rank)
+	if err == nil || !errors.Is(err, ckptstore.ErrNotLocal) {
+		return rc, err
+	}
+	if p.ctl == nil {
+		return nil, fmt.Errorf("%w (and this process has no control plane to fetch it)", err)
+	}
+	return p.fetchPiece(m, rank, info)
+}
+
+// fetchPiece reads a piece from the pcmd of info.Node.
+func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.PieceInfo) (io.ReadCloser, error) {
+	id := ckptstore.PieceID{Job: m.Job, Seq: m.Seq, Rank: rank}
+	data, err := job.Encode(job.PieceRequest{Job: m.Job, Seq: m.Seq, Rank: rank})
+	if err != nil {
+		return nil, err
+	}
+	msg, err := p.ctl.nc.Request(job.PieceSubject(info.Node), data, 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s from node %s: %w", id, info.Node, err)
+	}
+	var rep job.PieceReply
+	if err := job.Decode(msg.Data, &rep); err != nil {
+		return nil, fmt.Errorf("fetch %s from node %s: %w", id, info.Node, err)
+	}
+	if rep.Error != "" {
+		return nil, fmt.Errorf("fetch %s: %s", id, rep.Error)
+	}
+	conn, err := net.DialTimeout("tcp", rep.Addr, 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s from node %s: %w", id, info.Node, err)
+	}
+	if _, err := conn.Write(rep.Token); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("fetch %s from node %s: %w", id, info.Node, err)
+	}
+	vr, err := ckptstore.NewVerifyingReader(conn, id, info)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	fmt.Fprintf(p.opts.Log, "pcm: rank %d: reading its piece of checkpoint %d from node %s\n", rank, m.Seq, info.Node)
+	return remotePiece{vr, conn}, nil
+}
+
+// remotePiece is a piece streaming in from another node.
+type remotePiece struct {
+	r io.Reader
+	c net.Conn
+}
+
+func (rp remotePiece) Read(b []byte) (int, error) { return rp.r.Read(b) }
+func (rp remotePiece) Close() error               { return rp.c.Close() }
+
+// Len is the number of bytes still expected (state.Registry.ReadFrom sizes buffers by it).
+func (rp remotePiece) Len() int {
+	if l, ok := rp.r.(interface{ Len() int }); ok {
+		return l.Len()
+	}
+	return 0
+}
+
+// remoteCandidates asks the pcmd nodes for the committed checkpoints of job (a rank whose
+// own store holds none of them restarts on a new node).
+func (p *Process) remoteCandidates(jobID string) map[uint64]candidate {
+	cands := make(map[uint64]candidate)
+	if p.ctl == nil {
+		return cands
+	}
+	nc := p.ctl.nc
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return cands
+	}
+	defer sub.Unsubscribe()
+	data, err := job.Encode(job.ManifestsRequest{Job: jobID})
+	if err != nil || nc.PublishRequest(job.ManifestsSubject, inbox, data) != nil {
+		return cands
+	}
+	deadline := time.Now().Add(manifestWait)
+	for {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			return cands
+		}
+		var rep job.ManifestsReply
+		if job.Decode(msg.Data, &rep) != nil {
+			continue
+		}
+		for _, b := range rep.Manifests {
+			var m ckptstore.Manifest
+			if json.Unmarshal(b, &m) != nil || m.Job != jobID || m.Seq == 0 || m.Size != len(m.Pieces) {
+				continue
+			}
+			if _, dup := cands[m.Seq]; !dup {
+				cands[m.Seq] = candidate{m: m, ok: true}
+			}
+		}
+	}
+}
+
+// manifestWait is how long a restarting rank collects the nodes' manifest lists.
+const manifestWait = 500 * time.Millisecond
