@@ -20,6 +20,8 @@ import (
 const (
 	// pollBudget is the share of run time the adaptive on-demand agreement may cost.
 	pollBudget = 0.002
+	// maxPollDelay bounds the time between two adaptive agreements.
+	maxPollDelay = 500 * time.Millisecond
 	// defaultPollCost is the assumed cost of one agreement before one was measured.
 	defaultPollCost = 100 * time.Microsecond
 )
@@ -125,6 +127,9 @@ func (p *Process) proposePoll(now time.Time) int64 {
 		return MaxPollEvery
 	}
 	m := math.Ceil(float64(cost) / (pollBudget * float64(perCall)))
+	// Requests (migrations above all) must not wait long, even when an agreement is
+	// expensive (a loaded machine): at least one agreement per maxPollDelay.
+	m = min(m, math.Ceil(float64(maxPollDelay)/float64(perCall)))
 	return int64(min(max(m, 1), MaxPollEvery))
 }
 

@@ -136,6 +136,10 @@ func (p *Process) migrate(iter int, moving []int, to map[int]job.Reconf) (Action
 		return Continue, redirectErr
 	}
 	defer pred.Close()
+	if p.prof != nil {
+		p.prof.Close() // the successor profiles the rank from now on
+		p.prof = nil
+	}
 	snap, rerr := member.Retire(retireTimeout)
 	addrs := member.Addrs()
 	addrs[me] = succAddr

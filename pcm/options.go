@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/pcm/ckptstore"
@@ -44,6 +45,12 @@ type Options struct {
 	// Control follows the launcher's reconfiguration requests (migrations, checkpoints
 	// asked for with pcmd) when the process was started by mpirun. OptionsFromEnv sets it.
 	Control bool
+	// ProfileEvery is the period at which a launched process publishes its rank's profile
+	// (package profiler) for the IOS agents and mpirun --profile-out; 0 turns profiling
+	// off. OptionsFromEnv sets it from MPIOS_PROFILE_EVERY, 1s by default.
+	ProfileEvery time.Duration
+	// Policy is the job's IOS decision policy (MPIOS_POLICY), carried in the profiles.
+	Policy string
 	// Log receives diagnostics (restart fallbacks, prune failures). Default: os.Stderr.
 	Log io.Writer
 }
@@ -78,6 +85,17 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	var o Options
 	o.JobID = getenv(job.EnvJobID)
 	o.Control = o.JobID != ""
+	if o.Control {
+		o.ProfileEvery = time.Second
+	}
+	if s := getenv(job.EnvProfileEvery); s != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 {
+			return o, fmt.Errorf("pcm: %s=%q: want a duration >= 0 (0: no profiling): %w", job.EnvProfileEvery, s, ErrConfig)
+		}
+		o.ProfileEvery = d
+	}
+	o.Policy = getenv(job.EnvPolicy)
 	bad := func(name, val, want string) error {
 		return fmt.Errorf("pcm: %s=%q: want %s: %w", name, val, want, ErrConfig)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/ckptstore"
 	"github.com/mpios/mpios/pcm/state"
+	"github.com/mpios/mpios/profiler"
 )
 
 // Status says how a process began.
@@ -88,6 +89,8 @@ type Process struct {
 	left      bool     // Reconfigure returned Leave
 	inherited []byte   // hand-over state of a Migrated process, until Load
 	storeID   [2]uint64
+	prof      *profiler.JobProfiler // nil when not profiling
+	total     int                   // planned iterations (SetIterations), 0 if unknown
 
 	// Poll schedule of on-demand requests, in Reconfigure calls.
 	calls, nextPoll int64
@@ -136,6 +139,9 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 			}
 		}
 	}
+	if p.ctl != nil && opts.ProfileEvery > 0 {
+		p.startProfiler()
+	}
 	if !opts.usesStore() {
 		return p, nil
 	}
@@ -158,6 +164,12 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 // Close releases the process's connection to the control plane. The registered values are
 // untouched.
 func (p *Process) Close() error {
+	if p.prof != nil {
+		if err := p.prof.Close(); err != nil {
+			fmt.Fprintf(p.opts.Log, "pcm: rank %d: profiler: %v\n", p.world.Rank(), err)
+		}
+		p.prof = nil
+	}
 	if p.ctl != nil {
 		p.ctl.close()
 		p.ctl = nil
@@ -282,7 +294,38 @@ func (p *Process) Load() error {
 	}
 	p.loaded = true
 	p.lastSyncEnd = time.Now()
+	p.annotate()
 	return nil
+}
+
+// SetIterations tells PCM how many iterations the application plans in total (0: unknown).
+// The IOS agents use it to weigh a migration's cost against the rank's remaining life.
+func (p *Process) SetIterations(total int) {
+	if total >= 0 {
+		p.total = total
+		p.annotate()
+	}
+}
+
+// startProfiler publishes this rank's profile on the job's profile subject (best effort:
+// a process that cannot profile still computes).
+func (p *Process) startProfiler() {
+	nc, subj := p.ctl.nc, job.ProfileSubject(p.opts.JobID)
+	jp, err := profiler.StartJob(p.world, profiler.JobOptions{
+		Publish: func(data []byte) error { return nc.Publish(subj, data) },
+		JobID:   p.opts.JobID, Node: p.opts.Node, Every: p.opts.ProfileEvery, Policy: p.opts.Policy,
+	})
+	if err != nil {
+		fmt.Fprintf(p.opts.Log, "pcm: rank %d: profiling off: %v\n", p.world.Rank(), err)
+		return
+	}
+	p.prof = jp
+}
+
+func (p *Process) annotate() {
+	if p.prof != nil && p.loaded {
+		p.prof.Annotate(profiler.Annotation{StateBytes: p.reg.Size(), Iterations: p.total})
+	}
 }
 
 // RequestCheckpoint asks for a checkpoint at the next on-demand agreement point (see
@@ -321,6 +364,7 @@ func (p *Process) Reconfigure(iter int) (Action, error) {
 		return Continue, fmt.Errorf("pcm: Reconfigure(%d) after Reconfigure(%d): iterations must increase: %w", iter, p.lastIter, ErrIteration)
 	}
 	p.lastIter, p.haveIter = iter, true
+	p.prof.Iteration(iter)
 	pending := p.world.Pending()
 	scheduled := p.opts.Every > 0 && iter%p.opts.Every == 0
 	poll := (p.opts.OnDemand || p.ctl != nil) && p.calls >= p.nextPoll
