@@ -22,6 +22,9 @@
 //   - 003 (IO middleware paper): RS/ARS random stealing over a peer network, steal packets
 //     with a time to live, joining through peer servers, no central coordination.
 //
+// A job may choose its own policy (mpirun --policy): RankProfile.Policy, applied by PerRank,
+// which NewNode puts inside the stability guard; a job that chose "none" is never moved.
+//
 // Stability (Stabilize, applied by NewNode around every policy) adds what the thesis found
 // missing: a cooldown per rank, a no-flip hysteresis on free CPUs so similar nodes never
 // ping-pong, and no migration without positive gain.
@@ -31,7 +34,8 @@
 // One goroutine owns a Node:
 //
 //   - at start: NewNode(Config{ID, Policy: PolicyByName(flag), Rand: rand.New(...)}), then
-//     Join(now, seeds);
+//     Join(now, seeds); later Join again for every node that appears in pcmd's heartbeat
+//     table, and Step a Leave for every node that disappears from it;
 //   - every sample period: Sampler.Sample plus the PMPI rank profiles → Update(now, ...);
 //     after each measured checkpoint transfer: LinkProfile.Observe → SetLink;
 //   - on a timer (≈500 ms): Tick(now);
@@ -39,6 +43,6 @@
 //     errors mean a bad or misaddressed message and are logged, not fatal;
 //   - after each of the above: Ready(); publish every Message to its To node's subject, in
 //     order; hand every Migration to PCM (checkpoint the rank, restart on Migration.To), and
-//     call MigrationFailed if PCM gives up;
+//     call MigrationFailed if PCM gives up; keep Ready().Decisions for the status page;
 //   - at shutdown: Leave(now), publish Ready().Messages.
 package iosbridge

@@ -13,7 +13,8 @@ type Config struct {
 	// ID is this node's name on the peer network (required).
 	ID string
 	// Policy is the decision component; nil means PolicyByName(DefaultPolicy). NewNode always
-	// wraps it in Stabilize(Policy, Stability).
+	// wraps it in Stabilize(PerRank(Policy), Stability): ranks whose profile names a policy
+	// of their own (RankProfile.Policy) are decided by that one.
 	Policy Policy
 	// Stability configures the guard; the zero value means DefaultStability().
 	Stability Stability
@@ -108,6 +109,22 @@ type Ready struct {
 	Messages []Message
 	// Migrations must be handed to PCM; each was already promised to its To node.
 	Migrations []Migration
+	// Decisions records every answer the decision component gave to another node's steal
+	// request, migrate or not, with its reason: for the event log and status pages only,
+	// nothing needs to be done with them.
+	Decisions []DecisionRecord
+}
+
+// DecisionRecord is one decision the node made on a steal request: Origin asked (request
+// RequestID, received from From) and the stabilized policy answered Decision.
+type DecisionRecord struct {
+	At        time.Time `msgpack:"at"`
+	Origin    string    `msgpack:"origin"`
+	From      string    `msgpack:"from"`
+	RequestID uint64    `msgpack:"request_id"`
+	// Candidates is how many local ranks the policy could have given.
+	Candidates int      `msgpack:"candidates"`
+	Decision   Decision `msgpack:"decision"`
 }
 
 // Stats counts protocol events, for metrics and tests.
@@ -178,7 +195,7 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	return &Node{
 		cfg:      cfg,
-		policy:   Stabilize(cfg.Policy, cfg.Stability),
+		policy:   Stabilize(PerRank(cfg.Policy), cfg.Stability),
 		peers:    map[string]*peerState{},
 		links:    map[string]LinkProfile{},
 		outgoing: map[RankID]pending{},
@@ -237,7 +254,9 @@ func (n *Node) Ready() Ready {
 }
 
 // HasReady reports whether Ready would return anything.
-func (n *Node) HasReady() bool { return len(n.out.Messages)+len(n.out.Migrations) > 0 }
+func (n *Node) HasReady() bool {
+	return len(n.out.Messages)+len(n.out.Migrations)+len(n.out.Decisions) > 0
+}
 
 // Update installs a fresh snapshot from the profiling component: this node's resource
 // profile and its ranks' profiles. It also settles bookings: a given rank no longer listed
@@ -292,6 +311,15 @@ func (n *Node) SetLink(l LinkProfile) error {
 // MigrationFailed tells the node that PCM could not move rank, so it becomes a candidate
 // again instead of staying booked for PendingTimeout.
 func (n *Node) MigrationFailed(rank RankID) { delete(n.outgoing, rank) }
+
+// Cooldown starts rank's stability cooldown at now, as if it had just arrived: it is not
+// given away again for Stability.Cooldown. pcmd calls it with MigrationFailed when a job
+// refuses a migration, so that the job is not asked again at every steal request.
+func (n *Node) Cooldown(now time.Time, rank RankID) {
+	if t, ok := n.arrived[rank]; !ok || now.After(t) {
+		n.arrived[rank] = now
+	}
+}
 
 // Join (re)enters the network by sending Join to the seed nodes (IOS "peer servers" or
 // nodes named on the command line, §2.2.1). Seeds become neighbours when they Announce.
@@ -401,6 +429,8 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 			in.Link = &l
 		}
 		d := n.policy.Decide(in)
+		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
+			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
 		if d.Migrate {
 			n.give(now, m, d, in)
 			return

@@ -164,3 +164,82 @@ func (s SRAS) Decide(in DecisionInput) Decision {
 	d.Reason = fmt.Sprintf("local fully used (availability %.3f, %d ranks): random rank %s to %s", in.Local.Availability, len(in.Local.Ranks), d.Rank, in.Remote.Node)
 	return d
 }
+
+func validPolicyName(name string) bool {
+	for _, n := range PolicyNames() {
+		if name == n {
+			return true
+		}
+	}
+	return false
+}
+
+// PerRank lets every job choose its own policy: a candidate whose RankProfile.Policy names a
+// policy is decided by that policy (with its default configuration) instead of def, so a job
+// started with "none" is never moved by any node and a job started with "sras" is balanced
+// by S-RAS even on nodes whose default is "mpiios". Ranks without a Policy go to def.
+// NewNode applies it (inside Stabilize), so the cooldown and hysteresis hold for every job.
+//
+// Gains of different policies are not comparable, so when the candidates are split between
+// several policies they are asked in a fixed order, def first and then the others by name,
+// and the first one that wants to migrate decides. The result stays a pure function of
+// DecisionInput.
+func PerRank(def Policy) Policy {
+	pr := perRank{def: def, byName: map[string]Policy{}}
+	for _, name := range PolicyNames() {
+		if name == def.Name() {
+			pr.byName[name] = def // keep the node's own configuration of its default
+			continue
+		}
+		if p, err := PolicyByName(name); err == nil {
+			pr.byName[name] = p
+		}
+	}
+	return pr
+}
+
+type perRank struct {
+	def    Policy
+	byName map[string]Policy
+}
+
+// Name is the node's default policy: per-rank choice is not a policy of its own.
+func (pr perRank) Name() string { return pr.def.Name() }
+
+// Decide splits the candidates by policy and asks each policy about its own ranks.
+func (pr perRank) Decide(in DecisionInput) Decision {
+	groups := map[string][]RankProfile{}
+	for _, r := range in.Ranks {
+		name := r.Policy
+		if name == "" || pr.byName[name] == nil {
+			name = pr.def.Name()
+		}
+		groups[name] = append(groups[name], r)
+	}
+	if len(groups) <= 1 {
+		if _, ok := groups[pr.def.Name()]; ok || len(groups) == 0 {
+			return pr.def.Decide(in) // the common case: everybody follows the node
+		}
+	}
+	order := make([]string, 0, len(groups))
+	for name := range groups {
+		if name != pr.def.Name() {
+			order = append(order, name)
+		}
+	}
+	sort.Strings(order)
+	if _, ok := groups[pr.def.Name()]; ok {
+		order = append([]string{pr.def.Name()}, order...)
+	}
+	var why []string
+	for _, name := range order {
+		sub := in
+		sub.Ranks = groups[name]
+		d := pr.byName[name].Decide(sub)
+		if d.Migrate {
+			return d
+		}
+		why = append(why, fmt.Sprintf("%s (%d rank(s)): %s", name, len(groups[name]), d.Reason))
+	}
+	return Decision{Policy: pr.def.Name(), Reason: strings.Join(why, "; ")}
+}

@@ -3,6 +3,7 @@ package iosbridge
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -129,6 +130,10 @@ type RankProfile struct {
 	Peers []PeerComm `msgpack:"peers"`
 	// LastMigration is when this rank last arrived on a node; zero if never moved.
 	LastMigration time.Time `msgpack:"last_migration"`
+	// Policy is the job's own decision policy (mpirun --policy, MPIOS_POLICY), one of
+	// PolicyNames; "" means the node's. Node applies it to this rank instead of the node's
+	// policy (see PerRank), so a job started with "none" is never moved.
+	Policy string `msgpack:"policy,omitempty"`
 }
 
 // ID returns the rank's cluster-wide id.
@@ -151,6 +156,9 @@ func (r RankProfile) Validate() error {
 		return fmt.Errorf("iosbridge: rank profile %s: negative duration", r.ID())
 	case r.MessagesProcessed < 0 || !finite(r.FlopsPerMessage) || r.FlopsPerMessage < 0:
 		return fmt.Errorf("iosbridge: rank profile %s: negative message counters", r.ID())
+	}
+	if r.Policy != "" && !validPolicyName(r.Policy) {
+		return fmt.Errorf("iosbridge: rank profile %s: unknown policy %q (valid: %s)", r.ID(), r.Policy, strings.Join(PolicyNames(), ", "))
 	}
 	for _, pc := range r.Peers {
 		if pc.Rank < 0 || pc.Bytes < 0 || pc.Messages < 0 {

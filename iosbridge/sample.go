@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -228,6 +229,12 @@ type Sampler struct {
 
 	prev    CPUTimes
 	hasPrev bool
+
+	// The cgroup's own CPU usage at the previous Sample, to measure what the cgroup uses of
+	// its quota (host idle CPUs are no use to a cgroup that already uses its whole quota).
+	prevUsage   time.Duration
+	prevUsageAt time.Time
+	hasUsage    bool
 }
 
 func (s *Sampler) path(p string) string {
@@ -239,7 +246,8 @@ func (s *Sampler) path(p string) string {
 }
 
 // Sample reads /proc/stat, /proc/meminfo, /proc/loadavg and the cgroup quota and returns a
-// profile stamped with now. Utilization is measured since the previous Sample; the first
+// profile stamped with now. Under a quota, the cgroup's own usage since the previous Sample
+// (cpu.stat or cpuacct.usage, over the injected clock) also limits the availability. Utilization is measured since the previous Sample; the first
 // call has no baseline and uses the since-boot average. ranks is copied into the profile.
 // A missing cgroup quota or loadavg is not an error (unlimited / 0).
 func (s *Sampler) Sample(now time.Time, ranks []RankID) (NodeProfile, error) {
@@ -288,39 +296,254 @@ func (s *Sampler) Sample(now time.Time, ranks []RankID) (NodeProfile, error) {
 	p.CPUs = cur.CPUs
 	p.EffectiveCPUs = EffectiveCPUs(cur.CPUs, quota, limited)
 	p.Availability = Availability(cur.CPUs, p.EffectiveCPUs, util)
+	if limited {
+		if used, ok := s.cgroupUse(now); ok {
+			p.Availability = CgroupAvailability(cur.CPUs, p.EffectiveCPUs, util, used)
+		}
+	}
 	p.MemTotalBytes, p.MemFreeBytes = mem.TotalBytes, mem.FreeBytes
 	return p, nil
 }
 
-// readQuota tries cgroup v2 then v1; no file at all means no limit.
-func (s *Sampler) readQuota() (float64, bool, error) {
-	v2 := s.CgroupDir
-	if v2 == "" {
-		v2 = s.path("sys/fs/cgroup")
+// quotaDirs are the cgroup directories whose quota limits this node: CgroupDir and, when it
+// lies below Root/sys/fs/cgroup, each of its ancestors up to that mount (a quota on a parent
+// slice limits every child); by default the mount itself and the v1 cpu controller roots.
+func (s *Sampler) quotaDirs() []string {
+	mount := s.path("sys/fs/cgroup")
+	if s.CgroupDir == "" {
+		return []string{mount, filepath.Join(mount, "cpu"), filepath.Join(mount, "cpu,cpuacct")}
 	}
-	if b, err := os.ReadFile(filepath.Join(v2, "cpu.max")); err == nil {
+	var dirs []string
+	for d := filepath.Clean(s.CgroupDir); ; d = filepath.Dir(d) {
+		dirs = append(dirs, d)
+		if !strings.HasPrefix(d, mount+string(filepath.Separator)) {
+			return dirs
+		}
+	}
+}
+
+// readQuota reads the cgroup v2 or v1 quota of every quotaDir; the smallest limit wins and no
+// file at all means no limit.
+func (s *Sampler) readQuota() (float64, bool, error) {
+	best, limited := 0.0, false
+	for _, d := range s.quotaDirs() {
+		q, lim, err := readDirQuota(d)
+		if err != nil {
+			return 0, false, err
+		}
+		if lim && (!limited || q < best) {
+			best, limited = q, true
+		}
+	}
+	return best, limited, nil
+}
+
+// readDirQuota reads cpu.max (v2) or cpu.cfs_quota_us and cpu.cfs_period_us (v1) in dir.
+func readDirQuota(dir string) (float64, bool, error) {
+	if b, err := os.ReadFile(filepath.Join(dir, "cpu.max")); err == nil {
 		return ParseCgroupV2CPUMax(string(b))
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	} else if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 		return 0, false, fmt.Errorf("iosbridge: sample: %w", err)
 	}
-	dirs := []string{s.CgroupDir}
+	q, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return 0, false, nil
+	} else if err != nil {
+		return 0, false, fmt.Errorf("iosbridge: sample: %w", err)
+	}
+	per, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_period_us"))
+	if err != nil {
+		return 0, false, fmt.Errorf("iosbridge: sample: %w", err)
+	}
+	return ParseCgroupV1Quota(string(q), string(per))
+}
+
+// cgroupUse returns the CPUs the own cgroup used since the previous call (v2 cpu.stat
+// usage_usec, v1 cpuacct.usage); ok is false on the first call, when time did not advance,
+// or when the cgroup exposes no usage counter.
+func (s *Sampler) cgroupUse(now time.Time) (cpus float64, ok bool) {
+	usage, found := s.readUsage()
+	if !found {
+		return 0, false
+	}
+	prev, prevAt, had := s.prevUsage, s.prevUsageAt, s.hasUsage
+	if had && !now.After(prevAt) {
+		return 0, false // keep the baseline: no interval to measure over
+	}
+	s.prevUsage, s.prevUsageAt, s.hasUsage = usage, now, true
+	if !had || usage < prev {
+		return 0, false
+	}
+	return float64(usage-prev) / float64(now.Sub(prevAt)), true
+}
+
+func (s *Sampler) readUsage() (time.Duration, bool) {
+	dir := s.CgroupDir
+	if dir == "" {
+		dir = s.path("sys/fs/cgroup")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "cpu.stat")); err == nil {
+		if u, err := ParseCgroupV2CPUStat(string(b)); err == nil {
+			return u, true
+		}
+	}
+	v1 := []string{dir}
 	if s.CgroupDir == "" {
-		dirs = []string{s.path("sys/fs/cgroup/cpu"), s.path("sys/fs/cgroup/cpu,cpuacct")}
+		v1 = []string{s.path("sys/fs/cgroup/cpuacct"), s.path("sys/fs/cgroup/cpu,cpuacct")}
 	}
-	for _, d := range dirs {
-		q, err := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us"))
-		if errors.Is(err, fs.ErrNotExist) {
+	for _, d := range v1 {
+		if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {
+			if ns, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 63); err == nil {
+				return time.Duration(ns), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// ParseCgroupV2CPUStat returns usage_usec of a cgroup v2 cpu.stat file: the CPU time the
+// cgroup's processes used.
+func ParseCgroupV2CPUStat(text string) (time.Duration, error) {
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == "usage_usec" {
+			v, err := strconv.ParseUint(f[1], 10, 63)
+			if err != nil || v > math.MaxInt64/1000 {
+				return 0, fmt.Errorf("iosbridge: cpu.stat usage_usec %q: not a count", f[1])
+			}
+			return time.Duration(v) * time.Microsecond, nil
+		}
+	}
+	return 0, errors.New("iosbridge: cpu.stat: no usage_usec")
+}
+
+// CgroupAvailability is Availability for a cgroup with a quota that measured its own usage:
+// the spare capacity is the smaller of what is left of the quota (effective − used) and the
+// idle CPUs of the host, as a fraction of the quota.
+func CgroupAvailability(online int, effective, utilization, used float64) float64 {
+	if effective <= 0 {
+		return 0
+	}
+	free := math.Min(effective-math.Max(0, used), float64(online)*(1-clamp01(utilization)))
+	return clamp01(free / effective)
+}
+
+// OwnCgroupDir returns the cgroup directory of the calling process (from Root/proc/self/cgroup)
+// under Root/sys/fs/cgroup: the unified (v2) directory, or the v1 cpu controller's. Give it
+// to Sampler.CgroupDir so that a pcmd started in a cgroup (a systemd unit with CPUQuota, a
+// container without a cgroup namespace) sees its own quota and its ancestors'. ok is false
+// when the process is in no cgroup or the directory is missing.
+func OwnCgroupDir(root string) (dir string, ok bool) {
+	s := Sampler{Root: root}
+	b, err := os.ReadFile(s.path("proc/self/cgroup"))
+	if err != nil {
+		return "", false
+	}
+	v2, v1 := ParseProcCgroup(string(b))
+	exists := func(d string) bool {
+		fi, err := os.Stat(d)
+		return err == nil && fi.IsDir()
+	}
+	_, err = os.Stat(s.path("sys/fs/cgroup/cgroup.controllers"))
+	unified := err == nil // not a hybrid hierarchy, whose v2 part is mounted elsewhere
+	if v2 != "" && unified {
+		if d := filepath.Join(s.path("sys/fs/cgroup"), v2); exists(d) {
+			return d, true
+		}
+	}
+	if v1 != "" {
+		for _, ctl := range []string{"cpu,cpuacct", "cpu"} {
+			if d := filepath.Join(s.path("sys/fs/cgroup"), ctl, v1); exists(d) {
+				return d, true
+			}
+		}
+	}
+	return "", false
+}
+
+// ParseProcCgroup returns the unified (v2, "0::PATH") and the v1 cpu controller's cgroup
+// paths from the text of /proc/PID/cgroup; missing ones are "".
+func ParseProcCgroup(text string) (v2, v1cpu string) {
+	for _, line := range strings.Split(text, "\n") {
+		id, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
 			continue
-		} else if err != nil {
-			return 0, false, fmt.Errorf("iosbridge: sample: %w", err)
 		}
-		per, err := os.ReadFile(filepath.Join(d, "cpu.cfs_period_us"))
-		if err != nil {
-			return 0, false, fmt.Errorf("iosbridge: sample: %w", err)
+		ctls, path, ok := strings.Cut(rest, ":")
+		if !ok || !strings.HasPrefix(path, "/") || strings.Contains(path, "..") {
+			continue
 		}
-		return ParseCgroupV1Quota(string(q), string(per))
+		if id == "0" && ctls == "" {
+			v2 = path
+			continue
+		}
+		for _, c := range strings.Split(ctls, ",") {
+			if c == "cpu" {
+				v1cpu = path
+			}
+		}
 	}
-	return 0, false, nil
+	return v2, v1cpu
+}
+
+// UserHZ is the unit of the CPU times in /proc/PID/stat (sysconf(_SC_CLK_TCK)); it is 100 on
+// every Linux architecture Go supports.
+const UserHZ = 100
+
+// ProcTimes is what the IOS profiling component reads of one process from /proc/PID/stat.
+type ProcTimes struct {
+	// CPU is user plus system time; RSSBytes the resident set size.
+	CPU      time.Duration
+	RSSBytes int64
+	// StartTicks is the process start time in clock ticks after boot: a pid that was reused
+	// has a different one.
+	StartTicks uint64
+}
+
+// ParseProcPIDStat reads utime, stime, starttime and rss from the text of /proc/PID/stat.
+// The command name may contain spaces and parentheses, so fields are counted after the last
+// ')'. pageSize converts rss from pages to bytes.
+func ParseProcPIDStat(text string, pageSize int) (ProcTimes, error) {
+	i := strings.LastIndexByte(text, ')')
+	if i < 0 {
+		return ProcTimes{}, errors.New("iosbridge: /proc/PID/stat: no command name")
+	}
+	f := strings.Fields(text[i+1:])
+	// After ')': state(3) ppid ... utime(14) stime(15) ... starttime(22) vsize(23) rss(24).
+	if len(f) < 22 {
+		return ProcTimes{}, fmt.Errorf("iosbridge: /proc/PID/stat: %d fields after the command, want at least 22", len(f))
+	}
+	num := func(k int) (uint64, error) {
+		v, err := strconv.ParseUint(f[k], 10, 63)
+		if err != nil {
+			return 0, fmt.Errorf("iosbridge: /proc/PID/stat field %d %q: %w", k+3, f[k], err)
+		}
+		return v, nil
+	}
+	var v [4]uint64
+	for j, k := range []int{11, 12, 19, 21} {
+		var err error
+		if v[j], err = num(k); err != nil {
+			return ProcTimes{}, err
+		}
+	}
+	return ProcTimes{
+		CPU:        time.Duration(v[0]+v[1]) * (time.Second / UserHZ),
+		StartTicks: v[2],
+		RSSBytes:   int64(v[3]) * int64(pageSize),
+	}, nil
+}
+
+// Process reads Root/proc/PID/stat: the CPU time and memory of one rank.
+func (s *Sampler) Process(pid int) (ProcTimes, error) {
+	if pid <= 0 {
+		return ProcTimes{}, fmt.Errorf("iosbridge: process %d: not a pid", pid)
+	}
+	b, err := os.ReadFile(s.path(filepath.Join("proc", strconv.Itoa(pid), "stat")))
+	if err != nil {
+		return ProcTimes{}, fmt.Errorf("iosbridge: process %d: %w", pid, err)
+	}
+	return ParseProcPIDStat(string(b), os.Getpagesize())
 }
 
 func clamp01(f float64) float64 {

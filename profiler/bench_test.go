@@ -2,6 +2,7 @@ package profiler
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mpios/mpios/internal/mpitest"
 	"github.com/mpios/mpios/mpi"
@@ -84,5 +85,20 @@ func BenchmarkSendrecvRing(b *testing.B) {
 				return nil
 			})
 		})
+	}
+}
+
+// BenchmarkJobIteration is what pcm pays at every iteration boundary.
+func BenchmarkJobIteration(b *testing.B) {
+	cs := world(b, 1)
+	jp, err := StartJob(cs[0], JobOptions{Every: time.Hour, Publish: func([]byte) error { return nil }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer jp.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		jp.Iteration(i + 1)
 	}
 }

@@ -12,6 +12,10 @@
 // Iteration. Snapshot returns plain RankProfile values for pcmd and the IOS agent; WriteJSONL
 // and Reporter publish them periodically through a Sink.
 //
+// StartJob is what a rank under mpirun uses: it installs the process's profiler, and its
+// JobProfiler publishes the rank's profile (JSON, with the rank's pid, its job's policy, its
+// state size and planned iterations) every period to the IOS agent of the rank's node.
+//
 // What mpi reports (see mpi.CallEvent) and how it is counted:
 //   - Sendrecv reports its send half (Peer, Bytes) and its receive half (RecvPeer, RecvBytes).
 //   - WaitAll reports one Wait per request, each with its communicator, peer and size.

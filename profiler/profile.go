@@ -72,6 +72,29 @@ type RankProfile struct {
 	ReceivedMessages int64 `json:"received_messages" msgpack:"received_messages"`
 	// Ops has one entry per operation called, sorted by name.
 	Ops []OpStat `json:"ops" msgpack:"ops"`
+
+	// The fields below are set by JobProfiler (StartJob) for the IOS agent of the rank's
+	// node; a bare Profiler leaves them zero.
+
+	// PID is the rank's process id, which the agent matches against its node's rank table.
+	PID int `json:"pid,omitempty" msgpack:"pid,omitempty"`
+	// Policy is the job's IOS decision policy (mpirun --policy, MPIOS_POLICY); "" leaves the
+	// choice to the nodes.
+	Policy string `json:"policy,omitempty" msgpack:"policy,omitempty"`
+	// StateBytes is the size of the rank's registered checkpoint state, the numerator of the
+	// migration cost; 0 when unknown.
+	StateBytes int64 `json:"state_bytes,omitempty" msgpack:"state_bytes,omitempty"`
+	// PlannedIterations is the total number of iterations the rank will run (0: unknown),
+	// so that the remaining life is (PlannedIterations − Iteration) × MeanIterSeconds.
+	PlannedIterations int64 `json:"planned_iterations,omitempty" msgpack:"planned_iterations,omitempty"`
+}
+
+// RemainingIterations is PlannedIterations − Iteration, or 0 when unknown or done.
+func (r RankProfile) RemainingIterations() int64 {
+	if r.PlannedIterations <= 0 {
+		return 0
+	}
+	return max(0, r.PlannedIterations-r.Iteration)
 }
 
 // SentTo returns the traffic sent to world rank peer (zero if none).
@@ -147,22 +170,26 @@ func deltaTraffic(prev, cur []PeerTraffic) []PeerTraffic {
 	return out
 }
 
-// IOS converts r to the agent's profile type. The fields the profiler cannot know
-// (RemainingIterations, StateBytes, MemoryBytes, CPUUse, FlopsPerMessage, LastMigration) are
-// left zero for pcmd to fill. Counters cover r's whole interval, so pass a Delta to give the
-// agent recent rates; the iteration time is the window mean.
+// IOS converts r to the agent's profile type. RemainingIterations, StateBytes and Policy come
+// from what the rank announced (JobProfiler.Annotate, JobOptions.Policy); the fields the
+// profiler cannot know (MemoryBytes, CPUUse, FlopsPerMessage, LastMigration) are left zero
+// for pcmd to fill. Counters cover r's whole interval, so pass a Delta to give the agent
+// recent rates; the iteration time is the window mean.
 func (r RankProfile) IOS() iosbridge.RankProfile {
 	p := iosbridge.RankProfile{
-		Job:               r.Job,
-		Rank:              r.Rank,
-		Node:              r.Node,
-		Iteration:         r.Iteration,
-		IterationTime:     seconds(r.MeanIterSeconds),
-		CommTime:          seconds(r.CommSeconds),
-		CompTime:          seconds(r.CompSeconds),
-		Window:            seconds(r.ElapsedSeconds),
-		MessagesProcessed: r.ReceivedMessages,
-		Peers:             make([]iosbridge.PeerComm, 0, len(r.Sent)),
+		Job:                 r.Job,
+		Rank:                r.Rank,
+		Node:                r.Node,
+		Iteration:           r.Iteration,
+		RemainingIterations: r.RemainingIterations(),
+		StateBytes:          max(0, r.StateBytes),
+		Policy:              r.Policy,
+		IterationTime:       seconds(r.MeanIterSeconds),
+		CommTime:            seconds(r.CommSeconds),
+		CompTime:            seconds(r.CompSeconds),
+		Window:              seconds(r.ElapsedSeconds),
+		MessagesProcessed:   r.ReceivedMessages,
+		Peers:               make([]iosbridge.PeerComm, 0, len(r.Sent)),
 	}
 	for _, t := range r.Sent {
 		p.Peers = append(p.Peers, iosbridge.PeerComm{Rank: t.Rank, Bytes: t.Bytes, Messages: t.Messages})

@@ -209,6 +209,20 @@ func (p *Profiler) Snapshot() []RankProfile {
 	return out
 }
 
+// SnapshotRank returns the profile of world rank rank; ok is false if the profiler has not
+// seen it. It costs one rank's copy, where Snapshot copies every rank of the process.
+func (p *Profiler) SnapshotRank(rank int) (RankProfile, bool) {
+	t := p.shards.Load()
+	if t == nil || rank < 0 || rank >= len(*t) || (*t)[rank] == nil {
+		return RankProfile{}, false
+	}
+	s := (*t)[rank]
+	at := p.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.profile(p.opts.Job, p.opts.Node, at), true
+}
+
 // Dropped returns the number of events that could not be attributed to a rank: calls
 // without a communicator (WaitAll, Wait on an eager send) while several ranks share the
 // process.

@@ -21,7 +21,11 @@ import (
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
 	"github.com/mpios/mpios/internal/pcmd"
+	"github.com/mpios/mpios/iosbridge"
 )
+
+// policyHelp describes the policies for --policy.
+const policyHelp = "mpiios (the MPI/IOS gain), sras, atsras, flcras (Desell's RAS policies) or none (never migrate)"
 
 // statusUsage is the exit status for command-line mistakes.
 const statusUsage = 2
@@ -37,8 +41,10 @@ USAGE:
 COMMANDS:
    serve        run the daemon of this node: register it on NATS (heartbeats),
                 start ranks for "mpirun --hosts", relay their output and exit,
-                stop them on request and when pcmd stops
-   status       list the nodes (alive or gone, slots, load) and the ranks they run
+                stop them on request and when pcmd stops; its IOS agent profiles
+                the node, steals work for it and migrates ranks (--policy)
+   status       list the nodes (alive or gone, slots, load, IOS agent) and the
+                ranks they run
    migrate      ask a running job to move a rank to another node
    checkpoint   ask a running job to take a checkpoint now
 
@@ -71,7 +77,19 @@ user and environment plus the job's MPIOS_* variables, with MPIOS_BIND set to
 --advertise and MPIOS_CKPT_DIR to --store. Its output lines and exit status go to
 mpios.job.JOB.rank.R.out and .exit. Ranks die with pcmd; when pcmd is stopped it
 stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Ranks of
-a job whose mpirun stops sending keepalives (it died) are stopped too.`
+a job whose mpirun stops sending keepalives (it died) are stopped too.
+
+IOS agent (after MPI/IOS; --no-ios turns it off): every --ios-period it samples
+the node's CPUs (/proc/stat, clipped by pcmd's cgroup CPU quota) and memory, and
+keeps the latest profile of each of its ranks (mpios.job.*.profile). While at
+least --steal-threshold of its CPUs are idle it sends a steal request carrying
+its profile to a random peer (the nodes pcmd hears heartbeats from), which
+forwards it up to --steal-ttl times; at most one is outstanding. A node that
+receives one asks its decision policy (--policy) whether moving one of its ranks
+to the stealer pays, never moving a rank again within --ios-cooldown, and if so
+asks the rank's job to migrate it (mpios.job.JOB.ctl). A job started with
+"mpirun --policy P" is decided by P on every node; "none" never migrates.
+"pcmd status" shows each agent's state and recent decisions.`
 
 // natsFlags are the connection options common to all commands.
 func natsFlags(required bool) []cli.Flag {
@@ -167,6 +185,12 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
 					&cli.DurationFlag{Name: "heartbeat", Value: pcmd.DefaultHeartbeat, Usage: "send a heartbeat every `DURATION`; the node is gone after 3 missed beats"},
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
+					&cli.StringFlag{Name: "policy", Value: iosbridge.DefaultPolicy, Usage: "IOS decision `POLICY` for this node's ranks: " + policyHelp + "; a job's own (mpirun --policy) overrides it"},
+					&cli.DurationFlag{Name: "ios-period", Value: pcmd.DefaultIOSPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
+					&cli.Float64Flag{Name: "steal-threshold", Value: 0.25, Usage: "send steal requests while at least this `FRACTION` (0 to 1) of the node's CPUs is idle"},
+					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
+					&cli.DurationFlag{Name: "ios-cooldown", Value: iosbridge.DefaultStability().Cooldown, Usage: "never move a rank again within `DURATION` of its arrival"},
+					&cli.BoolFlag{Name: "no-ios", Usage: "run without the IOS agent: no profiling, stealing or migrations"},
 				}, natsFlags(true)...),
 				OnUsageError: onUsage,
 				Action: func(c *cli.Context) error {
@@ -180,6 +204,22 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
 						Allow: c.StringSlice("allow"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
+						IOS: pcmd.IOSConfig{
+							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
+							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),
+						},
+					}
+					if _, err := iosbridge.PolicyByName(cfg.IOS.Policy); err != nil {
+						return &usageError{"--policy: " + strings.TrimPrefix(err.Error(), "iosbridge: ")}
+					}
+					if cfg.IOS.Period <= 0 || cfg.IOS.Cooldown <= 0 {
+						return &usageError{"--ios-period and --ios-cooldown must be positive"}
+					}
+					if t := cfg.IOS.StealThreshold; !(t > 0 && t <= 1) {
+						return &usageError{fmt.Sprintf("--steal-threshold %v: want more than 0 and at most 1", t)}
+					}
+					if ttl := cfg.IOS.TTL; ttl < 1 || ttl > iosbridge.MaxTTL {
+						return &usageError{fmt.Sprintf("--steal-ttl %d: want 1 to %d", ttl, iosbridge.MaxTTL)}
 					}
 					if cfg.Slots < 1 {
 						return &usageError{fmt.Sprintf("--slots %d: want at least 1", cfg.Slots)}
@@ -200,9 +240,15 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 				Description: `Asks every pcmd on the NATS server (mpios.nodes.discover) for itself and the
 peers it hears, and prints each node: alive or gone (no heartbeat for 3 periods),
 slots in use and total, load average, age of the last heartbeat, advertise
-address, pid and version; then every rank of the alive nodes: job, rank, node,
-pid. Without --nats it uses the NATS server of the newest running mpirun of this
-user (found in its job record) and says which one.`,
+address, pid and version. Then one line per IOS agent (mpios.nodes.ios): its
+policy (and the jobs that chose their own), free CPUs of its effective CPUs, its
+outstanding steal request, its peers, ranks given / migrations the jobs accepted /
+refused, and its last decision with the reason. Then every rank of the alive
+nodes: job, rank, node, pid and, from its latest profile, iteration (of the
+planned total), seconds per iteration and share of time in mpi calls. --json adds
+per node "ios": the agent's state, its recent "decisions" and the ranks' full
+"profiles". Without --nats it uses the NATS server of the newest running mpirun
+of this user (found in its job record) and says which one.`,
 				Flags: append([]cli.Flag{
 					&cli.BoolFlag{Name: "json", Usage: "print JSON instead of tables"},
 					&cli.DurationFlag{Name: "wait", Value: 500 * time.Millisecond, Usage: "collect the nodes' answers for `DURATION`"},

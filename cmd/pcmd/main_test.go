@@ -226,6 +226,13 @@ func testCluster(t *testing.T, url string) {
 			t.Errorf("node %+v, want 2 free slots, pid %d", n, want)
 		}
 	}
+	// Their IOS agents become neighbours through the heartbeats and sample this machine.
+	waitStatus(t, url, 15*time.Second, "the IOS agents of n1 and n2 as neighbours", func(st pcmd.Status) bool {
+		a, _ := nodeOf(st, "n1")
+		b, _ := nodeOf(st, "n2")
+		return a.IOS != nil && b.IOS != nil && len(a.IOS.Peers) == 1 && a.IOS.Peers[0] == "n2" &&
+			len(b.IOS.Peers) == 1 && b.IOS.EffectiveCPUs > 0 && a.IOS.Policy == "mpiios"
+	})
 	if !strings.Contains(n1.stderr.String(), "runs programs matching "+heat2d) {
 		t.Errorf("n1 does not state its --allow policy:\n%s", n1.stderr.String())
 	}
@@ -438,15 +445,19 @@ func TestMpirunHostsErrors(t *testing.T) {
 func TestCommandLine(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cases := map[string][]string{
-		"missing command":                       {},
-		"unknown command \"bogus\"":             {"bogus"},
-		"serve: missing --nats URL":             {"serve", "--node", "n1"},
-		"migrate: missing --to":                 {"migrate", "--job", "j", "--rank", "1"},
-		"checkpoint: missing --job":             {"checkpoint", "--nats", "nats://127.0.0.1:1"},
-		"a NATS user needs a password":          {"status", "--nats", "nats://127.0.0.1:1", "--nats-user", "u"},
-		"--job: id \"a.b\"":                     {"checkpoint", "--job", "a.b", "--nats", "nats://127.0.0.1:1"},
-		"--slots 0: want at least 1":            {"serve", "--nats", "nats://x", "--slots", "0"},
-		"flag provided but not defined: -bogus": {"status", "--bogus"},
+		"missing command":                         {},
+		"unknown command \"bogus\"":               {"bogus"},
+		"serve: missing --nats URL":               {"serve", "--node", "n1"},
+		"migrate: missing --to":                   {"migrate", "--job", "j", "--rank", "1"},
+		"checkpoint: missing --job":               {"checkpoint", "--nats", "nats://127.0.0.1:1"},
+		"a NATS user needs a password":            {"status", "--nats", "nats://127.0.0.1:1", "--nats-user", "u"},
+		"--job: id \"a.b\"":                       {"checkpoint", "--job", "a.b", "--nats", "nats://127.0.0.1:1"},
+		"--slots 0: want at least 1":              {"serve", "--nats", "nats://x", "--slots", "0"},
+		"flag provided but not defined: -bogus":   {"status", "--bogus"},
+		"--policy: unknown policy \"roundrobin\"": {"serve", "--nats", "nats://x", "--policy", "roundrobin"},
+		"--steal-threshold 2: want more than 0":   {"serve", "--nats", "nats://x", "--steal-threshold", "2"},
+		"--steal-ttl 0: want 1 to 64":             {"serve", "--nats", "nats://x", "--steal-ttl", "0"},
+		"--ios-period and --ios-cooldown must be": {"serve", "--nats", "nats://x", "--ios-period", "0s"},
 	}
 	for want, args := range cases {
 		stdout.Reset()

@@ -2,7 +2,11 @@
 // pcmd runs on every node of a cluster. It registers the node on the NATS control plane
 // (heartbeats with its slots and load), spawns ranks for launchers such as mpirun --hosts
 // and relays their output and exit status, signals them on request, and hands them the
-// node's checkpoint store (MPIOS_CKPT_DIR). Later it will host the node's IOS agent.
+// node's checkpoint store (MPIOS_CKPT_DIR), and runs the node's IOS agent (agent.go): it
+// samples the node's resources, keeps its ranks' profiles, steals work for the node from
+// random peers and asks jobs to migrate ranks when the decision policy predicts a gain. The
+// decisions themselves are made by package iosbridge, which the agent drives from one
+// goroutine.
 //
 // The subjects and messages are defined in internal/job. Anything that arrives over NATS is
 // untrusted: it is decoded, validated, checked against the node's policy (--allow, slots)

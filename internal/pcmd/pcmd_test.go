@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -444,6 +445,7 @@ func TestConfigErrors(t *testing.T) {
 		"no NATS URL":                      {Node: "n"},
 		"give only one of":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", Token: "t", User: "u", Password: "p"}},
 		"needs a password":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", User: "u"}},
+		"--policy: unknown policy":         {Node: "n", NATS: NATSOptions{URL: "nats://x"}, IOS: IOSConfig{Policy: "x"}},
 	}
 	for want, cfg := range cases {
 		if err := Serve(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
@@ -578,7 +580,7 @@ func TestControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := Control(nc, "j", req, 2*time.Second)
-	if err != nil || !rep.OK || rep.Message != "migrating at iteration 12" || got != req {
+	if err != nil || !rep.OK || rep.Message != "migrating at iteration 12" || !reflect.DeepEqual(got, req) {
 		t.Errorf("Control = %+v, %v; request seen %+v", rep, err, got)
 	}
 }

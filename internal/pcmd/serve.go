@@ -49,6 +49,10 @@ type Config struct {
 	Heartbeat time.Duration // heartbeat period; 0 = DefaultHeartbeat
 	KillGrace time.Duration // SIGTERM to SIGKILL delay when stopping ranks; 0 = DefaultKillGrace
 	Log       *log.Logger   // nil = stderr, prefixed with "pcmd[NODE] "
+
+	// IOS configures the node's IOS agent: resource profiling, random stealing, migration
+	// decisions (pcmd serve --policy ...).
+	IOS IOSConfig
 }
 
 // ErrNodeNameInUse reports that a live pcmd already serves the node name on the NATS server.
@@ -100,7 +104,7 @@ func (c *Config) setDefaults() error {
 	if c.NATS.Name == "" {
 		c.NATS.Name = "pcmd " + c.Node
 	}
-	return nil
+	return c.IOS.setDefaults()
 }
 
 // server is a running pcmd.
@@ -112,6 +116,7 @@ type server struct {
 	baseEnv []string // pcmd's environment without MPIOS_* variables
 	spawnc  chan spawnOp
 	spawnSb *nats.Subscription
+	agent   *agent // nil when IOSConfig.Disabled
 
 	mu       sync.Mutex
 	ranks    map[rankKey]*rank
@@ -174,6 +179,21 @@ func Serve(ctx context.Context, cfg Config) error {
 		close(s.spawnc)
 		return err
 	}
+	if !cfg.IOS.Disabled {
+		// Before the first heartbeat: a node that hears of us can reach our agent at once.
+		if s.agent, err = startAgent(cfg.IOS, cfg.Node, nc, s.log, s.rankTable, s.alivePeers); err != nil {
+			close(s.spawnc)
+			return err
+		}
+	}
+
+	// Ranks restarting elsewhere read this node's checkpoint pieces through it.
+	stopPieces, err := startPieceServer(nc, cfg.Node, s.store, cfg.Advertise, s.log.Printf)
+	if err != nil {
+		close(s.spawnc)
+		return err
+	}
+	defer stopPieces()
 
 	allow := "no --allow given: this node refuses to run any program"
 	if len(cfg.Allow) > 0 {
@@ -198,6 +218,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	case <-closed:
 		runErr = ErrConnectionClosed
 		s.log.Printf("%v, stopping", runErr)
+	}
+	if s.agent != nil {
+		s.agent.stop() // leave the peer network first: no migrations of ranks being stopped
 	}
 	s.shutdown()
 	close(stopBeat)
@@ -290,23 +313,49 @@ func (s *server) publish(subject string, v any) {
 func (s *server) info() job.NodeInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := job.NodeInfo{
+	return job.NodeInfo{
 		Name: s.cfg.Node, Slots: s.cfg.Slots, Used: len(s.ranks), Load: loadAvg(),
 		Advertise: s.cfg.Advertise, PID: os.Getpid(), Version: Version(),
-		Interval: s.cfg.Heartbeat, Seq: s.seq,
+		Interval: s.cfg.Heartbeat, Seq: s.seq, Ranks: s.rankTableLocked(),
 	}
+}
+
+// rankTable lists the started ranks, sorted by job and rank.
+func (s *server) rankTable() []job.RankInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rankTableLocked()
+}
+
+func (s *server) rankTableLocked() []job.RankInfo {
+	var out []job.RankInfo
 	for _, r := range s.ranks {
 		if r.proc != nil {
-			n.Ranks = append(n.Ranks, job.RankInfo{Job: r.key.job, Rank: r.key.rank, PID: r.pid, Started: r.started})
+			out = append(out, job.RankInfo{Job: r.key.job, Rank: r.key.rank, PID: r.pid, Started: r.started})
 		}
 	}
-	slices.SortFunc(n.Ranks, func(a, b job.RankInfo) int {
+	slices.SortFunc(out, func(a, b job.RankInfo) int {
 		if c := strings.Compare(a.Job, b.Job); c != 0 {
 			return c
 		}
 		return a.Rank - b.Rank
 	})
-	return n
+	return out
+}
+
+// alivePeers names the peers whose heartbeats are current, sorted.
+func (s *server) alivePeers() []string {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for name, p := range s.peers {
+		if now.Sub(p.last) <= p.info.GoneAfter() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // view is the node's answer to discovery: itself and every peer it remembers.

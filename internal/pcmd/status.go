@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/profiler"
 )
 
 // Node states in Status.
@@ -43,6 +45,35 @@ type NodeStatus struct {
 	Advertise string     `json:"advertise"`
 	PID       int        `json:"pid"`
 	Version   string     `json:"version"`
+	// IOS is the node's IOS agent; nil if it did not answer (agent off, or an older pcmd).
+	IOS *IOSStatus `json:"ios,omitempty"`
+}
+
+// IOSStatus is a node's IOS agent in Status: its policy, the resources it last sampled, its
+// outstanding steal, its recent decisions with their reasons and its ranks' latest profiles.
+type IOSStatus struct {
+	Policy         string            `json:"policy"`
+	JobPolicies    map[string]string `json:"job_policies,omitempty"`
+	StealThreshold float64           `json:"steal_threshold"`
+	PeriodSeconds  float64           `json:"period_s"`
+	SampledAt      time.Time         `json:"sampled_at"`
+	CPUs           int               `json:"cpus"`
+	EffectiveCPUs  float64           `json:"effective_cpus"`
+	Availability   float64           `json:"availability"`
+	FreeCPUs       float64           `json:"free_cpus"` // EffectiveCPUs × Availability
+	MemFreeBytes   uint64            `json:"mem_free_bytes"`
+	MemTotalBytes  uint64            `json:"mem_total_bytes"`
+	Load1          float64           `json:"load1"`
+	SampleError    string            `json:"sample_error,omitempty"`
+	// Steal is the outstanding steal request (null: none).
+	Steal *job.IOSSteal `json:"steal"`
+	Peers []string      `json:"peers"`
+	Stats job.IOSStats  `json:"stats"`
+	// Decisions are the agent's recent decisions and their outcomes, oldest first.
+	Decisions []job.IOSEvent `json:"decisions"`
+	// Profiles are the latest profiles of the node's ranks, as the ranks published them.
+	Profiles        []profiler.RankProfile `json:"profiles"`
+	ProfilesOmitted int                    `json:"profiles_omitted,omitempty"`
 }
 
 // RankStatus is one rank in Status.
@@ -54,15 +85,101 @@ type RankStatus struct {
 	Started time.Time `json:"started"`
 }
 
-// DiscoverStatus asks every pcmd on nc's server for its view, waiting wait for replies.
+// DiscoverStatus asks every pcmd on nc's server for its view, and every IOS agent for its
+// state, waiting wait for replies.
 func DiscoverStatus(nc *nats.Conn, wait time.Duration) (Status, error) {
+	var (
+		states []job.IOSState
+		iosErr error
+		done   = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		states, iosErr = DiscoverIOS(nc, wait)
+	}()
 	views, err := launch.DiscoverNodes(nc, wait)
+	<-done
 	if err != nil {
 		return Status{}, err
 	}
+	if iosErr != nil {
+		return Status{}, iosErr
+	}
 	st := Collect(views)
+	st.AttachIOS(states)
 	st.NATS = launch.RedactURL(nc.ConnectedUrl())
 	return st, nil
+}
+
+// DiscoverIOS asks every IOS agent on nc's server for its state (job.IOSDiscoverSubject),
+// collecting replies for wait. Malformed and invalid replies are skipped.
+func DiscoverIOS(nc *nats.Conn, wait time.Duration) ([]job.IOSState, error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("pcmd: discover IOS agents: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(job.IOSDiscoverSubject, inbox, nil); err != nil {
+		return nil, fmt.Errorf("pcmd: discover IOS agents: %w", err)
+	}
+	var out []job.IOSState
+	for deadline := time.Now().Add(wait); ; {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return out, nil
+		}
+		msg, err := sub.NextMsg(left)
+		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+			return out, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("pcmd: discover IOS agents: %w", err)
+		}
+		var st job.IOSState
+		if job.Decode(msg.Data, &st) != nil || st.Validate() != nil {
+			continue
+		}
+		out = append(out, st)
+	}
+}
+
+// AttachIOS adds the agents' states to the alive nodes they describe.
+func (st *Status) AttachIOS(states []job.IOSState) {
+	for _, s := range states {
+		if s.Validate() != nil {
+			continue
+		}
+		for i := range st.Nodes {
+			n := &st.Nodes[i]
+			if n.Name != s.Node || n.State != StateAlive {
+				continue
+			}
+			is := &IOSStatus{
+				Policy: s.Policy, JobPolicies: s.JobPolicies, StealThreshold: s.StealThreshold,
+				PeriodSeconds: s.Period.Seconds(), SampledAt: s.SampledAt, CPUs: s.CPUs,
+				EffectiveCPUs: s.EffectiveCPUs, Availability: s.Availability, FreeCPUs: s.EffectiveCPUs * s.Availability,
+				MemFreeBytes: s.MemFreeBytes, MemTotalBytes: s.MemTotalBytes, Load1: s.Load1, SampleError: s.SampleError,
+				Steal: s.Steal, Peers: s.Peers, Stats: s.Stats, Decisions: s.Events,
+				Profiles: []profiler.RankProfile{}, ProfilesOmitted: s.ProfilesOmitted,
+			}
+			if is.Peers == nil {
+				is.Peers = []string{}
+			}
+			if is.Decisions == nil {
+				is.Decisions = []job.IOSEvent{}
+			}
+			for _, raw := range s.Profiles {
+				var p profiler.RankProfile
+				if json.Unmarshal(raw, &p) != nil {
+					is.ProfilesOmitted++
+					continue
+				}
+				is.Profiles = append(is.Profiles, p)
+			}
+			n.IOS = is
+		}
+	}
 }
 
 // Collect merges node views: a node that answered itself is alive; one only its peers know
@@ -132,15 +249,94 @@ func (st Status) WriteText(w io.Writer) error {
 			n.Load[0], n.Load[1], n.Load[2], ago(n.LastBeat), n.Advertise, n.PID, n.Version)
 	}
 	fmt.Fprintln(tw)
+	profiles := map[rankKey]profiler.RankProfile{}
+	if st.writeIOS(tw) {
+		fmt.Fprintln(tw)
+		for _, n := range st.Nodes {
+			if n.IOS != nil {
+				for _, p := range n.IOS.Profiles {
+					profiles[rankKey{p.Job, p.Rank}] = p
+				}
+			}
+		}
+	}
 	if len(st.Ranks) == 0 {
 		fmt.Fprintln(tw, "no ranks running")
 		return tw.Flush()
 	}
-	fmt.Fprintln(tw, "JOB\tRANK\tNODE\tPID\tRUNNING FOR")
+	fmt.Fprintln(tw, "JOB\tRANK\tNODE\tPID\tRUNNING FOR\tITERATION\tS/ITER\tCOMM")
 	for _, r := range st.Ranks {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%v\n", r.Job, r.Rank, r.Node, r.PID, time.Since(r.Started).Round(time.Second))
+		iter, per, comm := "-", "-", "-"
+		if p, ok := profiles[rankKey{r.Job, r.Rank}]; ok {
+			iter = strconv.FormatInt(p.Iteration, 10)
+			if p.PlannedIterations > 0 {
+				iter += "/" + strconv.FormatInt(p.PlannedIterations, 10)
+			}
+			if p.MeanIterSeconds > 0 {
+				per = strconv.FormatFloat(p.MeanIterSeconds, 'g', 3, 64)
+			}
+			if p.ElapsedSeconds > 0 {
+				comm = fmt.Sprintf("%.0f%%", 100*p.CommSeconds/p.ElapsedSeconds)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%v\t%s\t%s\t%s\n", r.Job, r.Rank, r.Node, r.PID,
+			time.Since(r.Started).Round(time.Second), iter, per, comm)
 	}
 	return tw.Flush()
+}
+
+// writeIOS writes one line per node with an IOS agent; it reports whether there was one.
+func (st Status) writeIOS(w io.Writer) bool {
+	any := false
+	for _, n := range st.Nodes {
+		if n.IOS == nil {
+			continue
+		}
+		if !any {
+			fmt.Fprintln(w, "NODE\tPOLICY\tFREE CPUS\tSTEAL\tPEERS\tGIVEN/OK/FAILED\tLAST DECISION")
+			any = true
+		}
+		is := n.IOS
+		free := fmt.Sprintf("%.2f of %.2f", is.FreeCPUs, is.EffectiveCPUs)
+		if is.SampleError != "" {
+			free = "? (" + short(is.SampleError, 30) + ")"
+		}
+		steal := "-"
+		if is.Steal != nil {
+			steal = fmt.Sprintf("#%d to %s", is.Steal.ID, is.Steal.Target)
+		}
+		policy := is.Policy
+		if len(is.JobPolicies) > 0 {
+			var jp []string
+			for j, p := range is.JobPolicies {
+				jp = append(jp, j+"="+p)
+			}
+			slices.Sort(jp)
+			policy += " (" + strings.Join(jp, " ") + ")"
+		}
+		last := "-"
+		if k := len(is.Decisions); k > 0 {
+			e := is.Decisions[k-1]
+			what := e.Kind
+			if e.Job != "" {
+				what += fmt.Sprintf(" %s/%d", e.Job, e.Rank)
+			}
+			if e.Peer != "" {
+				what += " (" + e.Peer + ")"
+			}
+			last = fmt.Sprintf("%s ago %s: %s", time.Since(e.At).Round(time.Second), what, short(e.Reason, 80))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%s\n", n.Name, policy, free, steal, len(is.Peers),
+			is.Stats.RanksGiven, is.Stats.MigrationsOK, is.Stats.MigrationsFailed, last)
+	}
+	return any
+}
+
+func short(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
 }
 
 func ago(sec float64) string {

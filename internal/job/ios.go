@@ -1,0 +1,138 @@
+package job
+
+import (
+	"fmt"
+	"time"
+)
+
+// The IOS agent of every pcmd (internal/pcmd, decisions in package iosbridge) talks to the
+// other agents and answers status requests on these subjects. Like the rest of the node
+// protocol the messages are msgpack and every receiver validates them.
+//
+//	mpios.ios.<node>            iosbridge.Message: the RAS protocol (join, announce, heartbeat,
+//	                            leave, steal request/accept/fail) addressed to node's agent
+//	mpios.node.<node>.ios       request: that node's agent replies with its IOSState
+//	mpios.nodes.ios             request: every agent replies with its IOSState
+//
+// The agents also listen on ProfileSubjectAll for the ranks' profiles and send their
+// migration decisions as ControlRequests (Kind ControlMigrate) on the job's ControlSubject.
+
+// IOSInboxSubject carries the protocol messages (iosbridge.Message) for node's IOS agent.
+func IOSInboxSubject(node string) string { return "mpios.ios." + node }
+
+// IOSStateSubject: request/reply, the named node's agent answers with its IOSState.
+func IOSStateSubject(node string) string { return "mpios.node." + node + ".ios" }
+
+// IOSDiscoverSubject: request; every IOS agent replies with its IOSState.
+const IOSDiscoverSubject = "mpios.nodes.ios"
+
+// Limits on IOSState, so that a bad reply cannot make pcmd status misbehave.
+const (
+	MaxIOSEvents   = 256
+	MaxIOSProfiles = MaxSlots
+	MaxIOSPeers    = 65536
+)
+
+// IOSState is what an IOS agent reports about itself: its policy, the resource profile it
+// last sampled, the protocol's state, recent decisions and the latest profiles of the ranks
+// on its node.
+type IOSState struct {
+	Node string `msgpack:"node" json:"node"`
+	// Policy is the node's own decision policy (pcmd serve --policy); JobPolicies the jobs on
+	// this node that chose another one (mpirun --policy), by job id.
+	Policy      string            `msgpack:"policy" json:"policy"`
+	JobPolicies map[string]string `msgpack:"job_policies,omitempty" json:"job_policies,omitempty"`
+	// StealThreshold is the availability at or above which the node steals; Period the
+	// resource sampling period.
+	StealThreshold float64       `msgpack:"steal_threshold" json:"steal_threshold"`
+	Period         time.Duration `msgpack:"period" json:"-"`
+
+	// The last resource sample (SampledAt zero: none yet; SampleError: why the last failed).
+	SampledAt     time.Time `msgpack:"sampled_at" json:"sampled_at"`
+	CPUs          int       `msgpack:"cpus" json:"cpus"`
+	EffectiveCPUs float64   `msgpack:"effective_cpus" json:"effective_cpus"`
+	Availability  float64   `msgpack:"availability" json:"availability"`
+	MemFreeBytes  uint64    `msgpack:"mem_free" json:"mem_free_bytes"`
+	MemTotalBytes uint64    `msgpack:"mem_total" json:"mem_total_bytes"`
+	Load1         float64   `msgpack:"load1" json:"load1"`
+	SampleError   string    `msgpack:"sample_error,omitempty" json:"sample_error,omitempty"`
+
+	// Steal is the node's outstanding steal request, if any.
+	Steal *IOSSteal `msgpack:"steal,omitempty" json:"steal,omitempty"`
+	// Peers are the agents this one exchanges protocol messages with.
+	Peers []string `msgpack:"peers" json:"peers"`
+	// Counters of the protocol and of dropped input.
+	Stats IOSStats `msgpack:"stats" json:"stats"`
+	// Events are the most recent decisions and their outcomes, oldest first.
+	Events []IOSEvent `msgpack:"events" json:"events"`
+	// Profiles are the latest profiles of this node's ranks, each the JSON object the rank
+	// published (a profiler.RankProfile), oldest rank first.
+	Profiles [][]byte `msgpack:"profiles" json:"-"`
+	// ProfilesOmitted counts profiles left out to keep the reply within a NATS message.
+	ProfilesOmitted int `msgpack:"profiles_omitted,omitempty" json:"profiles_omitted,omitempty"`
+}
+
+// IOSSteal is an outstanding steal request: its number and the peer it was sent to.
+type IOSSteal struct {
+	ID     uint64 `msgpack:"id" json:"id"`
+	Target string `msgpack:"target" json:"target"`
+}
+
+// IOSStats counts protocol events (iosbridge.Stats) and what the agent dropped.
+type IOSStats struct {
+	StealsSent        uint64 `msgpack:"steals_sent" json:"steals_sent"`
+	StealsAccepted    uint64 `msgpack:"steals_accepted" json:"steals_accepted"`
+	StealsFailed      uint64 `msgpack:"steals_failed" json:"steals_failed"`
+	StealsTimedOut    uint64 `msgpack:"steals_timed_out" json:"steals_timed_out"`
+	RequestsForwarded uint64 `msgpack:"requests_forwarded" json:"requests_forwarded"`
+	RequestsFailed    uint64 `msgpack:"requests_failed" json:"requests_failed"`
+	RanksGiven        uint64 `msgpack:"ranks_given" json:"ranks_given"`
+	// MigrationsOK and MigrationsFailed count the ControlRequests the jobs accepted and
+	// refused (or left unanswered).
+	MigrationsOK     uint64 `msgpack:"migrations_ok" json:"migrations_ok"`
+	MigrationsFailed uint64 `msgpack:"migrations_failed" json:"migrations_failed"`
+	// BadMessages counts protocol messages dropped as malformed or misaddressed,
+	// BadProfiles profiles dropped as malformed or invalid.
+	BadMessages uint64 `msgpack:"bad_messages" json:"bad_messages"`
+	BadProfiles uint64 `msgpack:"bad_profiles" json:"bad_profiles"`
+}
+
+// Kinds of IOSEvent.
+const (
+	IOSGive          = "give"           // this node's policy gave Rank to Peer (a steal request's origin)
+	IOSDecline       = "decline"        // this node's policy kept its ranks for Peer's steal request
+	IOSStolen        = "stolen"         // Peer accepted this node's steal request: Rank comes here
+	IOSStealFailed   = "steal-failed"   // this node's steal request failed (Reason says why)
+	IOSMigrateOK     = "migrate-ok"     // the job accepted the ControlRequest for Rank
+	IOSMigrateFailed = "migrate-failed" // the job refused it or did not answer: Rank stays
+)
+
+// IOSEvent is one decision of an agent or its outcome.
+type IOSEvent struct {
+	At     time.Time `msgpack:"at" json:"at"`
+	Kind   string    `msgpack:"kind" json:"kind"`
+	Job    string    `msgpack:"job,omitempty" json:"job,omitempty"`
+	Rank   int       `msgpack:"rank" json:"rank"` // -1 when no rank is concerned
+	Peer   string    `msgpack:"peer,omitempty" json:"peer,omitempty"`
+	Policy string    `msgpack:"policy,omitempty" json:"policy,omitempty"`
+	Gain   float64   `msgpack:"gain,omitempty" json:"gain,omitempty"`
+	Reason string    `msgpack:"reason,omitempty" json:"reason,omitempty"`
+}
+
+// Validate checks an IOSState received from the network.
+func (s IOSState) Validate() error {
+	if err := ValidateNode(s.Node); err != nil {
+		return err
+	}
+	switch {
+	case len(s.Events) > MaxIOSEvents:
+		return fmt.Errorf("job: ios state of %s: %d events, want at most %d", s.Node, len(s.Events), MaxIOSEvents)
+	case len(s.Profiles) > MaxIOSProfiles:
+		return fmt.Errorf("job: ios state of %s: %d profiles, want at most %d", s.Node, len(s.Profiles), MaxIOSProfiles)
+	case len(s.Peers) > MaxIOSPeers || len(s.JobPolicies) > MaxIOSProfiles:
+		return fmt.Errorf("job: ios state of %s: %d peers, %d job policies", s.Node, len(s.Peers), len(s.JobPolicies))
+	case !(s.Availability >= 0 && s.Availability <= 1) || !(s.EffectiveCPUs >= 0) || s.CPUs < 0:
+		return fmt.Errorf("job: ios state of %s: availability %v of %v CPUs", s.Node, s.Availability, s.EffectiveCPUs)
+	}
+	return nil
+}
