@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -288,19 +290,22 @@ func controlCommand(stderr, stdout io.Writer, kind job.ControlKind, onUsage cli.
 	}
 	const note = `
 
-The request is a msgpack job.ControlRequest on mpios.job.JOB.ctl; the job's ranks
-answer with a job.ControlReply, which is printed. The ranks do not handle these
-requests yet: until they do, the command reports that nobody answers. Exit status
-0 if the job accepted the request, 1 otherwise.`
+The request is a msgpack job.ControlRequest on mpios.job.JOB.ctl; the job's mpirun
+answers with a job.ControlReply, which is printed: accepted (it happens at the job's
+next agreement point, mpirun logs the outcome and "pcmd status" lists it), or
+refused with the reason. Exit status 0 if the job accepted the request, 1 otherwise.`
 	switch kind {
 	case job.ControlMigrate:
 		cmd.Usage = "ask a running job to move a rank to another node"
-		cmd.UsageText = "pcmd migrate --job JOB --rank R --to NODE [--nats URL] [--timeout DURATION]"
-		cmd.Description = "Asks job JOB to move rank R to pcmd node NODE at its next reconfiguration point:\n" +
-			"the rank checkpoints, a successor starts on NODE and loads its state." + note
+		cmd.UsageText = "pcmd migrate --job JOB --rank R[,R...] --to NODE [--reason TEXT] [--nats URL] [--timeout DURATION]"
+		cmd.Description = "Asks job JOB to move rank R (or several ranks, at the same iteration boundary) to\n" +
+			"pcmd node NODE at its next reconfiguration point: the rank's registered state is\n" +
+			"handed to a successor process started on NODE, which takes over the rank. The job\n" +
+			"must run on pcmd nodes (mpirun --hosts); NODE may be any live node." + note
 		cmd.Flags = append(cmd.Flags,
-			&cli.IntFlag{Name: "rank", Value: -1, Usage: "the rank `R` to move"},
-			&cli.StringFlag{Name: "to", Usage: "the target `NODE`"})
+			&cli.StringFlag{Name: "rank", Usage: "the rank `R` to move, or a comma-separated list"},
+			&cli.StringFlag{Name: "to", Usage: "the target `NODE`"},
+			&cli.StringFlag{Name: "reason", Usage: "why, for mpirun's log and pcmd status (default: \"pcmd migrate by USER\")"})
 	case job.ControlCheckpoint:
 		cmd.Usage = "ask a running job to take a checkpoint now"
 		cmd.UsageText = "pcmd checkpoint --job JOB [--nats URL] [--timeout DURATION]"
@@ -317,9 +322,19 @@ requests yet: until they do, the command reports that nobody answers. Exit statu
 				return &usageError{fmt.Sprintf("%s: missing --%s", kind, f)}
 			}
 		}
-		req := job.ControlRequest{Kind: kind}
+		req := job.ControlRequest{Kind: kind, Reason: c.String("reason")}
+		if req.Reason == "" {
+			req.Reason = "pcmd " + string(kind) + " by " + userName()
+		}
 		if kind == job.ControlMigrate {
-			req.Rank, req.To = c.Int("rank"), c.String("to")
+			ranks, err := parseRanks(c.String("rank"))
+			if err != nil {
+				return &usageError{"--rank: " + err.Error()}
+			}
+			req.Rank, req.To = ranks[0], c.String("to")
+			if len(ranks) > 1 {
+				req.Ranks = ranks
+			}
 		}
 		if err := job.ValidateID(c.String("job")); err != nil {
 			return &usageError{"--job: " + strings.TrimPrefix(err.Error(), "job: ")}
@@ -376,4 +391,25 @@ func shortHostname() string {
 	}
 	h, _, _ = strings.Cut(h, ".")
 	return h
+}
+
+// parseRanks reads "R" or "R1,R2,...".
+func parseRanks(s string) ([]int, error) {
+	var ranks []int
+	for _, f := range strings.Split(s, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 0 {
+			return nil, fmt.Errorf("%q: want a rank >= 0 or a comma-separated list of them", s)
+		}
+		ranks = append(ranks, r)
+	}
+	return ranks, nil
+}
+
+// userName names who runs pcmd, for the reason of a request.
+func userName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "uid " + strconv.Itoa(os.Getuid())
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -32,6 +33,9 @@ type Status struct {
 	NATS  string       `json:"nats"` // the server asked, without credentials
 	Nodes []NodeStatus `json:"nodes"`
 	Ranks []RankStatus `json:"ranks"` // of alive nodes
+	// Jobs are the running jobs whose mpirun answered: where each rank runs and every
+	// migration asked for, with its reason, outcome and pause.
+	Jobs []job.JobInfo `json:"jobs"`
 }
 
 // NodeStatus is one node in Status.
@@ -108,7 +112,43 @@ func DiscoverStatus(nc *nats.Conn, wait time.Duration) (Status, error) {
 	st := Collect(views)
 	st.AttachIOS(states)
 	st.NATS = launch.RedactURL(nc.ConnectedUrl())
+	st.Jobs = jobInfos(nc, st.Ranks, wait)
 	return st, nil
+}
+
+// jobInfos asks the mpirun of every job that has ranks for its JobInfo, in parallel.
+func jobInfos(nc *nats.Conn, ranks []RankStatus, wait time.Duration) []job.JobInfo {
+	var ids []string
+	for _, r := range ranks {
+		if !slices.Contains(ids, r.Job) {
+			ids = append(ids, r.Job)
+		}
+	}
+	slices.Sort(ids)
+	infos := make([]*job.JobInfo, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m, err := nc.Request(job.JobInfoSubject(id), nil, max(wait, 500*time.Millisecond))
+			if err != nil {
+				return
+			}
+			var info job.JobInfo
+			if job.Decode(m.Data, &info) == nil && info.Job == id {
+				infos[i] = &info
+			}
+		}()
+	}
+	wg.Wait()
+	var out []job.JobInfo
+	for _, in := range infos {
+		if in != nil {
+			out = append(out, *in)
+		}
+	}
+	return out
 }
 
 // DiscoverIOS asks every IOS agent on nc's server for its state (job.IOSDiscoverSubject),
@@ -282,7 +322,40 @@ func (st Status) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%v\t%s\t%s\t%s\n", r.Job, r.Rank, r.Node, r.PID,
 			time.Since(r.Started).Round(time.Second), iter, per, comm)
 	}
+	st.writeMigrations(tw)
 	return tw.Flush()
+}
+
+// writeMigrations lists the migrations of the jobs (the newest 20 per job).
+func (st Status) writeMigrations(w io.Writer) {
+	var rows []string
+	for _, j := range st.Jobs {
+		ms := j.Migrations
+		if len(ms) > 20 {
+			ms = ms[len(ms)-20:]
+		}
+		for _, m := range ms {
+			pause, iter, why := "-", "-", m.Reason
+			if m.Pause > 0 {
+				pause = m.Pause.Round(time.Millisecond).String()
+			}
+			if m.Iteration > 0 {
+				iter = strconv.Itoa(m.Iteration)
+			}
+			if m.Error != "" {
+				why += " — " + m.Error
+			}
+			rows = append(rows, fmt.Sprintf("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s", j.Job, m.Rank, m.From, m.To, m.State, iter, pause, short(why, 120)))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "JOB\tRANK\tFROM\tTO\tMIGRATION\tITERATION\tPAUSE\tREASON")
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
 }
 
 // writeIOS writes one line per node with an IOS agent; it reports whether there was one.

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// iosDiscoverSubject is where every pcmd IOS agent answers with its state (job.IOSState,
+// msgpack). The state is decoded loosely, by field name, so the experiment keeps working
+// (and reports "no agents") whatever the agents' version.
+const iosDiscoverSubject = "mpios.nodes.ios"
+
+// agentState is what the report shows of an IOS agent.
+type agentState struct {
+	Node          string           `json:"node"`
+	Policy        string           `json:"policy"`
+	Availability  float64          `json:"availability"`
+	EffectiveCPUs float64          `json:"effective_cpus"`
+	Stats         map[string]int64 `json:"stats"`
+	Events        []string         `json:"events"` // the last few, oldest first
+}
+
+// iosSnapshot asks every IOS agent on the server for its state, for up to wait.
+func iosSnapshot(url string, wait time.Duration) ([]agentState, error) {
+	nc, err := nats.Connect(url, nats.Name("experiment"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	if err := nc.PublishRequest(iosDiscoverSubject, inbox, nil); err != nil {
+		return nil, err
+	}
+	var out []agentState
+	deadline := time.Now().Add(wait)
+	for {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			break // timeout: every agent that will answer has
+		}
+		var m map[string]any
+		if msgpack.Unmarshal(msg.Data, &m) != nil {
+			continue
+		}
+		out = append(out, decodeAgent(m))
+	}
+	slices.SortFunc(out, func(a, b agentState) int { return strings.Compare(a.Node, b.Node) })
+	return out, nil
+}
+
+func decodeAgent(m map[string]any) agentState {
+	st := agentState{Node: str(m["node"]), Policy: str(m["policy"]), Availability: num(m["availability"]),
+		EffectiveCPUs: num(m["effective_cpus"]), Stats: map[string]int64{}}
+	if stats, ok := m["stats"].(map[string]any); ok {
+		for k, v := range stats {
+			st.Stats[k] = int64(num(v))
+		}
+	}
+	if evs, ok := m["events"].([]any); ok {
+		for _, e := range evs {
+			em, ok := e.(map[string]any)
+			if !ok {
+				continue
+			}
+			s := str(em["kind"])
+			if r, ok := em["rank"]; ok && num(r) >= 0 {
+				s += fmt.Sprintf(" rank %v", num(r))
+			}
+			if p := str(em["peer"]); p != "" {
+				s += " peer " + p
+			}
+			if r := str(em["reason"]); r != "" {
+				s += ": " + r
+			}
+			st.Events = append(st.Events, s)
+		}
+		if len(st.Events) > 6 {
+			st.Events = st.Events[len(st.Events)-6:]
+		}
+	}
+	return st
+}
+
+func str(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return ""
+}
+
+func num(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case float32:
+		return float64(x)
+	case int8:
+		return float64(x)
+	case int16:
+		return float64(x)
+	case int32:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case uint8:
+		return float64(x)
+	case uint16:
+		return float64(x)
+	case uint32:
+		return float64(x)
+	case uint64:
+		return float64(x)
+	case int:
+		return float64(x)
+	}
+	return 0
+}
