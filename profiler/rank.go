@@ -191,22 +191,21 @@ func (s *rankState) record(ev *mpi.CallEvent) {
 		return // failed calls moved no data we can vouch for
 	}
 	c := ev.Comm
-	if c == nil || ev.Peer < 0 || ev.Peer >= c.Size() { // ProcNull, AnySource, no communicator
-		if ev.Op == "Sendrecv" {
-			s.recvMsgs++
+	if ev.Op == "Sendrecv" {
+		// The receive half counts whatever the send half's peer is (ProcNull at the edge
+		// of a domain sends nothing but still receives from the other side).
+		if c != nil && ev.RecvPeer >= 0 && ev.RecvPeer < c.Size() {
+			s.recv.add(c.WorldRank(ev.RecvPeer), c.Size(), ev.RecvBytes)
 		}
+		s.recvMsgs++
+	}
+	if c == nil || ev.Peer < 0 || ev.Peer >= c.Size() { // ProcNull, AnySource, no communicator
 		return
 	}
 	peer := c.WorldRank(ev.Peer)
 	switch kind {
 	case kindSend:
 		s.sent.add(peer, c.Size(), ev.Bytes)
-		if ev.Op == "Sendrecv" {
-			if ev.RecvPeer >= 0 && ev.RecvPeer < c.Size() {
-				s.recv.add(c.WorldRank(ev.RecvPeer), c.Size(), ev.RecvBytes)
-			}
-			s.recvMsgs++
-		}
 	case kindRecv:
 		s.recv.add(peer, c.Size(), ev.Bytes)
 		s.recvMsgs++

@@ -4,6 +4,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -221,5 +222,47 @@ func TestCheckpointFlagsRestartBitwise(t *testing.T) {
 	}
 	if res := run("-np", "3", "--ckpt-every", "-1", prog("heat2d")); res.code != 2 || !strings.Contains(res.stderr, "--ckpt-every") {
 		t.Errorf("--ckpt-every -1: exit %d\n%s", res.code, res.stderr)
+	}
+}
+
+// TestProfileOut: profiling is on by default under mpirun, and --profile-out writes every
+// rank's published profiles as JSON lines.
+func TestProfileOut(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "profiles.jsonl")
+	res := mpirun(t, 60*time.Second, "-np", "2", "--profile-out", out, "--policy", "none",
+		prog("heat2d"), "-n", "32", "-iters", "600", "-pace", "2ms")
+	if res.code != 0 {
+		t.Fatalf("exit %d\n%s", res.code, res.stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var p struct {
+			Rank      int    `json:"rank"`
+			Policy    string `json:"policy"`
+			Iteration int64  `json:"iteration"`
+			Sent      []struct {
+				Rank, Messages int
+			} `json:"sent"`
+			Received []struct {
+				Rank, Messages int
+			} `json:"received"`
+		}
+		if err := json.Unmarshal([]byte(line), &p); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if p.Policy != "none" {
+			t.Errorf("profile of rank %d carries policy %q, want none", p.Rank, p.Policy)
+		}
+		if p.Iteration > 0 && len(p.Sent) == 1 && p.Sent[0].Rank == 1-p.Rank && p.Sent[0].Messages > 0 &&
+			len(p.Received) == 1 && p.Received[0].Rank == 1-p.Rank && p.Received[0].Messages > 0 {
+			seen[p.Rank] = true
+		}
+	}
+	if !seen[0] || !seen[1] {
+		t.Fatalf("no profile with iterations and halo traffic to the other rank from both ranks:\n%s", data)
 	}
 }
