@@ -224,6 +224,7 @@ func run(args []string, stdout io.Writer) (err error) {
 		return err
 	}
 	defer p.Close()
+	p.SetIterations(cfg.iters)
 	if err := p.Load(); err != nil {
 		return err
 	}

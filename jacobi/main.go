@@ -193,6 +193,7 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 	}
 	defer p.Close()
+	p.SetIterations(cfg.maxIters)
 	if err := p.Load(); err != nil {
 		return err
 	}
