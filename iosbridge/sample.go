@@ -226,6 +226,10 @@ type Sampler struct {
 	// CgroupDir is the cgroup directory holding cpu.max (v2) or cpu.cfs_* (v1); "" means
 	// Root/sys/fs/cgroup for v2 and Root/sys/fs/cgroup/cpu (then cpu,cpuacct) for v1.
 	CgroupDir string
+	// QuotaOnly judges the node by its cgroup quota and the cgroup's own usage alone,
+	// ignoring the host's idle CPUs: for nodes that are cgroups sharing one machine (the
+	// emulated cluster, containers), whose host counters include the other nodes.
+	QuotaOnly bool
 
 	prev    CPUTimes
 	hasPrev bool
@@ -298,7 +302,11 @@ func (s *Sampler) Sample(now time.Time, ranks []RankID) (NodeProfile, error) {
 	p.Availability = Availability(cur.CPUs, p.EffectiveCPUs, util)
 	if limited {
 		if used, ok := s.cgroupUse(now); ok {
-			p.Availability = CgroupAvailability(cur.CPUs, p.EffectiveCPUs, util, used)
+			hostUtil := util
+			if s.QuotaOnly {
+				hostUtil = 0
+			}
+			p.Availability = CgroupAvailability(cur.CPUs, p.EffectiveCPUs, hostUtil, used)
 		}
 	}
 	p.MemTotalBytes, p.MemFreeBytes = mem.TotalBytes, mem.FreeBytes

@@ -236,6 +236,11 @@ func run(ctx context.Context, cfg *config, logger *log.Logger) error {
 			logger.Printf("this pcmd has no --ios-cooldown flag: its own cooldown applies")
 		}
 	}
+	// The emulated nodes share this machine: a node's spare CPU is what its quota leaves,
+	// not the host's idle CPUs (which the other nodes' load takes).
+	if strings.Contains(string(serveHelp), "--cpu-quota-only") && !strings.Contains(strings.Join(cfg.pcmdArgs, " "), "--cpu-quota-only") {
+		cfg.pcmdArgs = append(cfg.pcmdArgs, "--cpu-quota-only")
+	}
 
 	rn := &runner{cfg: cfg, bins: bins, log: logger}
 	adaptive, static, idle := scenarios(cfg)

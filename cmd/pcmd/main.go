@@ -193,6 +193,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
 					&cli.DurationFlag{Name: "ios-cooldown", Value: iosbridge.DefaultStability().Cooldown, Usage: "never move a rank again within `DURATION` of its arrival"},
 					&cli.BoolFlag{Name: "no-ios", Usage: "run without the IOS agent: no profiling, stealing or migrations"},
+					&cli.BoolFlag{Name: "cpu-quota-only", Usage: "judge spare CPU by this node's cgroup quota and usage only, not the host's idle CPUs (nodes that share a machine, e.g. containers)"},
 				}, natsFlags(true)...),
 				OnUsageError: onUsage,
 				Action: func(c *cli.Context) error {
@@ -209,6 +210,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						IOS: pcmd.IOSConfig{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
 							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),
+							QuotaOnly: c.Bool("cpu-quota-only"),
 						},
 					}
 					if _, err := iosbridge.PolicyByName(cfg.IOS.Policy); err != nil {

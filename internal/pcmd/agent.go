@@ -51,6 +51,9 @@ type IOSConfig struct {
 	// Cooldown: a rank that arrived less than Cooldown ago is not moved again;
 	// 0 = iosbridge.DefaultStability's (one minute).
 	Cooldown time.Duration
+	// QuotaOnly measures the node's spare CPU from its cgroup quota and usage only, not from
+	// the host's idle CPUs (see iosbridge.Sampler.QuotaOnly): for nodes sharing a machine.
+	QuotaOnly bool
 	// ControlTimeout bounds the wait for a job's answer to a migration request;
 	// 0 = DefaultControlTimeout.
 	ControlTimeout time.Duration
@@ -122,7 +125,7 @@ func (c *IOSConfig) setDefaults() error {
 		c.Clock = time.Now
 	}
 	if c.Sampler == nil || c.Procs == nil {
-		smp := &iosbridge.Sampler{}
+		smp := &iosbridge.Sampler{QuotaOnly: c.QuotaOnly}
 		if dir, ok := iosbridge.OwnCgroupDir(""); ok {
 			smp.CgroupDir = dir
 		}

@@ -3,6 +3,7 @@ package testbed
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mpios/mpios/internal/pcmd"
 	"github.com/mpios/mpios/internal/testbin"
+	"github.com/nats-io/nats.go"
 )
 
 // TestLoadedNodeLosesRanksToIdleNode is the IOS issue's end-to-end test: heat2d runs on a
@@ -22,20 +25,22 @@ func TestLoadedNodeLosesRanksToIdleNode(t *testing.T) {
 	needRoot(t)
 	opts := testOptions(t, IsolationNetns)
 	opts.Nodes = []NodeSpec{{"busy", 0.5}, {"idle", 0.5}}
-	opts.ExtraArgs = []string{"--ios-period", "500ms", "--ios-cooldown", "1s"}
+	// The nodes share this machine: their spare CPU is their quota's, whatever else runs.
+	opts.ExtraArgs = []string{"--ios-period", "250ms", "--ios-cooldown", "1s", "--cpu-quota-only"}
 	c := startCluster(t, opts)
 	if err := c.SetLoad("busy", 0.8); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	heat := filepath.Join(bin, "heat2d")
-	args := []string{heat, "-n", "384", "-iters", "6000", "-residual-every", "500"}
+	// Long enough that the remaining life pays for a move (the mpiios gain grows with its log).
+	args := []string{heat, "-n", "384", "-iters", "12000", "-residual-every", "1000"}
 	run := func(mpirunArgs ...string) (string, string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "mpirun"), mpirunArgs...)
-		cmd.Env = testbin.IsolatedEnv(t.TempDir())
+		cmd.Env = testbin.IsolatedEnv(t.TempDir(), "MPIOS_PROFILE_EVERY=250ms")
 		cmd.Dir = dir
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
@@ -48,6 +53,16 @@ func TestLoadedNodeLosesRanksToIdleNode(t *testing.T) {
 	_, stderr := run(append([]string{"--nats", c.NATSURL(), "--policy", "mpiios", "--hosts", "busy:2"}, append(args, "-dump", adaptive)...)...)
 	moved := regexp.MustCompile(`mpirun: migrated rank \d from busy to idle .*\(ios mpiios`).FindAllString(stderr, -1)
 	if len(moved) == 0 {
+		logs, _ := filepath.Glob(filepath.Join(c.WorkDir(), "logs", "*"))
+		for _, l := range logs {
+			t.Logf("%s:\n%s", filepath.Base(l), tail(l, 4000))
+		}
+		if nc, err := nats.Connect(c.NATSURL()); err == nil {
+			states, _ := pcmd.DiscoverIOS(nc, time.Second)
+			b, _ := json.MarshalIndent(states, "", " ")
+			t.Logf("IOS agents:\n%s", b)
+			nc.Close()
+		}
 		t.Fatalf("no rank left the loaded node:\n%s", stderr)
 	}
 	t.Logf("%d migration(s):\n%s", len(moved), stderr)
