@@ -64,18 +64,8 @@ func Init() (*Comm, error) {
 
 // joinJob listens for peers, tells the launcher where, and waits for everybody's address.
 func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(env.Bind, "0"))
+	ln, nc, holder, fail, err := listenAndConnect(env)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen on %s: %w", env.Bind, err)
-	}
-	nc, holder, err := connectControl(env)
-	if err != nil {
-		ln.Close()
-		return nil, nil, err
-	}
-	fail := func(err error) (*Comm, *nats.Conn, error) {
-		ln.Close()
-		nc.Close()
 		return nil, nil, err
 	}
 	host, _ := os.Hostname()
@@ -109,6 +99,26 @@ func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
 	}
 	holder.set(world.e)
 	return world, nc, nil
+}
+
+// listenAndConnect opens the rank's data-plane listener and its control-plane connection;
+// fail releases both and returns err.
+func listenAndConnect(env job.Env) (net.Listener, *nats.Conn, *engineHolder, func(error) (*Comm, *nats.Conn, error), error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(env.Bind, "0"))
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("listen on %s: %w", env.Bind, err)
+	}
+	nc, holder, err := connectControl(env)
+	if err != nil {
+		ln.Close()
+		return nil, nil, nil, nil, err
+	}
+	fail := func(err error) (*Comm, *nats.Conn, error) {
+		ln.Close()
+		nc.Close()
+		return nil, nil, err
+	}
+	return ln, nc, holder, fail, nil
 }
 
 // engineHolder delivers job events to the engine once it exists, and the first event that

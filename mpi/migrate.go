@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"slices"
 	"time"
@@ -127,18 +126,8 @@ func joinAsSuccessor(env job.Env, spec string) (*Comm, *nats.Conn, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(env.Bind, "0"))
+	ln, nc, holder, fail, err := listenAndConnect(env)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen on %s: %w", env.Bind, err)
-	}
-	nc, holder, err := connectControl(env)
-	if err != nil {
-		ln.Close()
-		return nil, nil, err
-	}
-	fail := func(err error) (*Comm, *nats.Conn, error) {
-		ln.Close()
-		nc.Close()
 		return nil, nil, err
 	}
 	hook := os.Getenv(testHookEnv)

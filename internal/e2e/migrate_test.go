@@ -161,6 +161,18 @@ func (j *bgJob) wait(limit time.Duration) int {
 	return -1
 }
 
+// sameDump fails the test unless the dump file at path holds want.
+func (j *bgJob) sameDump(path string, want []byte) {
+	j.t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		j.t.Fatalf("job %s: result differs from the undisturbed run\nstderr:\n%s", j.id, j.stderr.String())
+	}
+}
+
 // waitLog waits until mpirun's stderr matches re n times.
 func (j *bgJob) waitLog(re string, n int, limit time.Duration) {
 	j.t.Helper()
@@ -274,13 +286,7 @@ func TestMigrationsKeepResultsBitwise(t *testing.T) {
 			if code := j.wait(120 * time.Second); code != 0 {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
 			}
-			got, err := os.ReadFile(dump)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("result after migrations differs from the undisturbed run\nstderr:\n%s", j.stderr.String())
-			}
+			j.sameDump(dump, want)
 			if n := strings.Count(j.stderr.String(), "mpirun: migrated rank"); n != 5 {
 				t.Fatalf("%d migrations reported, want 5:\n%s", n, j.stderr.String())
 			}
@@ -338,13 +344,7 @@ func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 			if code := j.wait(120 * time.Second); code != 0 {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
 			}
-			got, err := os.ReadFile(dump)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("result differs from the undisturbed run\nstderr:\n%s", j.stderr.String())
-			}
+			j.sameDump(dump, want)
 		})
 	}
 }
@@ -387,11 +387,5 @@ func TestRestartOnOtherNodesFetchesPieces(t *testing.T) {
 			t.Errorf("no piece was read from node %s:\n%s", node, errs)
 		}
 	}
-	got, err := os.ReadFile(dump)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("restarted result differs from the undisturbed run\nstderr:\n%s", errs)
-	}
+	j.sameDump(dump, want)
 }
