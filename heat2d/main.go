@@ -117,8 +117,16 @@ func newGrid(rows, n int, isTop bool) []float64 {
 // step applies one Jacobi sweep to the rows interior rows of src and writes
 // them to dst. Both are (rows+2) x (n+2) row-major blocks; ghost rows and
 // boundary columns of dst are left untouched.
+//
+// The inner loop loads each cell of the middle row once and carries it in
+// registers to the next two cells (as the left neighbour and the centre), so
+// a cell costs three loads; the expression and its order are those of the
+// package comment, so the results do not change.
 func step(dst, src []float64, rows, n int) {
 	w := n + 2
+	// 0.25, but not a compile-time constant: a constant is reloaded from
+	// memory in every iteration, a variable stays in a register.
+	quarter := 0.25 + float64(n>>62)
 	for i := 1; i <= rows; i++ {
 		// Views of row i's neighbours, all of length n and indexed by
 		// interior column j-1; equal lengths let the compiler drop the
@@ -126,10 +134,13 @@ func step(dst, src []float64, rows, n int) {
 		out := dst[i*w+1 : i*w+1+n]
 		up := src[(i-1)*w+1:][:len(out)]
 		dn := src[(i+1)*w+1:][:len(out)]
-		left := src[i*w:][:len(out)]
-		right := src[i*w+2:][:len(out)]
+		mid := src[i*w : i*w+w]
+		right := mid[2:][:len(out)]
+		left, centre := mid[0], mid[1]
 		for j := range out {
-			out[j] = 0.25 * (up[j] + dn[j] + left[j] + right[j])
+			r := right[j]
+			out[j] = quarter * (up[j] + dn[j] + left + r)
+			left, centre = centre, r
 		}
 	}
 }
@@ -139,8 +150,10 @@ func maxChange(a, b []float64, rows, n int) float64 {
 	w := n + 2
 	m := 0.0
 	for i := 1; i <= rows; i++ {
-		for j := 1; j <= n; j++ {
-			m = math.Max(m, math.Abs(a[i*w+j]-b[i*w+j]))
+		ra := a[i*w+1 : i*w+1+n]
+		rb := b[i*w+1:][:len(ra)]
+		for j := range ra {
+			m = math.Max(m, math.Abs(ra[j]-rb[j]))
 		}
 	}
 	return m
@@ -151,8 +164,8 @@ func interiorSum(u []float64, rows, n int) float64 {
 	w := n + 2
 	s := 0.0
 	for i := 1; i <= rows; i++ {
-		for j := 1; j <= n; j++ {
-			s += u[i*w+j]
+		for _, v := range u[i*w+1 : i*w+1+n] {
+			s += v
 		}
 	}
 	return s

@@ -123,25 +123,92 @@ func buildRows(start, count, n int) (a, b []float64) {
 
 // sweep computes the Jacobi update of rows start..start+len(xloc)-1 from the
 // full vector x into xloc, given those rows of A (row-major, n wide) and b.
+//
+// A row's sum is one chain of dependent additions (j = 0, 1, ..., n-1
+// skipping i, in that order), so a row at a time runs at the latency of one
+// addition per element. sweep4 interleaves four rows, four independent
+// chains that each keep their own order, so the results are bitwise those
+// of one row at a time.
 func sweep(xloc, a, b, x []float64, start int) {
 	n := len(x)
-	for r := range xloc {
+	r := 0
+	for ; r+4 <= len(xloc); r += 4 {
+		i := start + r
+		rows := a[r*n : (r+4)*n]
+		a0, a1, a2, a3 := rows[:n], rows[n:2*n], rows[2*n:3*n], rows[3*n:]
+		s0, s1, s2, s3 := sweep4(a0, a1, a2, a3, x, i)
+		xloc[r] = (b[r] - s0) / a0[i]
+		xloc[r+1] = (b[r+1] - s1) / a1[i+1]
+		xloc[r+2] = (b[r+2] - s2) / a2[i+2]
+		xloc[r+3] = (b[r+3] - s3) / a3[i+3]
+	}
+	for ; r < len(xloc); r++ {
 		i := start + r
 		row := a[r*n : (r+1)*n]
-		s := 0.0
-		// Two loops instead of a j != i test; the summation order is still
-		// j = 0, 1, ..., n-1 skipping i.
-		lo, xlo := row[:i], x[:i]
-		for j := range lo {
-			s += lo[j] * xlo[j]
-		}
-		hi, xhi := row[i+1:], x[i+1:]
-		hi = hi[:len(xhi)]
-		for j := range hi {
-			s += hi[j] * xhi[j]
-		}
-		xloc[r] = (b[r] - s) / row[i]
+		xloc[r] = (b[r] - rowSum(row, x, i)) / row[i]
 	}
+}
+
+// rowSum returns the sum of row[j]*x[j] over j = 0, 1, ..., n-1 skipping i,
+// in that order. The explicit float64 conversions round every product, so
+// that no compiler fuses a multiply-add (which would change the bits). Out
+// of line for the reason given at dot4.
+//
+//go:noinline
+func rowSum(row, x []float64, i int) float64 {
+	s := 0.0
+	lo, xlo := row[:i], x[:i]
+	for j := range lo {
+		s += float64(lo[j] * xlo[j])
+	}
+	hi, xhi := row[i+1:], x[i+1:]
+	hi = hi[:len(xhi)]
+	for j := range hi {
+		s += float64(hi[j] * xhi[j])
+	}
+	return s
+}
+
+// sweep4 returns rowSum(ak, x, i+k) for the four consecutive rows a0..a3,
+// whose diagonal entries are in columns i..i+3.
+func sweep4(a0, a1, a2, a3, x []float64, i int) (s0, s1, s2, s3 float64) {
+	// Columns left of the diagonal entries: every row takes them.
+	s0, s1, s2, s3 = dot4(a0[:i], a1[:i], a2[:i], a3[:i], x[:i], 0, 0, 0, 0)
+	// Columns i..i+3: row k skips column i+k.
+	d0, d1, d2, d3 := a0[i:i+4], a1[i:i+4], a2[i:i+4], a3[i:i+4]
+	xd := x[i : i+4]
+	s1 += float64(d1[0] * xd[0])
+	s2 += float64(d2[0] * xd[0])
+	s3 += float64(d3[0] * xd[0])
+	s0 += float64(d0[1] * xd[1])
+	s2 += float64(d2[1] * xd[1])
+	s3 += float64(d3[1] * xd[1])
+	s0 += float64(d0[2] * xd[2])
+	s1 += float64(d1[2] * xd[2])
+	s3 += float64(d3[2] * xd[2])
+	s0 += float64(d0[3] * xd[3])
+	s1 += float64(d1[3] * xd[3])
+	s2 += float64(d2[3] * xd[3])
+	// Columns right of them.
+	return dot4(a0[i+4:], a1[i+4:], a2[i+4:], a3[i+4:], x[i+4:], s0, s1, s2, s3)
+}
+
+// dot4 adds ak[j]*x[j] to sk for j = 0, 1, ..., len(x)-1, in that order.
+//
+// It is kept out of line so that its loop has registers for all its values:
+// inlined into a larger function, the loop index was kept on the stack, a
+// store and a load on every iteration's critical path.
+//
+//go:noinline
+func dot4(a0, a1, a2, a3, x []float64, s0, s1, s2, s3 float64) (float64, float64, float64, float64) {
+	a0, a1, a2, a3 = a0[:len(x)], a1[:len(x)], a2[:len(x)], a3[:len(x)]
+	for j, xj := range x {
+		s0 += float64(a0[j] * xj)
+		s1 += float64(a1[j] * xj)
+		s2 += float64(a2[j] * xj)
+		s3 += float64(a3[j] * xj)
+	}
+	return s0, s1, s2, s3
 }
 
 func run(args []string, stdout io.Writer) (err error) {

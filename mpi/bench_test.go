@@ -75,22 +75,36 @@ func BenchmarkMatchingDeepQueue(b *testing.B) {
 	})
 }
 
+// BenchmarkAllreduce measures a float64 Sum Allreduce on goroutine ranks over the in-process
+// transport (the algorithms, matching and allocations; allocations are counted for all ranks
+// together) and, for two ranks, over TCP on loopback (as bench/allreduce does between
+// processes).
 func BenchmarkAllreduce(b *testing.B) {
-	for _, n := range []int{1, 8, 1024, 65536} {
+	for _, n := range []int{1, 8, 1024, 65536, 262144} {
 		for _, p := range []int{2, 4, 5} {
 			b.Run(fmt.Sprintf("np%d/%d", p, n), func(b *testing.B) {
-				benchRanks(b, mpitest.InProc, p, func(c *mpi.Comm, iters int) error {
-					send, recv := make([]float64, n), make([]float64, n)
-					for i := 0; i < iters; i++ {
-						if err := mpi.Allreduce(c, send, recv, mpi.Sum); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
+				benchAllreduce(b, mpitest.InProc, p, n)
 			})
 		}
 	}
+	for _, n := range []int{8, 4096, 262144} {
+		b.Run(fmt.Sprintf("tcp/np2/%d", n), func(b *testing.B) {
+			benchAllreduce(b, mpitest.TCP, 2, n)
+		})
+	}
+}
+
+func benchAllreduce(b *testing.B, tr mpitest.Transport, p, n int) {
+	b.SetBytes(int64(n * 8))
+	benchRanks(b, tr, p, func(c *mpi.Comm, iters int) error {
+		send, recv := make([]float64, n), make([]float64, n)
+		for i := 0; i < iters; i++ {
+			if err := mpi.Allreduce(c, send, recv, mpi.Sum); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func BenchmarkBarrier(b *testing.B) {

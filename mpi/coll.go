@@ -3,6 +3,10 @@ package mpi
 import (
 	"fmt"
 	"math/bits"
+	"sync"
+	"unsafe"
+
+	"github.com/mpios/mpios/comm"
 )
 
 // Tags of the collective context. Collectives are called in the same order on every rank and
@@ -22,9 +26,12 @@ const (
 	tagReduceScatter
 )
 
-// allreduceRingMin is the message size from which Allreduce switches from recursive doubling
-// (log P steps, whole vector each) to a ring reduce-scatter + allgather (bandwidth-optimal).
-const allreduceRingMin = 16 << 10
+// allreduceRingMin is the vector size from which Allreduce switches from recursive doubling
+// (log P steps, whole vector each) to the pipelined ring (2(P-1) steps of 1/P of the vector,
+// bandwidth-optimal). Below it, the whole vector fits one eager message, and the fewer steps
+// of recursive doubling win; from it on, recursive doubling would also wait for a
+// rendezvous handshake in every step.
+const allreduceRingMin = eagerLimit
 
 func csend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 	return c.isend("collective", c.ctx+1, asBytes(buf), elemCode[T](), dest, tag)
@@ -153,8 +160,11 @@ func reduceImpl[T Number](c *Comm, send, recv []T, op Op, root int) error {
 	}
 	p := c.Size()
 	vr := (c.Rank() - root + p) % p
-	acc := append([]T(nil), send...)
-	tmp := make([]T, len(send))
+	acc, accBuf := getScratch[T](len(send))
+	defer putScratch(accBuf)
+	copy(acc, send)
+	tmp, tmpBuf := getScratch[T](len(send))
+	defer putScratch(tmpBuf)
 	for mask := 1; mask < p; mask <<= 1 {
 		if vr&mask == 0 {
 			if src := vr | mask; src < p {
@@ -172,8 +182,9 @@ func reduceImpl[T Number](c *Comm, send, recv []T, op Op, root int) error {
 }
 
 // Allreduce combines send of every rank with op into recv on every rank. Small vectors use
-// recursive doubling, large ones a ring reduce-scatter followed by a ring allgather. Every rank
-// gets bitwise the same result.
+// recursive doubling, large ones a pipelined ring (reduce-scatter, then allgather). Every rank
+// gets bitwise the same result, which depends only on the inputs, op and the communicator
+// size. send and recv may be the same slice.
 func Allreduce[T Number](c *Comm, send, recv []T, op Op) (err error) {
 	if t := observe("Allreduce"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
@@ -191,13 +202,13 @@ func allreduceImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	if len(recv) != len(send) {
 		return fmt.Errorf("mpi: Allreduce: %w: recv has %d elements, send %d", ErrCount, len(recv), len(send))
 	}
-	copy(recv, send)
 	p := c.Size()
+	if p > 1 && len(send)*sizeOf[T]() >= allreduceRingMin && len(send) >= p {
+		return collErr("Allreduce", ringAllreduce(c, send, recv, op))
+	}
+	copy(recv, send)
 	if p == 1 {
 		return nil
-	}
-	if len(send)*sizeOf[T]() >= allreduceRingMin && len(send) >= p {
-		return collErr("Allreduce", ringAllreduce(c, recv, op))
 	}
 	return collErr("Allreduce", recursiveDoubling(c, recv, op))
 }
@@ -206,12 +217,15 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 	p, rank := c.Size(), c.Rank()
 	pof2 := 1 << (bits.Len(uint(p)) - 1)
 	rem := p - pof2
-	tmp := make([]T, len(acc))
+	tmp, tmpBuf := getScratch[T](len(acc))
+	defer putScratch(tmpBuf)
+	s := newCollSender[T](c)
+	defer s.release()
 	// Fold the first 2*rem ranks pairwise so that a power of two takes part in the doubling.
 	newrank := rank - rem
 	if rank < 2*rem {
 		if rank%2 == 0 {
-			if err := cwait(csend(c, acc, rank+1, tagAllreduce)); err != nil {
+			if err := s.send(acc, rank+1, tagAllreduce); err != nil {
 				return err
 			}
 			newrank = -1
@@ -224,13 +238,25 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 		}
 	}
 	if newrank >= 0 {
-		for mask := 1; mask < pof2; mask <<= 1 {
+		// One receive per round, allocated together (a Request is never reused).
+		reqs := make([]Request, bits.Len(uint(pof2))-1)
+		for i, mask := 0, 1; mask < pof2; i, mask = i+1, mask<<1 {
 			nd := newrank ^ mask
 			dst := nd + rem
 			if nd < rem {
 				dst = 2*nd + 1
 			}
-			if err := cexchange(c, acc, dst, tmp, dst, tagAllreduce); err != nil {
+			// The receive is posted before the send, so the partner's message lands in tmp
+			// directly (never in the unexpected queue).
+			rr := &reqs[i]
+			if err := cpost(c, rr, tmp, dst, tagAllreduce); err != nil {
+				return err
+			}
+			if err := s.send(acc, dst, tagAllreduce); err != nil {
+				c.e.withdraw(rr.ctx, reqs[i:i+1])
+				return err
+			}
+			if _, err := rr.wait(); err != nil {
 				return err
 			}
 			apply(op, tmp, acc)
@@ -238,24 +264,210 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 	}
 	if rank < 2*rem {
 		if rank%2 == 1 {
-			return cwait(csend(c, acc, rank-1, tagAllreduce))
+			return s.send(acc, rank-1, tagAllreduce)
 		}
 		return cwait(crecv(c, acc, rank+1, tagAllreduce))
 	}
 	return nil
 }
 
-// blocks splits n elements into p nearly equal blocks (the first n%p one larger).
-func blocks(n, p int) (offs, cnts []int) {
-	offs, cnts = make([]int, p+1), make([]int, p)
-	for i := 0; i < p; i++ {
-		cnts[i] = n / p
-		if i < n%p {
-			cnts[i]++
-		}
-		offs[i+1] = offs[i] + cnts[i]
+// The pipelined ring of Allreduce. The vector is cut into p blocks (ringBlock) and every block
+// into segments of at most ringSegBytes, which is the eager limit: every message of the ring is
+// sent eagerly, so no step waits for a clear-to-send round trip, and a rank forwards each
+// segment as soon as it has received (and reduced) it, so that consecutive steps overlap.
+//
+// Step t = 0 .. 2p-3 of rank r sends block (r-t) mod p to the right neighbour and receives
+// block (r-t-1) mod p from the left one, with tag tagRing+t. In the reduce-scatter steps
+// (t < p-1) the received partial result is combined with this rank's own contribution; after
+// step p-2 rank r holds the complete result of block r+1, and the allgather steps pass the
+// complete blocks around. Element i is reduced in the same order on every run and its final
+// value is computed by one rank only, so all ranks get the same bits.
+//
+// Every receive of a phase is posted at its start, straight into recv (a segment is reduced in
+// place), so no scratch memory is needed. A rank then tells its left neighbour, with an empty
+// message, that its receives are posted, and sends its right neighbour no more than
+// ringEarlySegs segments before that neighbour's message has arrived: eagerly sent data thus
+// (almost) never waits in the unexpected queue, where it would be copied twice. (A rank that
+// finishes a call a little earlier than its neighbour would otherwise push a whole block into
+// the neighbour's unexpected queue while the neighbour is still being woken up.)
+//
+// Phases bound the receives posted at once for very long vectors: phase j handles segments
+// [j*k, (j+1)*k) of every block, with k*2*(p-1) <= ringWindow.
+const (
+	ringSegBytes  = eagerLimit
+	ringWindow    = 512
+	ringEarlySegs = 2
+	// tagRingReady is the tag of the receives-posted message; ring step t uses tagRing+t.
+	tagRingReady = 1<<16 - 1
+	tagRing      = 1 << 16
+)
+
+// ringBlock returns the bounds of block b when n elements are cut into p nearly equal blocks
+// (the first n%p one element larger).
+func ringBlock(n, p, b int) (lo, hi int) {
+	q, rem := n/p, n%p
+	lo = b*q + min(b, rem)
+	hi = lo + q
+	if b < rem {
+		hi++
 	}
-	return offs, cnts
+	return lo, hi
+}
+
+func ringAllreduce[T Number](c *Comm, send, recv []T, op Op) error {
+	p, n := c.Size(), len(recv)
+	local := send
+	if overlaps(send, recv) {
+		// Received partial results are stored (and reduced) in recv, so this rank's own
+		// contribution must live elsewhere.
+		buf, h := getScratch[T](n)
+		defer putScratch(h)
+		copy(buf, send)
+		local = buf
+	}
+	seg := max(ringSegBytes/sizeOf[T](), 1)
+	_, biggest := ringBlock(n, p, 0) // block 0 is never smaller than the others
+	nseg := (biggest + seg - 1) / seg
+	perPhase := max(ringWindow/(2*(p-1)), 1)
+	s := newCollSender[T](c)
+	defer s.release()
+	for k0 := 0; k0 < nseg; k0 += perPhase {
+		if err := ringPhase(c, &s, local, recv, op, seg, k0, min(k0+perPhase, nseg)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ringPhase runs the ring on segments [k0, k1) of every block.
+func ringPhase[T Number](c *Comm, s *collSender[T], local, recv []T, op Op, seg, k0, k1 int) error {
+	p, r, n := c.Size(), c.Rank(), len(recv)
+	right, left := (r+1)%p, (r-1+p)%p
+	steps := 2 * (p - 1)
+	// piece returns segment k of block b, if the block has one.
+	piece := func(b, k int) (lo, hi int, ok bool) {
+		blo, bhi := ringBlock(n, p, b)
+		lo = blo + k*seg
+		return lo, min(lo+seg, bhi), lo < bhi
+	}
+	recvBlock := func(t int) int { return ((r-t-1)%p + p) % p }
+	count := 0
+	for t := 0; t < steps; t++ {
+		for k := k0; k < k1; k++ {
+			if _, _, ok := piece(recvBlock(t), k); !ok {
+				break
+			}
+			count++
+		}
+	}
+	// reqs[0] receives the right neighbour's ready message, the others the ring's segments in
+	// the order they are consumed.
+	reqs := make([]Request, 1+count)
+	if err := cpost[T](c, &reqs[0], nil, right, tagRingReady); err != nil {
+		return err
+	}
+	i := 1
+	for t := 0; t < steps; t++ {
+		for k := k0; k < k1; k++ {
+			lo, hi, ok := piece(recvBlock(t), k)
+			if !ok {
+				break
+			}
+			if err := cpost(c, &reqs[i], recv[lo:hi], left, tagRing+t); err != nil {
+				c.e.withdraw(c.ctx+1, reqs[:i])
+				return err
+			}
+			i++
+		}
+	}
+	if err := s.send(nil, left, tagRingReady); err != nil {
+		c.e.withdraw(c.ctx+1, reqs)
+		return err
+	}
+	for k := k0; k < k1; k++ {
+		lo, hi, ok := piece(r, k)
+		if !ok {
+			break
+		}
+		if k == k0+ringEarlySegs {
+			if _, err := reqs[0].wait(); err != nil {
+				c.e.withdraw(c.ctx+1, reqs[1:])
+				return err
+			}
+		}
+		if err := s.send(local[lo:hi], right, tagRing); err != nil {
+			c.e.withdraw(c.ctx+1, reqs)
+			return err
+		}
+	}
+	if _, err := reqs[0].wait(); err != nil {
+		c.e.withdraw(c.ctx+1, reqs[1:])
+		return err
+	}
+	i = 1
+	for t := 0; t < steps; t++ {
+		for k := k0; k < k1; k++ {
+			lo, hi, ok := piece(recvBlock(t), k)
+			if !ok {
+				break
+			}
+			_, err := reqs[i].wait()
+			i++
+			if err != nil {
+				c.e.withdraw(c.ctx+1, reqs[i:])
+				return err
+			}
+			if t < p-1 {
+				reduceLocal(op, recv[lo:hi], local[lo:hi])
+			}
+			if t+1 < steps {
+				if err := s.send(recv[lo:hi], right, tagRing+t+1); err != nil {
+					c.e.withdraw(c.ctx+1, reqs[i:])
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// reduceLocal computes acc[i] = acc[i] op local[i], where acc holds a partial result received
+// from another rank and local is this rank's contribution: the same operands in the same order
+// as apply(op, received, local), so both give the same bits.
+func reduceLocal[T Number](op Op, acc, local []T) {
+	local = local[:len(acc)]
+	switch op.id {
+	case 1:
+		for i := range acc {
+			acc[i] = acc[i] + local[i]
+		}
+	case 2:
+		for i := range acc {
+			acc[i] = acc[i] * local[i]
+		}
+	case 3:
+		for i := range acc {
+			if !(acc[i] > local[i]) {
+				acc[i] = local[i]
+			}
+		}
+	case 4:
+		for i := range acc {
+			if !(acc[i] < local[i]) {
+				acc[i] = local[i]
+			}
+		}
+	}
+}
+
+// overlaps reports whether two slices share memory.
+func overlaps[T Elem](a, b []T) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	size := uintptr(sizeOf[T]())
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b))*size && b0 < a0+uintptr(len(a))*size
 }
 
 // ringReduceScatter reduces buf around the ring so that rank r ends with the complete
@@ -267,7 +479,8 @@ func ringReduceScatter[T Number](c *Comm, buf []T, offs []int, op Op, shift int)
 	for i := 0; i < p; i++ {
 		maxCnt = max(maxCnt, offs[i+1]-offs[i])
 	}
-	tmp := make([]T, maxCnt)
+	tmp, tmpBuf := getScratch[T](maxCnt)
+	defer putScratch(tmpBuf)
 	mod := func(i int) int { return ((i % p) + p) % p }
 	for s := 0; s < p-1; s++ {
 		sb, rb := mod(r-s+shift-1), mod(r-s+shift-2)
@@ -280,22 +493,120 @@ func ringReduceScatter[T Number](c *Comm, buf []T, offs []int, op Op, shift int)
 	return nil
 }
 
-func ringAllreduce[T Number](c *Comm, buf []T, op Op) error {
-	p, r := c.Size(), c.Rank()
-	offs, _ := blocks(len(buf), p)
-	if err := ringReduceScatter(c, buf, offs, op, 1); err != nil {
-		return err
+// Work memory of collectives, reused across calls instead of allocated by each.
+
+// scratchPools[k] holds buffers of 1<<k bytes, kept as *[]uint64 so that every element type is
+// aligned. They are shared by all communicators; sync.Pool drops them when memory is idle.
+var scratchPools [64]sync.Pool
+
+// getScratch returns a buffer of n elements (contents undefined) and the handle that
+// putScratch takes back.
+func getScratch[T Number](n int) ([]T, *[]uint64) {
+	size := n * sizeOf[T]()
+	if size == 0 {
+		return nil, nil
 	}
-	// Rank r owns block r+1; pass the finished blocks around the ring.
-	right, left := (r+1)%p, (r-1+p)%p
-	mod := func(i int) int { return ((i % p) + p) % p }
-	for s := 0; s < p-1; s++ {
-		sb, rb := mod(r+1-s), mod(r-s)
-		if err := cexchange(c, buf[offs[sb]:offs[sb+1]], right, buf[offs[rb]:offs[rb+1]], left, tagAllreduce); err != nil {
-			return err
-		}
+	k := max(bits.Len(uint(size-1)), 6)
+	var h *[]uint64
+	if v := scratchPools[k].Get(); v != nil {
+		h = v.(*[]uint64)
+	} else {
+		w := make([]uint64, (1<<k)/8)
+		h = &w
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(*h))), n), h
+}
+
+func putScratch(h *[]uint64) {
+	if h != nil {
+		scratchPools[bits.Len(uint(len(*h)*8-1))].Put(h)
+	}
+}
+
+// cpost posts a receive of buf from rank src of c on the collective context, into r (a zero
+// Request of the caller's, so that one allocation serves all the receives of a call).
+func cpost[T Elem](c *Comm, r *Request, buf []T, src, tag int) error {
+	r.e, r.comm, r.ctx, r.done = c.e, c, c.ctx+1, make(chan struct{})
+	r.peer, r.tag, r.buf, r.elem, r.esize = c.group[src], tag, asBytes(buf), elemCode[T](), sizeOf[T]()
+	return c.e.post(r)
+}
+
+// headerPool recycles the frame headers of collSenders.
+var headerPool = sync.Pool{New: func() any { return new(comm.Header) }}
+
+// collSender sends the messages of one collective call. An eager-sized message is written to
+// the transport at once, without a Request and with a recycled header: it allocates nothing.
+type collSender[T Elem] struct {
+	c    *Comm
+	h    *comm.Header
+	elem uint8
+}
+
+func newCollSender[T Elem](c *Comm) collSender[T] {
+	return collSender[T]{c: c, h: headerPool.Get().(*comm.Header), elem: elemCode[T]()}
+}
+
+func (s *collSender[T]) release() {
+	headerPool.Put(s.h)
+	s.h = nil
+}
+
+// send sends buf to rank dest of s.c on the collective context and returns once buf may be
+// reused.
+func (s *collSender[T]) send(buf []T, dest, tag int) error {
+	c := s.c
+	e := c.e
+	b := asBytes(buf)
+	w := c.group[dest]
+	if len(b) > eagerLimit || w == e.rank {
+		return cwait(csend(c, buf, dest, tag))
+	}
+	e.mu.Lock()
+	ferr := e.failure()
+	if ferr == nil {
+		ferr = e.peerErr[w]
+	}
+	e.mu.Unlock()
+	if ferr != nil {
+		return fmt.Errorf("mpi: collective to rank %d: %w", dest, ferr)
+	}
+	*s.h = comm.Header{Kind: comm.KindEager, Elem: s.elem, Ctx: c.ctx + 1, Tag: int32(tag), Len: uint32(len(b)), Total: uint64(len(b))}
+	if err := e.ep.Send(w, s.h, b); err != nil {
+		return fmt.Errorf("mpi: collective to rank %d: %w", dest, e.sendError(w, err))
 	}
 	return nil
+}
+
+// withdraw takes back the receives of reqs (all posted on context ctx) that no message has
+// matched yet, and waits for the others, so that no receive buffer of a collective that
+// failed is written after it returns.
+func (e *engine) withdraw(ctx uint32, reqs []Request) {
+	if len(reqs) == 0 {
+		return
+	}
+	lo := uintptr(unsafe.Pointer(&reqs[0]))
+	hi := uintptr(unsafe.Pointer(&reqs[len(reqs)-1]))
+	var taken []*Request
+	e.mu.Lock()
+	if q := e.ctxs[ctx]; q != nil {
+		kept := q.posted[:0]
+		for _, r := range q.posted {
+			if a := uintptr(unsafe.Pointer(r)); a >= lo && a <= hi {
+				taken = append(taken, r)
+			} else {
+				kept = append(kept, r)
+			}
+		}
+		clear(q.posted[len(kept):])
+		q.posted = kept
+	}
+	e.mu.Unlock()
+	for _, r := range taken {
+		r.complete(Status{}, ErrPending)
+	}
+	for i := range reqs {
+		reqs[i].wait()
+	}
 }
 
 // ReduceScatterBlock reduces send (Size()*len(recv) elements) with op and leaves block r of
@@ -318,7 +629,9 @@ func reduceScatterBlockImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	if len(send) != n*p {
 		return fmt.Errorf("mpi: ReduceScatterBlock: %w: send has %d elements, want %d", ErrCount, len(send), n*p)
 	}
-	buf := append([]T(nil), send...)
+	buf, bufH := getScratch[T](len(send))
+	defer putScratch(bufH)
+	copy(buf, send)
 	offs := make([]int, p+1)
 	for i := range offs {
 		offs[i] = i * n
@@ -350,8 +663,11 @@ func scanImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	}
 	p, r := c.Size(), c.Rank()
 	copy(recv, send)
-	partial := append([]T(nil), send...)
-	tmp := make([]T, len(send))
+	partial, partialBuf := getScratch[T](len(send))
+	defer putScratch(partialBuf)
+	copy(partial, send)
+	tmp, tmpBuf := getScratch[T](len(send))
+	defer putScratch(tmpBuf)
 	for mask := 1; mask < p; mask <<= 1 {
 		dst := r ^ mask
 		if dst >= p {

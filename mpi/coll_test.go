@@ -3,8 +3,11 @@ package mpi_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
+	"time"
 
+	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/mpitest"
 	"github.com/mpios/mpios/mpi"
 )
@@ -89,7 +92,7 @@ func TestReduceAndAllreduceAllOps(t *testing.T) {
 	forSizes(t, func(c *mpi.Comm) error {
 		p, r := c.Size(), c.Rank()
 		for _, op := range []mpi.Op{mpi.Sum, mpi.Prod, mpi.Max, mpi.Min} {
-			for _, n := range []int{1, 3, 5000} { // 5000 int64 = 40 KB: the ring algorithm
+			for _, n := range []int{1, 3, 5000, 9000} { // 9000 int64 = 72 KB: the ring algorithm
 				send := make([]int64, n)
 				for i := range send {
 					send[i] = contribution(r, i)
@@ -337,4 +340,236 @@ func TestSplitAndDupIsolateTraffic(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// ringContribution is rank r's element i in the ring tests: values of very different
+// magnitudes, so that the order of the additions shows in the result's bits.
+func ringContribution(r, i int) float64 {
+	return math.Ldexp(1.0/float64(3+i%97+7*r), (i*(r+1))%40-20)
+}
+
+// ringOrderSum is the sum the ring algorithm computes for element i of n on p ranks: element i
+// lies in block b of the ring's partition (p nearly equal blocks, the first n%p one element
+// larger), whose partial sum starts at rank b and picks up the ranks b+1, b+2, ... in turn,
+// each adding its own value to the received partial sum.
+func ringOrderSum(n, p, i int) float64 {
+	q, rem := n/p, n%p
+	b := 0
+	for lo := 0; ; b++ {
+		hi := lo + q
+		if b < rem {
+			hi++
+		}
+		if i < hi {
+			break
+		}
+		lo = hi
+	}
+	acc := ringContribution(b, i)
+	for s := 1; s < p; s++ {
+		acc = acc + ringContribution((b+s)%p, i)
+	}
+	return acc
+}
+
+func bitsEqual(got, want []float64) error {
+	for i := range want {
+		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+			return fmt.Errorf("element %d = %v (%#x), want %v (%#x)", i, got[i], math.Float64bits(got[i]), want[i], math.Float64bits(want[i]))
+		}
+	}
+	return nil
+}
+
+// ringSizes are float64 counts that take the pipelined ring (64 KiB and more): one segment
+// per block, several segments per block, blocks whose segment counts differ (8192 float64
+// fill one 64 KiB segment), and a count that is not a multiple of the rank count.
+func ringSizes(p int) []int {
+	return []int{8192*p - 1, 8192*p*3 + p - 1, 8192*2*p + 1, 80000}
+}
+
+// The large-vector Allreduce is deterministic: every rank gets the same bits, and they are the
+// bits of the documented ring order (which is also the order of earlier versions, so results
+// do not change between releases).
+func TestAllreduceRingOrderIsFixed(t *testing.T) {
+	forSizes(t, func(c *mpi.Comm) error {
+		p, r := c.Size(), c.Rank()
+		if p == 1 {
+			return nil
+		}
+		for _, n := range ringSizes(p) {
+			send := make([]float64, n)
+			for i := range send {
+				send[i] = ringContribution(r, i)
+			}
+			got := make([]float64, n)
+			if err := mpi.Allreduce(c, send, got, mpi.Sum); err != nil {
+				return err
+			}
+			want := make([]float64, n)
+			for i := range want {
+				want[i] = ringOrderSum(n, p, i)
+			}
+			if err := bitsEqual(got, want); err != nil {
+				return fmt.Errorf("n %d: %v", n, err)
+			}
+			// In place (send and recv the same slice) gives the same bits.
+			if err := mpi.Allreduce(c, send, send, mpi.Sum); err != nil {
+				return err
+			}
+			if err := bitsEqual(send, want); err != nil {
+				return fmt.Errorf("n %d in place: %v", n, err)
+			}
+		}
+		return nil
+	})
+}
+
+func TestAllreduceRingAllOpsAndTypes(t *testing.T) {
+	forSizes(t, func(c *mpi.Comm) error {
+		p, r := c.Size(), c.Rank()
+		n := 8192*2*p + 3 // several 64 KiB segments per block
+		for _, op := range []mpi.Op{mpi.Sum, mpi.Prod, mpi.Max, mpi.Min} {
+			send := make([]int64, n)
+			for i := range send {
+				send[i] = contribution(r, i)
+			}
+			got := make([]int64, n)
+			if err := mpi.Allreduce(c, send, got, op); err != nil {
+				return err
+			}
+			if err := equal(got, expected(p, n, op, contribution)); err != nil {
+				return fmt.Errorf("int64 %v: %v", op, err)
+			}
+		}
+		// int32 and uint8: other segment lengths in elements.
+		s32 := make([]int32, 3*16384*p+1)
+		for i := range s32 {
+			s32[i] = int32(r*i%1000 - 500)
+		}
+		g32 := make([]int32, len(s32))
+		if err := mpi.Allreduce(c, s32, g32, mpi.Max); err != nil {
+			return err
+		}
+		for i, v := range g32 {
+			want := int32(-1 << 31)
+			for k := 0; k < p; k++ {
+				want = max(want, int32(k*i%1000-500))
+			}
+			if v != want {
+				return fmt.Errorf("int32 Max: element %d = %d, want %d", i, v, want)
+			}
+		}
+		s8 := make([]uint8, 70000+p)
+		for i := range s8 {
+			s8[i] = uint8(i + r)
+		}
+		g8 := make([]uint8, len(s8))
+		if err := mpi.Allreduce(c, s8, g8, mpi.Sum); err != nil {
+			return err
+		}
+		for i, v := range g8 {
+			want := uint8(0)
+			for k := 0; k < p; k++ {
+				want += uint8(i + k)
+			}
+			if v != want {
+				return fmt.Errorf("uint8 Sum: element %d = %d, want %d", i, v, want)
+			}
+		}
+		return nil
+	})
+}
+
+// Vectors too long for the receives of one pass to be posted at once go around the ring in
+// several phases; the result is the same as in one.
+func TestAllreduceRingManyPhases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("24 MiB per rank")
+	}
+	const p = 3
+	n := 3*128*8192 + 7 // 128 segments per block and phase on 3 ranks
+	mpitest.Run(t, mpitest.InProc, p, func(c *mpi.Comm) error {
+		send := make([]float64, n)
+		for i := range send {
+			send[i] = ringContribution(c.Rank(), i)
+		}
+		got := make([]float64, n)
+		if err := mpi.Allreduce(c, send, got, mpi.Sum); err != nil {
+			return err
+		}
+		for i := range got {
+			if want := ringOrderSum(n, p, i); math.Float64bits(got[i]) != math.Float64bits(want) {
+				return fmt.Errorf("element %d = %v, want %v", i, got[i], want)
+			}
+		}
+		return nil
+	})
+}
+
+// Back-to-back Allreduce calls of different lengths and algorithms, interleaved with other
+// collectives, never take each other's messages.
+func TestAllreduceBackToBack(t *testing.T) {
+	forSizes(t, func(c *mpi.Comm) error {
+		p, r := c.Size(), c.Rank()
+		for round := 0; round < 3; round++ {
+			for _, n := range []int{1, 9000*p + 1, 3, 40000 + round} {
+				send := make([]int64, n)
+				for i := range send {
+					send[i] = int64(r*1000 + i + round)
+				}
+				got := make([]int64, n)
+				if err := mpi.Allreduce(c, send, got, mpi.Sum); err != nil {
+					return err
+				}
+				for i, v := range got {
+					if want := int64(1000*p*(p-1)/2 + p*(i+round)); v != want {
+						return fmt.Errorf("round %d n %d: element %d = %d, want %d", round, n, i, v, want)
+					}
+				}
+			}
+			if err := c.Barrier(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// An Allreduce whose peer dies fails with the peer's error instead of hanging.
+func TestAllreduceFailsWhenPeerDies(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.String(), func(t *testing.T) {
+			eps := mpitest.Endpoints(t, tr, 2)
+			worlds := make([]*mpi.Comm, 2)
+			for i := range eps {
+				w, err := mpi.Attach(eps[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				worlds[i] = w
+			}
+			errc := make(chan error, 1)
+			go func() {
+				buf := make([]float64, 1<<18)
+				errc <- mpi.Allreduce(worlds[0], buf, buf, mpi.Sum)
+			}()
+			time.Sleep(50 * time.Millisecond)
+			switch ep := eps[1].(type) {
+			case killer:
+				ep.Fail()
+			case *comm.TCPEndpoint:
+				ep.Abandon()
+			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, mpi.ErrProcFailed) {
+					t.Errorf("Allreduce with a dead peer: %v, want ErrProcFailed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Allreduce did not fail within 10s of the peer's death")
+			}
+			eps[0].Close()
+		})
+	}
 }

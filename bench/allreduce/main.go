@@ -5,6 +5,10 @@
 // uses the same counts, iteration counts and format.
 //
 // Usage: mpirun -np 4 allreduce [-max 262144] [-maxiters 2000]
+//
+// For profiling (not used by bench/compare): -min N skips the counts below N,
+// -miniters K raises the call count of every count to at least K, and
+// -cpuprofile FILE writes a pprof CPU profile of each rank to FILE.RANK.
 package main
 
 import (
@@ -13,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/mpios/mpios/mpi"
@@ -50,11 +55,14 @@ func run(args []string, stdout io.Writer) (err error) {
 	fs := flag.NewFlagSet("allreduce", flag.ContinueOnError)
 	maxElems := fs.Int("max", 262144, "largest element count")
 	maxIters := fs.Int("maxiters", 2000, "calls for the smallest counts")
+	minElems := fs.Int("min", 1, "smallest element count (profiling)")
+	minIters := fs.Int("miniters", 0, "at least this many calls for every count (profiling)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of each rank to `FILE`.RANK (profiling)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 0 || *maxElems < 1 || *maxIters < 1 {
-		return fmt.Errorf("bad arguments (want -max >= 1, -maxiters >= 1, no positional arguments)")
+	if fs.NArg() != 0 || *maxElems < 1 || *maxIters < 1 || *minIters < 0 {
+		return fmt.Errorf("bad arguments (want -max >= 1, -maxiters >= 1, -miniters >= 0, no positional arguments)")
 	}
 	comm, err := mpi.Init()
 	if err != nil {
@@ -66,6 +74,13 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 	}()
 	rank, size := comm.Rank(), comm.Size()
+	if *cpuProfile != "" {
+		stop, err := startProfile(fmt.Sprintf("%s.%d", *cpuProfile, rank))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	send := make([]float64, *maxElems)
 	recv := make([]float64, *maxElems)
 	for i := range send {
@@ -77,7 +92,11 @@ func run(args []string, stdout io.Writer) (err error) {
 		fmt.Fprintln(stdout, "# elements latency_us")
 	}
 	for _, n := range counts(*maxElems) {
+		if n < *minElems {
+			continue
+		}
 		iters, warmup := iterations(n, *maxIters)
+		iters = max(iters, *minIters)
 		if err := comm.Barrier(); err != nil {
 			return err
 		}
@@ -101,4 +120,17 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 	}
 	return comm.Barrier()
+}
+
+// startProfile starts a CPU profile written to path; the returned function stops it.
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

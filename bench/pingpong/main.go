@@ -6,6 +6,9 @@
 // bench/c/pingpong.c uses the same sizes, iteration counts and format.
 //
 // Usage: mpirun -np 2 pingpong [-max 4194304] [-maxiters 10000]
+//
+// For profiling (not used by bench/compare): -min B skips the sizes below B
+// and -cpuprofile FILE writes a pprof CPU profile of each rank to FILE.RANK.
 package main
 
 import (
@@ -14,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/mpios/mpios/mpi"
@@ -53,6 +57,8 @@ func run(args []string, stdout io.Writer) (err error) {
 	fs := flag.NewFlagSet("pingpong", flag.ContinueOnError)
 	maxBytes := fs.Int("max", 4<<20, "largest message size in bytes")
 	maxIters := fs.Int("maxiters", 10000, "round trips for the smallest messages")
+	minBytes := fs.Int("min", 0, "smallest message size (profiling)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of each rank to `FILE`.RANK (profiling)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +78,17 @@ func run(args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("needs at least 2 ranks, have %d", comm.Size())
 	}
 	rank := comm.Rank()
+	if *cpuProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuProfile, rank))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	buf := make([]byte, *maxBytes)
 	for i := range buf {
 		buf[i] = byte(i)
@@ -80,6 +97,9 @@ func run(args []string, stdout io.Writer) (err error) {
 		fmt.Fprintln(stdout, "# bytes latency_us bandwidth_MBps")
 	}
 	for _, size := range sizes(*maxBytes) {
+		if size < *minBytes {
+			continue
+		}
 		iters, warmup := iterations(size, *maxIters)
 		msg := buf[:size]
 		if err := comm.Barrier(); err != nil {
