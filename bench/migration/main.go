@@ -1,0 +1,380 @@
+// Command migration measures what live migration and checkpointing cost (package pcm) and
+// prints markdown tables for docs/PERFORMANCE.md.
+//
+//	go run ./bench/migration                         # full run: overhead, then 16…1024 MiB
+//	go run ./bench/migration --quick                 # smoke run: small sizes, one repetition
+//	go run ./bench/migration --what migration --sizes 16,256 --reps 5
+//
+// Part "overhead": heat2d -n 2048 -iters 200 on P = 2 and 4 local ranks (mpirun -np P), in
+// three variants run back to back and alternated: (a) -no-pcm, which never calls
+// pcm.Reconfigure (the baseline); (b) the default, where pcm polls the launcher's
+// reconfiguration log at adaptive agreement points; (c) mpirun --ckpt-every 50 --ckpt-dir DIR.
+// Reported: medians of heat2d's sec_per_iter and the overheads of (b) and (c) over (a).
+//
+// Part "migration": a nats-server (/usr/sbin/nats-server if installed, else an in-process one)
+// and two pcmd nodes n1 and n2 on loopback (pcmd serve --node nI --nats URL --allow BIN/*
+// --slots 8 --policy none --store DIR). The test application bench/migration/stateapp runs
+// on 2 ranks (mpirun --nats URL --policy none --hosts n1:1,n2:1), each holding S MiB of
+// registered state; rank 1 is moved from n2 to n1 and back with job.ControlRequest on
+// job.ControlSubject, and the pause is mpirun's report ("migrated rank 1 from n2 to n1 at
+// iteration I in PAUSE"). The job's result is checked (the application verifies its ballast
+// and prints a checksum, which is compared with one computed here).
+//
+// Stop-and-restart with the same state is measured on the same nodes, per repetition:
+//
+//	plain:  stateapp -mib S -iters K                              wall time T_plain
+//	ckpt:   mpirun --ckpt-every K ... stateapp -mib S -iters K     T_ckpt (one checkpoint, at K)
+//	warm:   mpirun --restart ckpt ... stateapp -mib S -iters K     T_warm (nothing left to compute)
+//	cold:   the same after posix_fadvise(DONTNEED) on the pieces   T_cold
+//	empty:  stateapp -mib 0 -iters 0                               T_empty (start-up, tear-down)
+//
+// The checkpoint costs T_ckpt − T_plain. A restart with nothing to compute is a job start-up,
+// reading the checkpoint and a tear-down, T_warm (of which T_warm − T_empty is reading the
+// state; a restarted stateapp does not rebuild its ballast, it gets it from pcm.Load). So
+// stop-and-restart = median(T_ckpt − T_plain) + median(T_warm); the table also gives it with
+// T_cold. Both ranks write and read their S MiB concurrently, as a real job would.
+//
+// Sizes are MiB per rank. Output: progress on stderr, the report (markdown) on stdout.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type bench struct {
+	dir, bin string
+	env      []string
+
+	what         map[string]bool
+	sizes        []float64
+	reps         int
+	overheadReps int
+	heatN        int
+	heatIters    int
+	ckptEvery    int
+	nps          []int
+	pace         time.Duration
+	settle       time.Duration
+	restartIters int
+	migrateLimit time.Duration
+	moves        int
+	stopRestart  bool
+	keep         bool
+}
+
+func (b *bench) logf(format string, args ...any) {
+	log.Printf(format, args...)
+}
+
+func main() {
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("migration: ")
+	b := &bench{}
+	var sizes, what, nps string
+	var quick bool
+	flag.StringVar(&sizes, "sizes", "16,64,256,1024", "state sizes per rank, MiB, comma-separated")
+	flag.IntVar(&b.reps, "reps", 3, "repetitions of each migration and stop-and-restart measurement (each migration trial moves a rank twice)")
+	flag.BoolVar(&quick, "quick", false, "smoke run: sizes 16,64 (unless --sizes is given), 1 repetition, heat2d -n 512")
+	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration")
+	flag.IntVar(&b.overheadReps, "overhead-reps", 7, "repetitions of each heat2d variant")
+	flag.IntVar(&b.heatN, "heat-n", 2048, "heat2d -n")
+	flag.IntVar(&b.heatIters, "heat-iters", 200, "heat2d -iters")
+	flag.IntVar(&b.ckptEvery, "ckpt-every", 50, "heat2d variant (c): mpirun --ckpt-every")
+	flag.StringVar(&nps, "np", "2,4", "heat2d rank counts")
+	flag.DurationVar(&b.pace, "pace", 2*time.Millisecond, "stateapp -pace during migration trials")
+	flag.DurationVar(&b.settle, "settle", 500*time.Millisecond, "wait before, between and after the migrations of a trial")
+	flag.IntVar(&b.restartIters, "restart-iters", 10, "K: iterations of the stop-and-restart runs, checkpointed at K")
+	flag.DurationVar(&b.migrateLimit, "migrate-timeout", 3*time.Minute, "give up on a migration not reported within this")
+	flag.IntVar(&b.moves, "moves", 2, "migrations per trial, alternately to n1 and n2")
+	flag.BoolVar(&b.stopRestart, "stop-restart", true, "also measure stop-and-restart (part migration)")
+	flag.BoolVar(&b.keep, "keep", false, "keep the temporary directory (binaries, logs, stores)")
+	flag.Parse()
+	if flag.NArg() != 0 {
+		log.Fatalf("unexpected arguments %q", flag.Args())
+	}
+	sizesSet := false
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "sizes" {
+			sizesSet = true
+		}
+	})
+	if quick {
+		if !sizesSet {
+			sizes = "16,64"
+		}
+		b.reps, b.overheadReps, b.heatN = 1, 1, 512
+	}
+	var err error
+	if b.sizes, err = parseFloats(sizes); err != nil {
+		log.Fatalf("--sizes: %v", err)
+	}
+	np, err := parseFloats(nps)
+	if err != nil {
+		log.Fatalf("--np: %v", err)
+	}
+	for _, x := range np {
+		b.nps = append(b.nps, int(x))
+	}
+	b.what = map[string]bool{}
+	for _, w := range strings.Split(what, ",") {
+		if w != "overhead" && w != "migration" {
+			log.Fatalf("--what: unknown part %q", w)
+		}
+		b.what[w] = true
+	}
+	if b.reps < 1 || b.overheadReps < 1 || b.restartIters < 1 || b.moves < 1 {
+		log.Fatal("--reps, --overhead-reps, --restart-iters and --moves must be >= 1")
+	}
+	os.Exit(b.run())
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || x < 0 {
+			return nil, fmt.Errorf("%q: want non-negative numbers", f)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("not inside a Go module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func (b *bench) run() int {
+	root, err := moduleRoot()
+	if err != nil {
+		log.Print(err)
+		return 1
+	}
+	if b.dir, err = os.MkdirTemp("", "migbench-"); err != nil {
+		log.Print(err)
+		return 1
+	}
+	if b.keep {
+		b.logf("keeping %s", b.dir)
+	} else {
+		defer os.RemoveAll(b.dir)
+	}
+	b.bin = filepath.Join(b.dir, "bin")
+	b.env = isolatedEnv(b.dir)
+	b.logf("building into %s", b.bin)
+	build := exec.Command("go", "build", "-o", b.bin+"/", "./cmd/pcmd", "./cmd/mpirun", "./heat2d", "./bench/migration/stateapp")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		log.Printf("go build: %v\n%s", err, out)
+		return 1
+	}
+	src := root + " (not a git checkout)"
+	if rev, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output(); err == nil {
+		src = "git " + strings.TrimSpace(string(rev))
+		if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			src += " with uncommitted changes"
+		}
+	}
+	host, _ := os.Hostname()
+	fmt.Printf("## bench/migration — %s\n\n", time.Now().Format("2006-01-02 15:04"))
+	fmt.Printf("Machine %s: %d CPUs, %s; source %s; load average at start %s.\n",
+		host, runtime.NumCPU(), runtime.Version(), src, loadavg())
+	fmt.Printf("Command: `go run ./bench/migration %s`\n", shellJoin(os.Args[1:]))
+
+	failed := false
+	if b.what["overhead"] {
+		var results []overheadResult
+		for _, np := range b.nps {
+			results = append(results, b.runOverhead(np))
+		}
+		b.printOverhead(results)
+		for _, r := range results {
+			for _, f := range r.failures {
+				failed = true
+				fmt.Printf("\n**Failure (overhead):**\n\n```\n%s\n```\n", f)
+			}
+		}
+	}
+	if b.what["migration"] {
+		if !b.runMigration() {
+			failed = true
+		}
+	}
+	fmt.Printf("\nLoad average at the end: %s.\n", loadavg())
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func (b *bench) runMigration() bool {
+	c, err := startCluster(b.dir, b.bin, b.env, "n1", "n2")
+	if err != nil {
+		log.Printf("cluster: %v", err)
+		fmt.Printf("\n**Failure:** starting the cluster: %v\n", err)
+		return false
+	}
+	defer c.stop()
+	b.logf("NATS %s (%s), nodes n1 n2", c.url, c.natsDesc)
+	results := make([]*sizeResult, len(b.sizes))
+	for i, s := range b.sizes {
+		results[i] = &sizeResult{mib: s}
+	}
+	// Repetitions outermost, so slow phases of the machine hit every size.
+	for rep := range b.reps {
+		for _, r := range results {
+			b.migrationTrial(c, r, rep)
+			if b.stopRestart {
+				b.restartTrial(c, r, rep)
+			}
+		}
+	}
+	b.printMigration(c, results)
+	ok := true
+	for _, r := range results {
+		for _, f := range r.failures {
+			ok = false
+			fmt.Printf("\n**Failure (%g MiB):**\n\n```\n%s\n```\n", r.mib, f)
+		}
+	}
+	return ok
+}
+
+func (b *bench) printMigration(c *cluster, results []*sizeResult) {
+	fmt.Printf("\n### Migration pause versus state size (2 ranks on pcmd nodes n1, n2 on one machine; %d repetitions)\n\n", b.reps)
+	fmt.Println("| state MiB (per rank) | migration pause (median) | stop-and-restart | ratio |")
+	fmt.Println("| ---: | ---: | ---: | ---: |")
+	for _, r := range results {
+		pause, sr, ratio := "failed", "failed", "—"
+		if len(r.pauses) > 0 {
+			pause = secs(median(r.pauses))
+		}
+		if len(r.ckptCost) > 0 {
+			total := median(r.ckptCost) + median(r.warm)
+			sr = secs(total)
+			if len(r.pauses) > 0 {
+				ratio = fmt.Sprintf("%.1f×", total/median(r.pauses))
+			}
+		}
+		fmt.Printf("| %g | %s | %s | %s |\n", r.mib, pause, sr, ratio)
+	}
+	fmt.Println()
+	fmt.Println("ratio = stop-and-restart ÷ migration pause. Migration pause: mpirun's `migrated rank 1 ... in PAUSE`, the")
+	fmt.Println("migrating rank's time from entering the migration to handing over (successor start, state transfer, commit,")
+	fmt.Println("rewiring); median of all moves (n2→n1, n1→n2, ...) of every repetition. Stop-and-restart: median(T_ckpt −")
+	fmt.Println("T_plain) + median(T_warm), see below.")
+	for _, r := range results {
+		if r.mib == 256 && len(r.pauses) > 0 {
+			met := "met"
+			if median(r.pauses) >= 1.5 {
+				met = "**missed**"
+			}
+			fmt.Printf("\nTarget: 256 MiB pause below 1.5 s — %s (median %s).\n", met, secs(median(r.pauses)))
+		}
+	}
+
+	fmt.Println("\nBreakdown (medians; wall times of whole mpirun runs):")
+	fmt.Println()
+	fmt.Println("| state MiB | state moved | pause min – max | stall seen by rank 0 | request → migration start | checkpoint write (T_ckpt − T_plain) | restart, warm cache (T_warm) | restart, cold cache (T_cold) | empty job (T_empty) | stop-and-restart, cold |")
+	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range results {
+		cell := func(xs []float64) string {
+			if len(xs) == 0 {
+				return "—"
+			}
+			return secs(median(xs))
+		}
+		rng := "—"
+		if len(r.pauses) > 0 {
+			rng = secs(minOf(r.pauses)) + " – " + secs(maxOf(r.pauses))
+		}
+		cold := "—"
+		if len(r.ckptCost) > 0 {
+			cold = secs(median(r.ckptCost) + median(r.cold))
+		}
+		fmt.Printf("| %g | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.mib, r.stateBytes, rng, cell(r.stalls), cell(r.reaction),
+			cell(r.ckptCost), cell(r.warm), cell(r.cold), cell(r.empty), cold)
+	}
+	fmt.Println()
+	fmt.Println("Stall seen by rank 0: rank 0 (not moving) logs when it enters each Reconfigure; the interval spanning the")
+	fmt.Println("migration iteration (the migration itself, then the next Allreduce, which waits for the successor to load")
+	fmt.Println("the state and run) minus the median interval. Request → migration start: from sending the control request")
+	fmt.Println("to mpirun's report, minus the pause: the wait for the ranks' next agreement point (the job computes meanwhile).")
+
+	fmt.Println("\nRaw samples (seconds):")
+	fmt.Println()
+	for _, r := range results {
+		fmt.Printf("    %g MiB: pause %s\n", r.mib, floats(r.pauses, "%.3f"))
+		fmt.Printf("    %g MiB: stall %s\n", r.mib, floats(r.stalls, "%.3f"))
+		fmt.Printf("    %g MiB: request → start %s\n", r.mib, floats(r.reaction, "%.3f"))
+		fmt.Printf("    %g MiB: plain %s | ckpt %s | warm %s | cold %s | empty %s\n", r.mib,
+			floats(r.plain, "%.3f"), floats(r.ckpt, "%.3f"), floats(r.warm, "%.3f"), floats(r.cold, "%.3f"), floats(r.empty, "%.3f"))
+	}
+
+	var retries []string
+	for _, r := range results {
+		retries = append(retries, r.retries...)
+	}
+	if len(retries) > 0 {
+		fmt.Println("\nMigration requests refused with \"previous process ... has not exited yet; try again\" and retried every 50ms:")
+		fmt.Println()
+		for _, s := range retries {
+			fmt.Printf("    %s\n", s)
+		}
+	}
+
+	fmt.Println("\nCorrectness checks passed:")
+	fmt.Println()
+	for _, r := range results {
+		for _, ch := range r.checks {
+			fmt.Printf("    %s\n", ch)
+		}
+	}
+
+	fmt.Println("\nSetup and commands (BIN and the stores are in a temporary directory):")
+	fmt.Println()
+	if c.natsDesc == debianNATS {
+		fmt.Printf("    %s -a 127.0.0.1 -p PORT\n", debianNATS)
+	} else {
+		fmt.Printf("    (%s on %s)\n", c.natsDesc, c.url)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		fmt.Printf("    %s\n", shellJoin(append([]string{filepath.Join(b.bin, "pcmd")}, c.nodeArgs(n)...)))
+	}
+	if len(results) > 0 {
+		for _, cmd := range results[0].commands {
+			fmt.Printf("    %s\n", cmd)
+		}
+	}
+	fmt.Println("    # migrations: job.ControlRequest{Kind: migrate, Rank: 1, To: n1}, then To: n2, on mpios.job.<id>.ctl")
+	fmt.Println("    # (the same as: pcmd migrate --nats URL --job ID --rank 1 --to n1)")
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PCM overhead on heat2d: three variants of the same run, alternated.
+type variant struct {
+	key, name string
+	mpirun    []string // options before the program
+	app       []string // options after the program's own
+}
+
+type overheadResult struct {
+	np       int
+	variants []variant
+	spi      map[string][]float64 // variant key -> sec_per_iter of each repetition
+	wall     map[string][]float64 // variant key -> mpirun wall seconds
+	cpu      map[string][]float64 // variant key -> CPU seconds of mpirun and its ranks
+	commands map[string]string
+	failures []string
+}
+
+func (b *bench) overheadVariants(ckptDir string) []variant {
+	return []variant{
+		{key: "a", name: "(a) -no-pcm (baseline)", app: []string{"-no-pcm"}},
+		{key: "b", name: "(b) default, no checkpoint due"},
+		{key: "c", name: fmt.Sprintf("(c) --ckpt-every %d", b.ckptEvery),
+			mpirun: []string{"--ckpt-every", strconv.Itoa(b.ckptEvery), "--ckpt-dir", ckptDir}},
+	}
+}
+
+// runOverhead runs heat2d -n N -iters T on np local ranks, reps times per variant, rotating
+// which variant goes first.
+func (b *bench) runOverhead(np int) overheadResult {
+	ckptDir := filepath.Join(b.dir, "heat-ckpt")
+	res := overheadResult{np: np, variants: b.overheadVariants(ckptDir),
+		spi: map[string][]float64{}, wall: map[string][]float64{}, cpu: map[string][]float64{}, commands: map[string]string{}}
+	var checksum string
+	for rep := range b.overheadReps {
+		for k := range res.variants {
+			v := res.variants[(rep+k)%len(res.variants)]
+			args := append([]string{"-np", strconv.Itoa(np)}, v.mpirun...)
+			args = append(args, filepath.Join(b.bin, "heat2d"), "-n", strconv.Itoa(b.heatN), "-iters", strconv.Itoa(b.heatIters))
+			args = append(args, v.app...)
+			res.commands[v.key] = shellJoin(append([]string{filepath.Join(b.bin, "mpirun")}, args...))
+			os.RemoveAll(ckptDir)
+			cmd := exec.Command(filepath.Join(b.bin, "mpirun"), args...)
+			cmd.Env = b.env
+			var out, errb buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			t0 := time.Now()
+			err := cmd.Run()
+			wall := time.Since(t0).Seconds()
+			spi, perr := outputFloat(out.String(), "sec_per_iter")
+			sum := outputValue(out.String(), "checksum")
+			if err != nil || perr != nil || sum == "" {
+				res.failures = append(res.failures, fmt.Sprintf("P=%d %s rep %d: %v %v\n$ %s\nstdout:\n%s\nstderr:\n%s",
+					np, v.name, rep+1, err, perr, res.commands[v.key], out.String(), errb.String()))
+				continue
+			}
+			if checksum == "" {
+				checksum = sum
+			} else if sum != checksum {
+				res.failures = append(res.failures, fmt.Sprintf("P=%d %s rep %d: checksum %s, other runs %s", np, v.name, rep+1, sum, checksum))
+			}
+			if strings.Contains(errb.String(), "warning") {
+				res.failures = append(res.failures, fmt.Sprintf("P=%d %s rep %d: warnings:\n%s", np, v.name, rep+1, errb.String()))
+			}
+			res.spi[v.key] = append(res.spi[v.key], spi)
+			res.wall[v.key] = append(res.wall[v.key], wall)
+			// wait4's usage of mpirun includes the ranks it waited for.
+			cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+			res.cpu[v.key] = append(res.cpu[v.key], cpu)
+			b.logf("heat2d P=%d %s rep %d: sec_per_iter %.6e, wall %.2fs, cpu %.2fs", np, v.key, rep+1, spi, wall, cpu)
+		}
+	}
+	os.RemoveAll(ckptDir)
+	return res
+}
+
+func (b *bench) printOverhead(results []overheadResult) {
+	fmt.Printf("\n### PCM overhead: heat2d N=%d, %d iterations, local mpirun (%d alternated repetitions)\n\n", b.heatN, b.heatIters, b.overheadReps)
+	fmt.Println("| P | variant | sec_per_iter median | min – max | overhead vs (a), medians | overhead, paired per repetition (median) | overhead, minima | CPU s (mpirun + ranks), median | target (on medians) |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	for _, r := range results {
+		a := r.spi["a"]
+		for _, v := range r.variants {
+			xs := r.spi[v.key]
+			if len(xs) == 0 {
+				fmt.Printf("| %d | %s | failed | | | | | | |\n", r.np, v.name)
+				continue
+			}
+			over, pairs, mins, target := "—", "—", "—", ""
+			if v.key != "a" && len(a) > 0 {
+				over = fmt.Sprintf("%+.2f%%", 100*(median(xs)/median(a)-1))
+				// Each repetition runs the three variants back to back: the per-repetition
+				// ratio cancels slow drifts of the machine's load.
+				var rs []float64
+				for i := range min(len(xs), len(a)) {
+					rs = append(rs, xs[i]/a[i]-1)
+				}
+				pairs = fmt.Sprintf("%+.2f%%", 100*median(rs))
+				mins = fmt.Sprintf("%+.2f%%", 100*(minOf(xs)/minOf(a)-1))
+				limit := 1.0
+				if v.key == "c" {
+					limit = 5.0
+				}
+				met := "met"
+				if 100*(median(xs)/median(a)-1) >= limit {
+					met = "**missed**"
+				}
+				target = fmt.Sprintf("< %g%% — %s", limit, met)
+			}
+			fmt.Printf("| %d | %s | %.4e | %.4e – %.4e | %s | %s | %s | %.2f | %s |\n", r.np, v.name, median(xs), minOf(xs), maxOf(xs),
+				over, pairs, mins, median(r.cpu[v.key]), target)
+		}
+	}
+	fmt.Println()
+	fmt.Println("Commands (one repetition; the checkpoint directory is emptied before each run):")
+	fmt.Println()
+	for _, r := range results {
+		for _, v := range r.variants {
+			fmt.Printf("    %s\n", r.commands[v.key])
+		}
+	}
+	for _, r := range results {
+		fmt.Printf("\nAll sec_per_iter (and CPU seconds), P=%d, in repetition order:\n\n", r.np)
+		for _, v := range r.variants {
+			fmt.Printf("    %s: %s\n", v.key, floats(r.spi[v.key], "%.4e"))
+			fmt.Printf("    %s cpu: %s\n", v.key, floats(r.cpu[v.key], "%.2f"))
+		}
+	}
+}
+
+// outputValue returns the value of the line "key value" in out, or "".
+func outputValue(out, key string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func outputFloat(out, key string) (float64, error) {
+	v := outputValue(out, key)
+	if v == "" {
+		return 0, fmt.Errorf("no %q line", key)
+	}
+	return strconv.ParseFloat(v, 64)
+}

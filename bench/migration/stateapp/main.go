@@ -1,0 +1,300 @@
+// Command stateapp is the test application of bench/migration: an iterative SPMD program whose
+// only work is one tiny Allreduce per iteration and whose state is a large block of float64
+// ("ballast"), so that migrating or checkpointing it costs what moving that much state costs.
+//
+//	mpirun -np 2 ./stateapp -mib 256 -iters 1000 [-pace 2ms] [-stop-file F] [-timeline F]
+//
+// Each rank registers with pcm a []float64 of -mib MiB and its iteration counter. A new
+// process fills the ballast with a pattern that depends on the rank and the index; a process
+// that took over a migrated rank, or restarted from a checkpoint, gets it from pcm.Load
+// instead (and computes nothing). Iteration i adds 1 to element i mod len, so the state
+// changes every iteration. At the end every rank compares its ballast with the pattern
+// recomputed for the final iteration count, and rank 0 prints
+//
+//	iters N                  the number of completed iterations
+//	checksum %016x           a hash of every rank's ballast, in rank order
+//	verify ok                or "verify FAILED: ..." (and exit status 1)
+//	running                  (first, with -stop-file) when the loop begins
+//	sec_per_iter %.6e        wall time of the loop per iteration done by this job
+//
+// -stop-file F: rank 0 looks for F every iteration and the ranks stop together (the stop flag
+// travels in the iteration's Allreduce) at the end of the iteration in which it appeared,
+// before its Reconfigure; -iters is
+// then an upper bound. -timeline F: rank 0 writes "ITER SECONDS" lines, the time since the
+// loop began at which it entered Reconfigure(ITER), so the stall a migration of another rank
+// causes can be read off (bench/migration does). -verify=false skips the final check and hash
+// (for timing runs).
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"time"
+
+	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm"
+)
+
+type config struct {
+	mib      float64
+	iters    int
+	pace     time.Duration
+	stopFile string
+	timeline string
+	verify   bool
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "stateapp:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("stateapp", flag.ContinueOnError)
+	fs.Float64Var(&cfg.mib, "mib", 16, "ballast per rank, MiB")
+	fs.IntVar(&cfg.iters, "iters", 100, "number of iterations (an upper bound with -stop-file)")
+	fs.DurationVar(&cfg.pace, "pace", 0, "sleep this long per iteration")
+	fs.StringVar(&cfg.stopFile, "stop-file", "", "rank 0 stops the job after the iteration in which this file exists")
+	fs.StringVar(&cfg.timeline, "timeline", "", "rank 0 writes when it entered each Reconfigure here")
+	fs.BoolVar(&cfg.verify, "verify", true, "check the final ballast and print its checksum")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	switch {
+	case fs.NArg() != 0:
+		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	case cfg.mib < 0 || math.IsNaN(cfg.mib):
+		return cfg, fmt.Errorf("-mib must be >= 0")
+	case cfg.iters < 0:
+		return cfg, fmt.Errorf("-iters must be >= 0")
+	}
+	return cfg, nil
+}
+
+// elems is the ballast length for mib MiB.
+func elems(mib float64) int { return int(mib * (1 << 20) / 8) }
+
+// splitmix64 is a 64-bit mixing function (the SplitMix64 finalizer).
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// base is the initial value of element j of rank's ballast: an integer below 2^44, so adding
+// small counts to it stays exact.
+func base(rank, j int) float64 {
+	return float64(splitmix64(uint64(rank)<<40^uint64(j)) >> 20)
+}
+
+// expected is element j of a ballast of length n after iters iterations.
+func expected(rank, j, n, iters int) float64 {
+	v := base(rank, j) + float64(iters/n)
+	if j < iters%n {
+		v++
+	}
+	return v
+}
+
+// hashFloats hashes the bits of xs.
+func hashFloats(xs []float64) uint64 {
+	h := uint64(0xcbf29ce484222325) ^ uint64(len(xs))
+	for _, x := range xs {
+		h = (h ^ math.Float64bits(x)) * 0x100000001b3
+		h ^= h >> 29
+	}
+	return h
+}
+
+// combine folds the per-rank hashes, in rank order, into the job's checksum.
+func combine(hs []uint64) uint64 {
+	c := uint64(0x84222325cbf29ce4)
+	for r, h := range hs {
+		c = splitmix64(c ^ h ^ uint64(r))
+	}
+	return c
+}
+
+func run(args []string) (err error) {
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	world, err := mpi.Init()
+	if err != nil {
+		return fmt.Errorf("mpi init: %w", err)
+	}
+	defer func() {
+		if ferr := mpi.Finalize(); ferr != nil && err == nil {
+			err = fmt.Errorf("mpi finalize: %w", ferr)
+		}
+	}()
+	rank, size := world.Rank(), world.Size()
+	n := elems(cfg.mib)
+
+	// State: the ballast and the iteration counter. A new process builds the ballast after
+	// Load (which restores nothing for it); the others get it from Load, which allocates.
+	var ballast []float64
+	iter := 0
+	p, err := pcm.Init(world)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if err := p.Register("ballast", &ballast); err != nil {
+		return err
+	}
+	if err := p.Register("iter", &iter); err != nil {
+		return err
+	}
+	if err := p.Load(); err != nil {
+		return err
+	}
+	if p.Status() == pcm.New {
+		ballast = make([]float64, n)
+		for j := range ballast {
+			ballast[j] = base(rank, j)
+		}
+	}
+	if len(ballast) != n {
+		return fmt.Errorf("restored ballast has %d elements, -mib %g needs %d", len(ballast), cfg.mib, n)
+	}
+	startIter := iter
+
+	var marks []time.Duration // rank 0: when it entered Reconfigure(startIter+1+k)
+	// A process that took over a migrated rank joins a running loop: no barrier.
+	if p.Status() != pcm.Migrated {
+		if err := world.Barrier(); err != nil {
+			return err
+		}
+	}
+	if rank == 0 && p.Status() != pcm.Migrated && cfg.stopFile != "" {
+		fmt.Println("running") // bench/migration waits for this before migrating
+	}
+	start := time.Now()
+	in := []float64{float64(rank), 0}
+	out := []float64{0, 0}
+	for iter < cfg.iters {
+		in[1] = 0
+		if rank == 0 && cfg.stopFile != "" {
+			if _, err := os.Stat(cfg.stopFile); err == nil {
+				in[1] = 1
+			}
+		}
+		if err := mpi.Allreduce(world, in, out, mpi.Sum); err != nil {
+			return fmt.Errorf("allreduce at iteration %d: %w", iter, err)
+		}
+		if want := float64(size*(size-1)) / 2; out[0] != want {
+			return fmt.Errorf("allreduce at iteration %d: sum of ranks %v, want %v", iter, out[0], want)
+		}
+		if n > 0 {
+			ballast[iter%n]++
+		}
+		iter++
+		if out[1] > 0 {
+			// Every rank saw the flag in this Allreduce. Stop before Reconfigure: a
+			// migration there would start a successor that does not know of the stop.
+			break
+		}
+		if rank == 0 && cfg.timeline != "" {
+			marks = append(marks, time.Since(start))
+		}
+		act, err := p.Reconfigure(iter)
+		if errors.Is(err, pcm.ErrCheckpointFailed) {
+			fmt.Fprintf(os.Stderr, "stateapp: rank %d: warning: %v\n", rank, err)
+		} else if err != nil {
+			return err
+		}
+		if act == pcm.Leave {
+			return nil
+		}
+		if cfg.pace > 0 {
+			time.Sleep(cfg.pace)
+		}
+	}
+	if err := world.Barrier(); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+
+	if rank == 0 && cfg.timeline != "" {
+		if err := writeTimeline(cfg.timeline, startIter, marks); err != nil {
+			return err
+		}
+	}
+	if rank == 0 {
+		fmt.Printf("iters %d\n", iter)
+	}
+	if cfg.verify {
+		bad, first := 0, -1
+		for j, x := range ballast {
+			if math.Float64bits(x) != math.Float64bits(expected(rank, j, n, iter)) {
+				if first < 0 {
+					first = j
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			fmt.Fprintf(os.Stderr, "stateapp: rank %d: %d of %d ballast elements wrong after %d iterations, first at %d: %v, want %v\n",
+				rank, bad, n, iter, first, ballast[first], expected(rank, first, n, iter))
+		}
+		totalBad := []int64{0}
+		if err := mpi.Reduce(world, []int64{int64(bad)}, totalBad, mpi.Sum, 0); err != nil {
+			return fmt.Errorf("verify reduce: %w", err)
+		}
+		var hashes []uint64
+		if rank == 0 {
+			hashes = make([]uint64, size)
+		}
+		if err := mpi.Gather(world, []uint64{hashFloats(ballast)}, hashes, 0); err != nil {
+			return fmt.Errorf("checksum gather: %w", err)
+		}
+		if rank == 0 {
+			fmt.Printf("checksum %016x\n", combine(hashes))
+			if totalBad[0] != 0 {
+				fmt.Printf("verify FAILED: %d wrong elements\n", totalBad[0])
+			} else {
+				fmt.Println("verify ok")
+			}
+		}
+		if totalBad[0] != 0 {
+			err = fmt.Errorf("ballast check failed")
+		}
+	}
+	if rank == 0 {
+		spi := 0.0
+		if done := iter - startIter; done > 0 {
+			spi = elapsed.Seconds() / float64(done)
+		}
+		fmt.Printf("sec_per_iter %.6e\n", spi)
+	}
+	return err
+}
+
+func writeTimeline(path string, startIter int, marks []time.Duration) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	for k, d := range marks {
+		fmt.Fprintf(w, "%d %.6f\n", startIter+1+k, d.Seconds())
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
