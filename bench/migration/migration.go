@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mpios/mpios/bench/migration/internal/fill"
 	"github.com/mpios/mpios/internal/job"
 )
 
@@ -187,7 +188,7 @@ func (b *bench) migrationTrial(c *cluster, r *sizeResult, rep int) {
 		b.fail(c, r, j, "the job's own check of the ballast failed")
 		return
 	}
-	want := expectedChecksumParallel(r.mib, 2, n)
+	want := expectedChecksum(r.mib, 2, n)
 	if got := outputValue(out, "checksum"); got != want {
 		b.fail(c, r, j, "checksum %s after %d iterations, want %s", got, n, want)
 		return
@@ -339,7 +340,7 @@ func (b *bench) restartTrial(c *cluster, r *sizeResult, rep int) {
 		if !ok {
 			return
 		}
-		want := expectedChecksumParallel(r.mib, 2, b.restartIters)
+		want := expectedChecksum(r.mib, 2, b.restartIters)
 		out := j.stdout.String()
 		if got := outputValue(out, "checksum"); got != want || !strings.Contains(out, "verify ok") {
 			b.fail(c, r, j, "restarted state: checksum %s, want %s", got, want)
@@ -383,21 +384,14 @@ func dropCache(c *cluster, id string) (int, error) {
 	return n, nil
 }
 
-// expectedChecksumParallel is expectedChecksum with the ranks' hashes computed concurrently.
-func expectedChecksumParallel(mib float64, size, iters int) string {
-	if size <= 1 {
-		return expectedChecksum(mib, size, iters)
-	}
-	// Computed per rank concurrently through expectedRankHash.
+// expectedChecksum is the checksum stateapp prints for size ranks, the ranks' hashes
+// computed concurrently.
+func expectedChecksum(mib float64, size, iters int) string {
 	hs := make([]uint64, size)
 	var wg sync.WaitGroup
 	for r := range size {
-		wg.Go(func() { hs[r] = expectedRankHash(mib, r, iters) })
+		wg.Go(func() { hs[r] = fill.ExpectedHash(mib, r, iters) })
 	}
 	wg.Wait()
-	cs := uint64(0x84222325cbf29ce4)
-	for r, h := range hs {
-		cs = splitmix64(cs ^ h ^ uint64(r))
-	}
-	return formatHex(cs)
+	return fmt.Sprintf("%016x", fill.Combine(hs))
 }

@@ -35,6 +35,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/mpios/mpios/bench/migration/internal/fill"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm"
 )
@@ -81,51 +82,6 @@ func parseFlags(args []string) (config, error) {
 	return cfg, nil
 }
 
-// elems is the ballast length for mib MiB.
-func elems(mib float64) int { return int(mib * (1 << 20) / 8) }
-
-// splitmix64 is a 64-bit mixing function (the SplitMix64 finalizer).
-func splitmix64(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
-}
-
-// base is the initial value of element j of rank's ballast: an integer below 2^44, so adding
-// small counts to it stays exact.
-func base(rank, j int) float64 {
-	return float64(splitmix64(uint64(rank)<<40^uint64(j)) >> 20)
-}
-
-// expected is element j of a ballast of length n after iters iterations.
-func expected(rank, j, n, iters int) float64 {
-	v := base(rank, j) + float64(iters/n)
-	if j < iters%n {
-		v++
-	}
-	return v
-}
-
-// hashFloats hashes the bits of xs.
-func hashFloats(xs []float64) uint64 {
-	h := uint64(0xcbf29ce484222325) ^ uint64(len(xs))
-	for _, x := range xs {
-		h = (h ^ math.Float64bits(x)) * 0x100000001b3
-		h ^= h >> 29
-	}
-	return h
-}
-
-// combine folds the per-rank hashes, in rank order, into the job's checksum.
-func combine(hs []uint64) uint64 {
-	c := uint64(0x84222325cbf29ce4)
-	for r, h := range hs {
-		c = splitmix64(c ^ h ^ uint64(r))
-	}
-	return c
-}
-
 func run(args []string) (err error) {
 	cfg, err := parseFlags(args)
 	if err != nil {
@@ -141,7 +97,7 @@ func run(args []string) (err error) {
 		}
 	}()
 	rank, size := world.Rank(), world.Size()
-	n := elems(cfg.mib)
+	n := fill.Elems(cfg.mib)
 
 	// State: the ballast and the iteration counter. A new process builds the ballast after
 	// Load (which restores nothing for it); the others get it from Load, which allocates.
@@ -164,7 +120,7 @@ func run(args []string) (err error) {
 	if p.Status() == pcm.New {
 		ballast = make([]float64, n)
 		for j := range ballast {
-			ballast[j] = base(rank, j)
+			ballast[j] = fill.Base(rank, j)
 		}
 	}
 	if len(ballast) != n {
@@ -239,7 +195,7 @@ func run(args []string) (err error) {
 	if cfg.verify {
 		bad, first := 0, -1
 		for j, x := range ballast {
-			if math.Float64bits(x) != math.Float64bits(expected(rank, j, n, iter)) {
+			if math.Float64bits(x) != math.Float64bits(fill.Expected(rank, j, n, iter)) {
 				if first < 0 {
 					first = j
 				}
@@ -248,7 +204,7 @@ func run(args []string) (err error) {
 		}
 		if bad > 0 {
 			fmt.Fprintf(os.Stderr, "stateapp: rank %d: %d of %d ballast elements wrong after %d iterations, first at %d: %v, want %v\n",
-				rank, bad, n, iter, first, ballast[first], expected(rank, first, n, iter))
+				rank, bad, n, iter, first, ballast[first], fill.Expected(rank, first, n, iter))
 		}
 		totalBad := []int64{0}
 		if err := mpi.Reduce(world, []int64{int64(bad)}, totalBad, mpi.Sum, 0); err != nil {
@@ -258,11 +214,11 @@ func run(args []string) (err error) {
 		if rank == 0 {
 			hashes = make([]uint64, size)
 		}
-		if err := mpi.Gather(world, []uint64{hashFloats(ballast)}, hashes, 0); err != nil {
+		if err := mpi.Gather(world, []uint64{fill.Hash(ballast)}, hashes, 0); err != nil {
 			return fmt.Errorf("checksum gather: %w", err)
 		}
 		if rank == 0 {
-			fmt.Printf("checksum %016x\n", combine(hashes))
+			fmt.Printf("checksum %016x\n", fill.Combine(hashes))
 			if totalBad[0] != 0 {
 				fmt.Printf("verify FAILED: %d wrong elements\n", totalBad[0])
 			} else {
