@@ -244,7 +244,6 @@ func run(args []string, stdout io.Writer) (err error) {
 	if len(u) != (rows+2)*(n+2) {
 		return fmt.Errorf("the checkpoint's grid has %d cells, -n %d on %d ranks needs %d: restart with the same -n", len(u), n, size, (rows+2)*(n+2))
 	}
-	crashRank := min(1, size-1)
 	startIter := iter
 
 	// Start the clock together. A process that took over a migrated rank joins a
@@ -274,24 +273,8 @@ func run(args []string, stdout io.Writer) (err error) {
 		u, unew = unew, u
 		// Iteration boundary: u is the grid after iter iterations and
 		// nothing else carries state across iterations.
-		if cfg.noPCM {
-			continue
-		}
-		act, err := p.Reconfigure(iter)
-		if errors.Is(err, pcm.ErrCheckpointFailed) {
-			// Losing one checkpoint is no reason to stop computing.
-			fmt.Fprintf(os.Stderr, "heat2d: rank %d: warning: %v\n", rank, err)
-		} else if err != nil {
+		if leave, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "heat2d", CrashAfter: cfg.crashAfter, Pace: cfg.pace, NoPCM: cfg.noPCM}); leave || err != nil {
 			return err
-		}
-		if act == pcm.Leave {
-			return nil
-		}
-		if cfg.pace > 0 {
-			time.Sleep(cfg.pace)
-		}
-		if iter == cfg.crashAfter && rank == crashRank {
-			os.Exit(1) // test only: die without finalizing, like a crashed rank
 		}
 	}
 	if err := comm.Barrier(); err != nil {

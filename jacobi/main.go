@@ -267,7 +267,6 @@ func run(args []string, stdout io.Writer) (err error) {
 	if len(x) != n {
 		return fmt.Errorf("the checkpoint's x has %d elements, -n is %d: restart with the same -n", len(x), n)
 	}
-	crashRank := min(1, size-1)
 	startIter := iter
 
 	// Start the clock together. A process that took over a migrated rank joins a
@@ -301,21 +300,8 @@ func run(args []string, stdout io.Writer) (err error) {
 		if change < cfg.tol {
 			break
 		}
-		act, err := p.Reconfigure(iter)
-		if errors.Is(err, pcm.ErrCheckpointFailed) {
-			// Losing one checkpoint is no reason to stop computing.
-			fmt.Fprintf(os.Stderr, "jacobi: rank %d: warning: %v\n", rank, err)
-		} else if err != nil {
+		if leave, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "jacobi", CrashAfter: cfg.crashAfter, Pace: cfg.pace}); leave || err != nil {
 			return err
-		}
-		if act == pcm.Leave {
-			return nil
-		}
-		if cfg.pace > 0 {
-			time.Sleep(cfg.pace)
-		}
-		if iter == cfg.crashAfter && rank == crashRank {
-			os.Exit(1) // test only: die without finalizing, like a crashed rank
 		}
 	}
 	if err := comm.Barrier(); err != nil {

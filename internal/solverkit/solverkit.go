@@ -5,10 +5,14 @@ package solverkit
 
 import (
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
+	"time"
+
+	"github.com/mpios/mpios/pcm"
 )
 
 // BlockRange returns the first global row and the row count of rank r when n rows are split
@@ -83,4 +87,37 @@ func Usage(fs *flag.FlagSet) {
 	})
 	fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
 	shown.PrintDefaults()
+}
+
+// Hooks are a solver's hidden test and benchmark flags (CrashFlag, PaceFlag, NoPCMFlag).
+type Hooks struct {
+	Name       string        // the program, for warnings
+	CrashAfter int           // rank min(1, size-1) exits with status 1 after this iteration; 0: never
+	Pace       time.Duration // sleep this long per iteration
+	NoPCM      bool          // never call pcm.Reconfigure (the overhead benchmark's baseline)
+}
+
+// Boundary ends iteration iter (iter iterations are complete): pcm's reconfiguration point,
+// where a lost checkpoint is only a warning, then the hooks. leave reports that this process
+// handed its rank to a successor and must return without touching the world.
+func Boundary(p *pcm.Process, iter, rank, size int, h Hooks) (leave bool, err error) {
+	if !h.NoPCM {
+		act, err := p.Reconfigure(iter)
+		if errors.Is(err, pcm.ErrCheckpointFailed) {
+			// Losing one checkpoint is no reason to stop computing.
+			fmt.Fprintf(os.Stderr, "%s: rank %d: warning: %v\n", h.Name, rank, err)
+		} else if err != nil {
+			return false, err
+		}
+		if act == pcm.Leave {
+			return true, nil
+		}
+	}
+	if h.Pace > 0 {
+		time.Sleep(h.Pace)
+	}
+	if iter == h.CrashAfter && rank == min(1, size-1) {
+		os.Exit(1) // test only: die without finalizing, like a crashed rank
+	}
+	return false, nil
 }
