@@ -58,6 +58,7 @@ type config struct {
 	crashAfter    int           // test only: rank 1 exits after this iteration (0: never)
 	pace          time.Duration // test only: sleep this long per iteration
 	noPCM         bool          // benchmark baseline only: never call pcm.Reconfigure
+	init          float64       // benchmark only: the interior's initial value
 }
 
 func main() {
@@ -80,6 +81,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.crashAfter, solverkit.CrashFlag, 0, "")
 	fs.DurationVar(&cfg.pace, solverkit.PaceFlag, 0, "")
 	fs.BoolVar(&cfg.noPCM, solverkit.NoPCMFlag, false, "")
+	fs.Float64Var(&cfg.init, solverkit.InitFlag, 0, "")
 	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -225,6 +227,13 @@ func run(args []string, stdout io.Writer) (err error) {
 	// two can be swapped.
 	u := newGrid(rows, n, rank == 0)
 	unew := newGrid(rows, n, rank == 0)
+	if cfg.init != 0 {
+		for i := 1; i <= rows; i++ {
+			for j := 1; j <= n; j++ {
+				u[i*(n+2)+j] = cfg.init
+			}
+		}
+	}
 	iter := 0
 	p, err := pcm.Init(comm)
 	if err != nil {
@@ -236,7 +245,7 @@ func run(args []string, stdout io.Writer) (err error) {
 	if err := p.Register("iter", &iter); err != nil {
 		return err
 	}
-	defer p.Close()
+	defer solverkit.Close(p, "heat2d", rank, &err)
 	p.SetIterations(cfg.iters)
 	if err := p.Load(); err != nil {
 		return err

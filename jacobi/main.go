@@ -259,7 +259,7 @@ func run(args []string, stdout io.Writer) (err error) {
 			return err
 		}
 	}
-	defer p.Close()
+	defer solverkit.Close(p, "jacobi", rank, &err)
 	p.SetIterations(cfg.maxIters)
 	if err := p.Load(); err != nil {
 		return err

@@ -191,7 +191,8 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	testbin.Build(t, mpirun, "./cmd/mpirun")
 	testbin.Build(t, bin, "./jacobi")
 	ckpt := filepath.Join(dir, "ckpt")
-	env := []string{"MPIOS_CKPT_EVERY=5", "MPIOS_CKPT_DIR=" + ckpt}
+	// Synchronous checkpoints, so that the newest is surely committed before the crash.
+	env := []string{"MPIOS_CKPT_EVERY=5", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
 	rt := filepath.Join(dir, "run")
 
 	job := func(env []string, id string, args ...string) (stdout, stderr string, err error) {

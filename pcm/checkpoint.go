@@ -1,7 +1,6 @@
 package pcm
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/mpios/mpios/internal/job"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mpios/mpios/mpi"
@@ -22,18 +20,22 @@ const (
 	pollBudget = 0.002
 	// maxPollDelay bounds the time between two adaptive agreements.
 	maxPollDelay = 500 * time.Millisecond
+	// flightPollDelay bounds the time between agreements while a checkpoint is in flight.
+	flightPollDelay = 50 * time.Millisecond
 	// defaultPollCost is the assumed cost of one agreement before one was measured.
 	defaultPollCost = 100 * time.Microsecond
 )
 
 // Fields of the agreement vector, reduced with Max.
 const (
-	agreeWant    = iota // some rank requested a checkpoint
-	agreePending        // 1 + the highest rank with pending operations, or 0
-	agreeIter           // the iteration
-	agreeNegIter        // minus the iteration: its Max is minus the minimum
-	agreePoll           // proposed poll interval
-	agreeNegHave        // minus the number of reconfiguration entries known: its Max is minus the minimum
+	agreeWant         = iota // some rank requested a checkpoint
+	agreePending             // 1 + the highest rank with pending operations, or 0
+	agreeIter                // the iteration
+	agreeNegIter             // minus the iteration: its Max is minus the minimum
+	agreePoll                // proposed poll interval
+	agreeNegHave             // minus the number of reconfiguration entries known: its Max is minus the minimum
+	agreeBusy                // some rank is still busy with the checkpoint in flight
+	agreeCommitFailed        // 1 + the highest rank whose commit of the checkpoint in flight failed, or 0
 	agreeLen
 )
 
@@ -54,6 +56,10 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 	if p.ctl != nil {
 		v[agreeNegHave] = -int64(p.ctl.have())
 	}
+	if p.flight != nil && p.flight.busy() {
+		v[agreeBusy] = 1
+	}
+	v[agreeCommitFailed] = p.commitVote()
 	out := make([]int64, agreeLen)
 	if err := mpi.Allreduce(p.world, v, out, mpi.Max); err != nil {
 		p.keepRequest(want)
@@ -73,6 +79,21 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 		p.keepRequest(want)
 		return Continue, p.pendingError(iter, int(r-1), pending)
 	}
+	var ckptErr error
+	// note keeps a checkpoint's failure for the caller, who may ignore it, and stops at
+	// anything else.
+	note := func(err error) error {
+		if err != nil && !errors.Is(err, ErrCheckpointFailed) {
+			return err
+		}
+		ckptErr = errors.Join(ckptErr, err)
+		return nil
+	}
+	if p.flight != nil && out[agreeBusy] == 0 {
+		if err := note(p.advance(out[agreeCommitFailed])); err != nil {
+			return Continue, err
+		}
+	}
 	var entries []job.Reconf
 	if p.ctl != nil {
 		// Every rank knows at least -out[agreeNegHave] entries: act on those, all alike.
@@ -86,14 +107,23 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 			asked = true
 		}
 	}
-	var ckptErr error
-	if scheduled || asked && p.opts.checkpointing() {
-		ckptErr = p.checkpoint(iter)
-		if ckptErr != nil && !errors.Is(ckptErr, ErrCheckpointFailed) {
-			return Continue, ckptErr
+	take := scheduled || asked && p.opts.checkpointing()
+	moving, to := movesOf(entries, p.world.Size())
+	if p.flight != nil && (take || len(moving) > 0) {
+		// One checkpoint in flight at a time, and none across a migration.
+		if err := note(p.settle()); err != nil {
+			return Continue, err
 		}
 	}
-	if moving, to := movesOf(entries, p.world.Size()); len(moving) > 0 {
+	if take {
+		p.startCheckpoint(iter)
+		if p.opts.SyncCheckpoints {
+			if err := note(p.settle()); err != nil {
+				return Continue, err
+			}
+		}
+	}
+	if len(moving) > 0 {
 		act, err := p.migrate(iter, moving, to)
 		return act, errors.Join(ckptErr, err)
 	}
@@ -129,7 +159,12 @@ func (p *Process) proposePoll(now time.Time) int64 {
 	m := math.Ceil(float64(cost) / (pollBudget * float64(perCall)))
 	// Requests (migrations above all) must not wait long, even when an agreement is
 	// expensive (a loaded machine): at least one agreement per maxPollDelay.
-	m = min(m, math.Ceil(float64(maxPollDelay)/float64(perCall)))
+	delay := maxPollDelay
+	if p.flight != nil {
+		// A checkpoint in flight commits at the first agreement after its pieces are durable.
+		delay = flightPollDelay
+	}
+	m = min(m, math.Ceil(float64(delay)/float64(perCall)))
 	return int64(min(max(m, 1), MaxPollEvery))
 }
 
@@ -141,84 +176,8 @@ type pieceResult struct {
 	// Store identifies the rank's checkpoint store; the lowest rank of each store commits
 	// and prunes for it. Decided per checkpoint, since migrations move ranks between stores.
 	Store [2]uint64 `json:"store"`
-}
 
-// checkpoint takes coordinated checkpoint p.seq of the state after iteration iter.
-func (p *Process) checkpoint(iter int) error {
-	seq, rank, n := p.seq, p.world.Rank(), p.world.Size()
-	p.seq++ // also when abandoned: a number is never reused
-	cerr := &CheckpointError{Job: p.opts.JobID, Seq: seq, Iteration: iter}
-
-	res := pieceResult{Time: time.Now().UTC(), Store: p.storeID}
-	info, werr := p.store.PutPieceFrom(p.opts.JobID, seq, rank, p.reg)
-	if werr != nil {
-		res.Err = werr.Error()
-		cerr.Err = werr
-	}
-	res.Info = info
-	enc, err := json.Marshal(res)
-	if err != nil {
-		return fmt.Errorf("pcm: checkpoint %d: encode result: %w", seq, err)
-	}
-	encs, err := allgatherBytes(p.world, enc)
-	if err != nil {
-		return fmt.Errorf("pcm: checkpoint %d: exchange results: %w", seq, err)
-	}
-	results := make([]pieceResult, n)
-	for r, b := range encs {
-		if err := json.Unmarshal(b, &results[r]); err != nil {
-			return fmt.Errorf("pcm: checkpoint %d: result of rank %d: %w", seq, r, err)
-		}
-		if results[r].Err != "" {
-			cerr.Failures = append(cerr.Failures, RankFailure{Rank: r, Reason: results[r].Err})
-		}
-	}
-	if len(cerr.Failures) > 0 {
-		return cerr // every rank saw the same results: all abandon it
-	}
-	for r := range results {
-		if results[r].Store == p.storeID {
-			p.leader = r == rank
-			break
-		}
-	}
-
-	m := ckptstore.Manifest{
-		Job: p.opts.JobID, Seq: seq, Iteration: int64(iter), Size: n,
-		Time: results[0].Time, // the same on every committing rank, so the manifests are equal
-		Meta: map[string]string{"pcm.entries": strings.Join(p.reg.Names(), ",")},
-	}
-	for _, r := range results {
-		m.Pieces = append(m.Pieces, r.Info)
-	}
-	var commitErr error
-	if p.leader {
-		commitErr = p.commit(m)
-	}
-	failed := []int64{0}
-	if commitErr != nil {
-		failed[0] = int64(rank) + 1
-	}
-	out := []int64{0}
-	if err := mpi.Allreduce(p.world, failed, out, mpi.Max); err != nil {
-		return fmt.Errorf("pcm: checkpoint %d: agree on commit: %w", seq, err)
-	}
-	if out[0] > 0 {
-		cerr.CommitFailed = true
-		reason := "commit failed"
-		if commitErr != nil {
-			reason, cerr.Err = commitErr.Error(), commitErr
-		}
-		cerr.Failures = []RankFailure{{Rank: int(out[0] - 1), Reason: reason}}
-		return cerr
-	}
-	if p.leader {
-		if err := p.store.Prune(p.opts.JobID, p.opts.Keep); err != nil {
-			// The checkpoint is committed; a failed cleanup only costs disk space.
-			fmt.Fprintf(p.opts.Log, "pcm: warning: %v\n", err)
-		}
-	}
-	return nil
+	err error // this rank's own error, whose text is Err
 }
 
 // commit commits m on this rank's store. A store shared with another committing rank (the

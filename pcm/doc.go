@@ -38,12 +38,24 @@
 // Reconfigure is collective: every rank of the world calls it at the same iteration
 // boundaries with the same iteration. A checkpoint is taken when it is due on the schedule
 // (Options.Every: the completed iteration count is a multiple of K) or when some rank asked
-// for one with RequestCheckpoint. Every rank writes its piece (its serialized registry) to the
-// checkpoint store (package pcm/ckptstore), the ranks exchange the results, and, only if every
-// piece is durable, one rank per store commits the manifest and prunes old checkpoints
-// (Options.Keep). If any rank fails to write, the checkpoint is abandoned by all ranks (no
-// manifest) and Reconfigure returns a *CheckpointError on every rank; the application may
-// ignore it and go on, the next checkpoint will be tried as scheduled.
+// for one with RequestCheckpoint (or pcmd checkpoint). At that boundary every rank copies its
+// registered state (its serialized registry) into memory, which takes milliseconds, and goes
+// on computing while a goroutine writes the copy to the checkpoint store (package
+// pcm/ckptstore) and makes it durable. At a later agreement point, once every rank's piece is
+// durable, the ranks exchange the results and one rank per store commits the manifest and
+// prunes old checkpoints (Options.Keep), again in the background; a checkpoint is therefore
+// committed a few agreement points after its boundary, and only if every piece is durable.
+// At most one checkpoint is in flight: the next one, a migration, and Close first finish it.
+// Close is collective when a checkpoint is in flight (typically after the last iteration);
+// on an error path, where the other ranks may not reach Close, call Abandon first.
+// Options.SyncCheckpoints (MPIOS_CKPT_SYNC=1, mpirun --ckpt-sync) instead writes and commits
+// at the boundary itself, straight from the registered values: no second copy of the state
+// in memory, but the job waits for the disk.
+//
+// If any rank fails to write, the checkpoint is abandoned by all ranks (no manifest) and
+// Reconfigure (or Close) returns a *CheckpointError on every rank, naming the checkpoint's
+// iteration; the application may ignore it and go on, the next checkpoint will be tried as
+// scheduled.
 //
 // Reconfigure must be cheap when nothing is due: the scheduled checkpoints are a pure function
 // of the iteration, so no agreement is needed for them, and on-demand requests are agreed
@@ -71,13 +83,15 @@
 //	MPIOS_CKPT_DIR    store root; default $XDG_STATE_HOME/mpios/ckpt or ~/.local/state/mpios/ckpt
 //	MPIOS_CKPT_KEEP   committed checkpoints kept per job; default 2
 //	MPIOS_CKPT_POLL   agree on on-demand requests every M iterations; 0 (default): adaptive
+//	MPIOS_CKPT_SYNC   1: write and commit checkpoints at the boundary (default: in the background)
 //	MPIOS_RESTART     job id to restart from; unset: a new run
 //
-// # Migration (to come)
+// # Migration
 //
-// The API is shaped for migration as in MPI/IOS: a migration order will reach the ranks
-// through the control plane and be agreed at the next Reconfigure like an on-demand request;
-// the leaving rank writes its piece (or streams it, see ckptstore.PieceSource), Reconfigure
-// returns Leave to it and the application returns; its successor starts with Status Migrated
-// and Load restores the piece. Today Reconfigure always returns Continue.
+// A migration order (pcmd migrate, or an IOS agent's decision) reaches the ranks through
+// mpirun's reconfiguration log and is agreed at an agreement point like an on-demand
+// request. The migrating rank streams its registered state straight to its successor, which
+// mpirun started on the target node; Reconfigure returns Leave to the old process, which must
+// return from its loop, and the successor starts with Status Migrated, Load restoring the
+// state it was handed. See docs/migration.md.
 package pcm

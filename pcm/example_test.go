@@ -10,12 +10,18 @@ import (
 )
 
 // solve is an application's iterative loop under PCM: u and iter are its state. It stops
-// after iteration stop, as if the process had died there.
-func solve(world *mpi.Comm, opts pcm.Options, iters, stop int) ([]float64, error) {
+// after iteration stop, as if its time allocation had run out.
+func solve(world *mpi.Comm, opts pcm.Options, iters, stop int) (_ []float64, err error) {
 	p, err := pcm.InitWith(world, opts)
 	if err != nil {
 		return nil, err
 	}
+	// Close commits a checkpoint still in flight (here the one of iteration 4).
+	defer func() {
+		if cerr := p.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	u, iter := []float64{1, 2, 3}, 0
 	if err := p.Register("u", &u); err != nil {
 		return nil, err
@@ -51,7 +57,7 @@ func Example() {
 	world, _ := mpi.Attach(comm.NewInProcNetwork(1).Endpoint(0)) // a one-rank world
 	defer mpi.Detach(world)
 
-	// Job "run1" checkpoints every 2 iterations and dies after iteration 5.
+	// Job "run1" checkpoints every 2 iterations and stops after iteration 5.
 	opts := pcm.Options{JobID: "run1", Dir: dir, Every: 2, Log: os.Stdout}
 	if _, err := solve(world, opts, 6, 5); err != nil {
 		fmt.Println(err)

@@ -51,6 +51,13 @@ type Options struct {
 	ProfileEvery time.Duration
 	// Policy is the job's IOS decision policy (MPIOS_POLICY), carried in the profiles.
 	Policy string
+	// SyncCheckpoints writes and commits each checkpoint at the boundary where it is taken,
+	// streaming the registered values straight to disk. By default a checkpoint costs the
+	// application only a copy of its state in memory: the piece is written in the background
+	// and committed at a later agreement point (see Close). Choose synchronous checkpoints
+	// when the state is too large to hold twice in memory. OptionsFromEnv sets it from
+	// MPIOS_CKPT_SYNC=1.
+	SyncCheckpoints bool
 	// Log receives diagnostics (restart fallbacks, prune failures). Default: os.Stderr.
 	Log io.Writer
 }
@@ -119,6 +126,13 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 			return o, bad(job.EnvCkptKeep, s, "an integer >= 1")
 		}
 		o.Keep = k
+	}
+	if s := getenv(job.EnvCkptSync); s != "" {
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return o, bad(job.EnvCkptSync, s, "1 (write checkpoints at the boundary) or 0")
+		}
+		o.SyncCheckpoints = b
 	}
 	o.Dir = getenv(job.EnvCkptDir)
 	// pcmd names its node for the ranks it starts: pieces record where they are stored.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mpios/mpios/internal/mpitest"
 	"github.com/mpios/mpios/internal/testbin"
@@ -34,8 +35,8 @@ func undisturbed(t *testing.T, n int) map[int]result {
 	return want.v
 }
 
-// firstRun runs job "first" with a checkpoint every 5 iterations and stops after 23, as if
-// the job died there: checkpoints of iterations 15 and 20 are left (Keep 2).
+// firstRun runs job "first" with a checkpoint every 5 iterations and stops after 23, short
+// of its 30 iterations: checkpoints of iterations 15 and 20 are left (Keep 2).
 func firstRun(t *testing.T, dir string) {
 	t.Helper()
 	mpitest.Run(t, mpitest.InProc, testRanks, func(c *mpi.Comm) error {
@@ -89,7 +90,7 @@ func TestCheckpointEveryK(t *testing.T) {
 		t.Fatalf("manifest %+v", m)
 	}
 	for r, pi := range m.Pieces {
-		if pi.Rank != r || pi.Node != "nodeA" || pi.Size <= 0 || !strings.HasPrefix(pi.Checksum, "sha256:") {
+		if pi.Rank != r || pi.Node != "nodeA" || pi.Size <= 0 || !strings.HasPrefix(pi.Checksum, "crc32c:") {
 			t.Errorf("piece %d: %+v", r, pi)
 		}
 		// The piece holds exactly the state of iteration 12.
@@ -340,60 +341,80 @@ func TestOnDemand(t *testing.T) {
 	})
 }
 
+// A piece that cannot be written makes every rank abandon the checkpoint with the same
+// *CheckpointError: at the boundary itself with SyncCheckpoints, at a later agreement point
+// (at the latest the next checkpoint, or Close) otherwise. The job goes on.
 func TestCheckpointFailureAbandoned(t *testing.T) {
-	dir := t.TempDir()
-	mpitest.Run(t, mpitest.InProc, testRanks, func(c *mpi.Comm) error {
-		p, err := pcm.InitWith(c, pcm.Options{JobID: "fail", Dir: dir, Every: 2, Node: "nodeA", Log: io.Discard})
-		if err != nil {
-			return err
-		}
-		s := newSolver(c)
-		extra := map[string]any{"ok": 1}
-		if err := s.register(p); err != nil {
-			return err
-		}
-		if err := p.Register("extra", &extra); err != nil {
-			return err
-		}
-		if err := p.Load(); err != nil {
-			return err
-		}
-		for s.iter < 8 {
-			if err := s.step(); err != nil {
-				return err
-			}
-			s.iter++
-			if c.Rank() == 1 {
-				if s.iter == 4 {
-					extra["bad"] = func() {} // cannot be encoded: rank 1's piece fails
-				} else {
-					delete(extra, "bad")
-				}
-			}
-			_, err := p.Reconfigure(s.iter)
-			if s.iter != 4 {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+			dir := t.TempDir()
+			mpitest.Run(t, mpitest.InProc, testRanks, func(c *mpi.Comm) error {
+				p, err := pcm.InitWith(c, pcm.Options{JobID: "fail", Dir: dir, Every: 2, Node: "nodeA", Log: io.Discard, SyncCheckpoints: sync})
 				if err != nil {
 					return err
 				}
-				continue
+				s := newSolver(c)
+				extra := map[string]any{"ok": 1}
+				if err := s.register(p); err != nil {
+					return err
+				}
+				if err := p.Register("extra", &extra); err != nil {
+					return err
+				}
+				if err := p.Load(); err != nil {
+					return err
+				}
+				var failed []*pcm.CheckpointError
+				reportedAt := 0
+				check := func(err error) error {
+					var ce *pcm.CheckpointError
+					if errors.As(err, &ce) && errors.Is(err, pcm.ErrCheckpointFailed) {
+						failed = append(failed, ce)
+						reportedAt = s.iter
+						return nil
+					}
+					return err
+				}
+				for s.iter < 8 {
+					if err := s.step(); err != nil {
+						return err
+					}
+					s.iter++
+					if c.Rank() == 1 {
+						if s.iter == 4 {
+							extra["bad"] = func() {} // cannot be encoded: rank 1's piece fails
+						} else {
+							delete(extra, "bad")
+						}
+					}
+					if _, err := p.Reconfigure(s.iter); check(err) != nil {
+						return err
+					}
+				}
+				if err := check(p.Close()); err != nil {
+					return err
+				}
+				if len(failed) != 1 {
+					return fmt.Errorf("got %d checkpoint errors %v, want 1", len(failed), failed)
+				}
+				ce := failed[0]
+				if ce.Seq != 2 || ce.Iteration != 4 || ce.CommitFailed || len(ce.Failures) != 1 || ce.Failures[0].Rank != 1 ||
+					!strings.Contains(ce.Failures[0].Reason, "unsupported func") || (ce.Err != nil) != (c.Rank() == 1) {
+					return fmt.Errorf("checkpoint error %+v", ce)
+				}
+				if reportedAt < 4 || reportedAt > 6 || sync && reportedAt != 4 {
+					return fmt.Errorf("the failure of the checkpoint of iteration 4 was reported at iteration %d", reportedAt)
+				}
+				return nil
+			})
+			ms, err := openStore(t, dir).Checkpoints("fail")
+			if err != nil || len(ms) != 2 || ms[0].Seq != 4 || ms[0].Iteration != 8 || ms[1].Seq != 3 || ms[1].Iteration != 6 {
+				t.Fatalf("got %v %+v, want checkpoints 4 (iteration 8) and 3 (6), none for iteration 4", err, ms)
 			}
-			var ce *pcm.CheckpointError
-			if !errors.As(err, &ce) || !errors.Is(err, pcm.ErrCheckpointFailed) {
-				return fmt.Errorf("iteration 4: got %v, want a *CheckpointError", err)
+			if _, err := os.Stat(filepath.Join(dir, "fail", fmt.Sprintf("%020d", 2))); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("abandoned checkpoint 2 not pruned: %v", err)
 			}
-			if ce.Seq != 2 || ce.Iteration != 4 || ce.CommitFailed || len(ce.Failures) != 1 || ce.Failures[0].Rank != 1 ||
-				!strings.Contains(ce.Failures[0].Reason, "unsupported func") || (ce.Err != nil) != (c.Rank() == 1) {
-				return fmt.Errorf("iteration 4: %+v", ce)
-			}
-		}
-		return nil
-	})
-	ms, err := openStore(t, dir).Checkpoints("fail")
-	if err != nil || len(ms) != 2 || ms[0].Seq != 4 || ms[0].Iteration != 8 || ms[1].Seq != 3 || ms[1].Iteration != 6 {
-		t.Fatalf("got %v %+v, want checkpoints 4 (iteration 8) and 3 (6), none for iteration 4", err, ms)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "fail", fmt.Sprintf("%020d", 2))); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("abandoned checkpoint 2 not pruned: %v", err)
+		})
 	}
 }
 
@@ -446,8 +467,10 @@ func TestReconfigurePending(t *testing.T) {
 				} else if _, err := req.Wait(); err != nil {
 					return err
 				}
-				_, err = p.Reconfigure(2)
-				return err
+				if _, err = p.Reconfigure(2); err != nil {
+					return err
+				}
+				return p.Close() // commits the checkpoint of iteration 2
 			})
 		})
 	}
@@ -515,11 +538,11 @@ func TestOptionsFromEnv(t *testing.T) {
 		return func(k string) string { return m[k] }
 	}
 	o, err := pcm.OptionsFromEnv(env("MPIOS_JOB_ID", "j1", "MPIOS_CKPT_EVERY", "10", "MPIOS_CKPT_DIR", "/tmp/ck",
-		"MPIOS_RESTART", "j0", "MPIOS_CKPT_KEEP", "3", "MPIOS_CKPT_POLL", "7"))
+		"MPIOS_RESTART", "j0", "MPIOS_CKPT_KEEP", "3", "MPIOS_CKPT_POLL", "7", "MPIOS_CKPT_SYNC", "1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.JobID != "j1" || o.Every != 10 || !o.OnDemand || o.Dir != "/tmp/ck" || o.Restart != "j0" || o.Keep != 3 || o.PollEvery != 7 {
+	if o.JobID != "j1" || o.Every != 10 || !o.OnDemand || o.Dir != "/tmp/ck" || o.Restart != "j0" || o.Keep != 3 || o.PollEvery != 7 || !o.SyncCheckpoints {
 		t.Fatalf("got %+v", o)
 	}
 	o, err = pcm.OptionsFromEnv(env("MPIOS_CKPT_EVERY", "0"))
@@ -527,12 +550,12 @@ func TestOptionsFromEnv(t *testing.T) {
 		t.Fatalf("on demand: %v %+v", err, o)
 	}
 	o, err = pcm.OptionsFromEnv(env())
-	if err != nil || o.Every != 0 || o.OnDemand || o.Restart != "" || o.Dir != "" {
+	if err != nil || o.Every != 0 || o.OnDemand || o.Restart != "" || o.Dir != "" || o.SyncCheckpoints {
 		t.Fatalf("defaults: %v %+v", err, o)
 	}
 	for _, bad := range [][]string{
 		{"MPIOS_CKPT_EVERY", "-1"}, {"MPIOS_CKPT_EVERY", "ten"}, {"MPIOS_CKPT_KEEP", "0"},
-		{"MPIOS_CKPT_POLL", "-3"}, {"MPIOS_CKPT_POLL", "99999999"}, {"MPIOS_RESTART", "a/b"}, {"MPIOS_JOB_ID", "x y"},
+		{"MPIOS_CKPT_POLL", "-3"}, {"MPIOS_CKPT_POLL", "99999999"}, {"MPIOS_CKPT_SYNC", "yes please"}, {"MPIOS_RESTART", "a/b"}, {"MPIOS_JOB_ID", "x y"},
 	} {
 		_, err := pcm.OptionsFromEnv(env(bad...))
 		if !errors.Is(err, pcm.ErrConfig) || (bad[0] != "MPIOS_JOB_ID" && !strings.Contains(err.Error(), bad[0])) {
@@ -542,4 +565,92 @@ func TestOptionsFromEnv(t *testing.T) {
 	if _, err := pcm.InitWith(nil, pcm.Options{}); !errors.Is(err, pcm.ErrConfig) {
 		t.Errorf("nil world: %v", err)
 	}
+}
+
+// newestCommitted returns the iteration of job's newest committed checkpoint in dir, or -1.
+func newestCommitted(dir, job string) (int64, error) {
+	s, err := ckptstore.Open(dir, &ckptstore.Options{Node: "nodeA"})
+	if err != nil {
+		return 0, err
+	}
+	ms, err := s.Checkpoints(job)
+	if err != nil || len(ms) == 0 {
+		return -1, err
+	}
+	return ms[0].Iteration, nil
+}
+
+// By default the application does not wait for the disk: right after the boundary where a
+// checkpoint is taken, it is not committed yet; it is by the next checkpoint (which
+// settles it first), and the last one by Close. With SyncCheckpoints it is committed when
+// Reconfigure returns.
+func TestCheckpointCommittedAfterBoundary(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+			dir := t.TempDir()
+			mpitest.Run(t, mpitest.InProc, testRanks, func(c *mpi.Comm) error {
+				_, _, err := run(c, runOpts{iters: 14,
+					opts: pcm.Options{JobID: "bg", Dir: dir, Every: 4, Node: "nodeA", Log: io.Discard, SyncCheckpoints: sync},
+					hook: func(s *solver, _ *pcm.Process) error {
+						if s.iter%4 != 0 {
+							return nil
+						}
+						got, err := newestCommitted(dir, "bg")
+						want := int64(s.iter - 4) // the previous one
+						if want == 0 {
+							want = -1 // none yet
+						}
+						if sync {
+							want = int64(s.iter)
+						}
+						if err != nil || got != want {
+							return fmt.Errorf("after Reconfigure(%d): newest committed checkpoint is of iteration %d (%v), want %d", s.iter, got, err, want)
+						}
+						return nil
+					}})
+				return err
+			})
+			if got, err := newestCommitted(dir, "bg"); err != nil || got != 12 {
+				t.Fatalf("after Close: newest committed checkpoint is of iteration %d (%v), want 12", got, err)
+			}
+		})
+	}
+}
+
+// A job killed while a checkpoint is in flight (here: that gives it up with Abandon) restarts
+// from the one before: a checkpoint whose pieces were not all durable and exchanged is never
+// committed.
+func TestKilledWithCheckpointInFlight(t *testing.T) {
+	want := undisturbed(t, testRanks)
+	dir := t.TempDir()
+	mpitest.Run(t, mpitest.InProc, testRanks, func(c *mpi.Comm) error {
+		_, _, err := run(c, runOpts{iters: testIters, stop: 20, kill: true,
+			opts: pcm.Options{JobID: "first", Dir: dir, Every: 5, Node: "nodeA", Log: io.Discard}})
+		return err
+	})
+	// The "killed" ranks' writers still run in this test process: let them finish, so that
+	// they do not write into the directory while it is removed.
+	for rank := range testRanks {
+		path := filepath.Join(dir, "first", fmt.Sprintf("%020d", 4), fmt.Sprintf("rank-%d.piece", rank))
+		for i := 0; ; i++ {
+			if _, err := os.Stat(path); err == nil {
+				break
+			} else if i == 1000 {
+				t.Fatalf("the piece of checkpoint 4 (iteration 20) never appeared: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	mpitest.Run(t, mpitest.InProc, testRanks, func(c *mpi.Comm) error {
+		got, p, err := run(c, runOpts{iters: testIters,
+			opts: pcm.Options{JobID: "second", Restart: "first", Dir: dir, Node: "nodeA", Log: io.Discard}})
+		if err != nil {
+			return err
+		}
+		if m, _ := p.Restored(); m.Iteration != 15 {
+			return fmt.Errorf("restored iteration %d, want 15", m.Iteration)
+		}
+		equalResults(t, c.Rank(), got, want[c.Rank()])
+		return nil
+	})
 }

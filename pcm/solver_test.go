@@ -100,7 +100,8 @@ func (s *solver) result() result {
 type runOpts struct {
 	opts  pcm.Options
 	iters int                                   // T
-	stop  int                                   // return ("die") after this iteration; 0: run to T
+	stop  int                                   // return after this iteration; 0: run to T
+	kill  bool                                  // at stop, Abandon the checkpoint in flight, as if killed
 	hook  func(s *solver, p *pcm.Process) error // called after each Reconfigure
 }
 
@@ -131,10 +132,15 @@ func run(c *mpi.Comm, ro runOpts) (result, *pcm.Process, error) {
 			}
 		}
 		if s.iter == ro.stop {
+			if ro.kill {
+				p.Abandon()
+				return s.result(), p, p.Close() // not collective after Abandon
+			}
 			break
 		}
 	}
-	return s.result(), p, nil
+	// Close commits the checkpoint in flight, if any (collective, like the loop).
+	return s.result(), p, p.Close()
 }
 
 // results collects one value per rank from goroutine ranks.

@@ -6,10 +6,12 @@
 //	go run ./bench/migration --what migration --sizes 16,256 --reps 5
 //
 // Part "overhead": heat2d -n 2048 -iters 200 on P = 2 and 4 local ranks (mpirun -np P), in
-// three variants run back to back and alternated: (a) -no-pcm, which never calls
-// pcm.Reconfigure (the baseline); (b) the default, where pcm polls the launcher's
-// reconfiguration log at adaptive agreement points; (c) mpirun --ckpt-every 50 --ckpt-dir DIR.
-// Reported: medians of heat2d's sec_per_iter and the overheads of (b) and (c) over (a).
+// variants run back to back and alternated: (a) -no-pcm, which never calls pcm.Reconfigure
+// (the baseline); (b) the default, where pcm polls the launcher's reconfiguration log at
+// adaptive agreement points; (c) mpirun --ckpt-every 50 --ckpt-dir DIR (background
+// checkpoints); (d) the same with --ckpt-sync; (e) and (f): (a) and (c) with a dense state
+// (heat2d's hidden -init 1: no zero blocks for the checkpoints to skip). Reported: medians of
+// heat2d's sec_per_iter and of mpirun's wall time, and their overheads over the baseline.
 //
 // Part "migration": a nats-server (/usr/sbin/nats-server if installed, else an in-process one)
 // and two pcmd nodes n1 and n2 on loopback (pcmd serve --node nI --nats URL --allow BIN/*
@@ -90,7 +92,7 @@ func main() {
 	flag.IntVar(&b.overheadReps, "overhead-reps", 7, "repetitions of each heat2d variant")
 	flag.IntVar(&b.heatN, "heat-n", 2048, "heat2d -n")
 	flag.IntVar(&b.heatIters, "heat-iters", 200, "heat2d -iters")
-	flag.IntVar(&b.ckptEvery, "ckpt-every", 50, "heat2d variant (c): mpirun --ckpt-every")
+	flag.IntVar(&b.ckptEvery, "ckpt-every", 50, "heat2d variants (c), (d), (f): mpirun --ckpt-every")
 	flag.StringVar(&nps, "np", "2,4", "heat2d rank counts")
 	flag.DurationVar(&b.pace, "pace", 2*time.Millisecond, "stateapp -pace during migration trials")
 	flag.DurationVar(&b.settle, "settle", 500*time.Millisecond, "wait before, between and after the migrations of a trial")

@@ -32,8 +32,9 @@ USAGE:
    mpirun --nats URL --hosts NODE[:SLOTS],... [-np N] [OPTIONS] PROGRAM [ARGS...]
 
    Starts N copies ("ranks") of PROGRAM on this machine (or on pcmd nodes, see
-   REMOTE RANKS), numbered 0 to N-1, and waits for all of them. Options must come before PROGRAM: everything after it,
-   including arguments that look like options, is passed to every rank verbatim.
+   REMOTE RANKS), numbered 0 to N-1, and waits for all of them. Options must
+   come before PROGRAM: everything after it, including arguments that look like
+   options, is passed to every rank verbatim.
 
    PROGRAM is an executable (a path, or a command found in $PATH) or the
    directory of a Go main package, e.g. ./heat2d, which is first built once
@@ -62,6 +63,11 @@ OPTIONS:
    --hostfile FILE      as --hosts, one NODE[:SLOTS] per line, '#' starts a comment
    --ckpt-every K       checkpoint the registered state of every rank (package pcm)
                         every K iterations; 0 takes checkpoints only on request
+   --ckpt-sync          write each checkpoint at the iteration boundary, straight
+                        from the registered values. By default the ranks copy
+                        their state in memory and write it in the background,
+                        which costs the job far less time but holds the state
+                        twice in memory while it is written
    --ckpt-dir DIR       where checkpoints are stored (default: the MPIOS_CKPT_DIR
                         of the environment, else ~/.local/state/mpios/ckpt)
    --restart JOB        resume from the newest complete checkpoint of job JOB
@@ -171,6 +177,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.StringFlag{Name: "hosts", Usage: "pcmd nodes NODE[:SLOTS],..."},
 			&cli.StringFlag{Name: "hostfile", Usage: "file of NODE[:SLOTS] lines"},
 			&cli.IntFlag{Name: "ckpt-every", Usage: "checkpoint every K iterations"},
+			&cli.BoolFlag{Name: "ckpt-sync", Usage: "write checkpoints at the boundary"},
 			&cli.StringFlag{Name: "ckpt-dir", Usage: "checkpoint store directory"},
 			&cli.StringFlag{Name: "restart", Usage: "job id to restart from"},
 			&cli.StringFlag{Name: "policy", Usage: "IOS decision policy of the job"},
@@ -255,6 +262,9 @@ func config(c *cli.Context) (launch.Config, error) {
 			return cfg, &usageError{fmt.Sprintf("--ckpt-every %d: want K >= 0", k)}
 		}
 		ckptEnv = append(ckptEnv, job.EnvCkptEvery+"="+strconv.Itoa(c.Int("ckpt-every")))
+	}
+	if c.IsSet("ckpt-sync") {
+		ckptEnv = append(ckptEnv, job.EnvCkptSync+"="+strconv.FormatBool(c.Bool("ckpt-sync")))
 	}
 	if c.IsSet("ckpt-dir") {
 		dir, err := filepath.Abs(c.String("ckpt-dir"))

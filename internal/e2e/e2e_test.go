@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/testbin"
+	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 var bin string // directory with the built mpirun and test programs
@@ -197,28 +198,49 @@ func TestCheckpointFlagsRestartBitwise(t *testing.T) {
 	if res := run("-np", "3", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", undisturbed); res.code != 0 {
 		t.Fatalf("undisturbed run: %d\n%s", res.code, res.stderr)
 	}
-	store := filepath.Join(dir, "ckpt")
-	if res := run("-np", "3", "--job-id", "ck1", "--ckpt-every", "8", "--ckpt-dir", store,
-		prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21"); res.code == 0 {
-		t.Fatal("the crashing run exited 0")
-	}
-	restarted := filepath.Join(dir, "b")
-	res := run("-np", "3", "--job-id", "ck2", "--ckpt-dir", store, "--restart", "ck1",
-		prog("heat2d"), "-n", "41", "-iters", "40", "-dump", restarted)
-	if res.code != 0 {
-		t.Fatalf("restart: %d\n%s", res.code, res.stderr)
-	}
-	if !strings.Contains(res.stderr, "iteration 16") {
-		t.Errorf("restart should report resuming from iteration 16:\n%s", res.stderr)
-	}
-	a, b := testbin.ReadFloats(t, undisturbed), testbin.ReadFloats(t, restarted)
-	if len(a) != len(b) || len(a) != 41*41 {
-		t.Fatalf("dumps of %d and %d values", len(a), len(b))
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			t.Fatalf("cell %d: restarted %v, undisturbed %v", i, b[i], a[i])
+	for _, mode := range []string{"sync", "background"} {
+		// With --ckpt-sync the checkpoint of iteration 16 is committed before iteration 17
+		// starts; in the background it is committed a few agreement points later, and this
+		// tiny grid's iterations take microseconds, so the crash after 21 may beat it.
+		store := filepath.Join(dir, "ckpt-"+mode)
+		args := []string{"-np", "3", "--job-id", "ck1", "--ckpt-every", "8", "--ckpt-dir", store}
+		if mode == "sync" {
+			args = append(args, "--ckpt-sync")
 		}
+		if res := run(append(args, prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")...); res.code == 0 {
+			t.Fatalf("%s: the crashing run exited 0", mode)
+		}
+		newest := newestCheckpoint(t, store, "ck1")
+		if mode == "sync" && newest != 16 || newest != 8 && newest != 16 {
+			t.Fatalf("%s: newest committed checkpoint of iteration %d, want 16 (or 8 in the background)", mode, newest)
+		}
+		restarted := filepath.Join(dir, "b-"+mode)
+		res := run("-np", "3", "--job-id", "ck2-"+mode, "--ckpt-dir", store, "--restart", "ck1",
+			prog("heat2d"), "-n", "41", "-iters", "40", "-dump", restarted)
+		if res.code != 0 {
+			t.Fatalf("%s: restart: %d\n%s", mode, res.code, res.stderr)
+		}
+		if want := fmt.Sprintf("(iteration %d)", newest); !strings.Contains(res.stderr, want) {
+			t.Errorf("%s: restart should report resuming from %s:\n%s", mode, want, res.stderr)
+		}
+		a, b := testbin.ReadFloats(t, undisturbed), testbin.ReadFloats(t, restarted)
+		if len(a) != len(b) || len(a) != 41*41 {
+			t.Fatalf("dumps of %d and %d values", len(a), len(b))
+		}
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("%s: cell %d: restarted %v, undisturbed %v", mode, i, b[i], a[i])
+			}
+		}
+	}
+	// A job that ends normally commits its last checkpoint (taken in the background at
+	// iteration 40) before its ranks exit.
+	store := filepath.Join(dir, "ckpt-end")
+	if res := run("-np", "3", "--job-id", "ck3", "--ckpt-every", "8", "--ckpt-dir", store, prog("heat2d"), "-n", "41", "-iters", "40"); res.code != 0 {
+		t.Fatalf("run to the end: %d\n%s", res.code, res.stderr)
+	}
+	if newest := newestCheckpoint(t, store, "ck3"); newest != 40 {
+		t.Errorf("after a complete run the newest checkpoint is of iteration %d, want 40", newest)
 	}
 	if res := run("-np", "3", "--ckpt-every", "-1", prog("heat2d")); res.code != 2 || !strings.Contains(res.stderr, "--ckpt-every") {
 		t.Errorf("--ckpt-every -1: exit %d\n%s", res.code, res.stderr)
@@ -265,4 +287,21 @@ func TestProfileOut(t *testing.T) {
 	if !seen[0] || !seen[1] {
 		t.Fatalf("no profile with iterations and halo traffic to the other rank from both ranks:\n%s", data)
 	}
+}
+
+// newestCheckpoint returns the iteration of job's newest committed checkpoint in store, or -1.
+func newestCheckpoint(t *testing.T, store, jobID string) int64 {
+	t.Helper()
+	s, err := ckptstore.Open(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := s.Checkpoints(jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 {
+		return -1
+	}
+	return ms[0].Iteration
 }

@@ -362,14 +362,15 @@ func (c *cluster) jobInfo(id string) job.JobInfo {
 	return info
 }
 
-// TestRestartOnOtherNodesFetchesPieces: a job checkpoints on nodes n1 and n2 and dies; it is
+// TestRestartOnOtherNodesFetchesPieces: a job checkpoints on nodes n1 and n2 (synchronously,
+// so that the checkpoint of iteration 16 is surely committed when it dies) and dies; it is
 // restarted on n3 and n4, whose stores hold nothing of it: the manifest comes from the
 // ranks' agreement, the pieces from the pcmd of the nodes that store them.
 func TestRestartOnOtherNodesFetchesPieces(t *testing.T) {
 	args := []string{"heat2d", "-n", "41", "-iters", "40"}
 	want := referenceDump(t, args...)
 	c := newCluster(t, "n1", "n2", "n3", "n4")
-	crashed := c.start(t, "rs1", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "8", prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")
+	crashed := c.start(t, "rs1", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "8", "--ckpt-sync", prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")
 	if code := crashed.wait(60 * time.Second); code == 0 {
 		t.Fatalf("the crashing run exited 0:\n%s", crashed.stderr.String())
 	}

@@ -33,6 +33,7 @@ const (
 	EnvCkptDir   = "MPIOS_CKPT_DIR"   // checkpoint store root; default $XDG_STATE_HOME/mpios/ckpt
 	EnvCkptKeep  = "MPIOS_CKPT_KEEP"  // committed checkpoints kept per job; default 2
 	EnvCkptPoll  = "MPIOS_CKPT_POLL"  // agree on on-demand requests every M iterations; 0: adaptive
+	EnvCkptSync  = "MPIOS_CKPT_SYNC"  // 1: write and commit checkpoints at the boundary, not in the background
 	EnvRestart   = "MPIOS_RESTART"    // id of the job whose newest valid checkpoint to restart from
 	// EnvMigrate is set by the launcher for a process that takes over a migrating rank:
 	// where its predecessor waits to hand the rank over (see package internal/rewire).

@@ -1,7 +1,9 @@
 package solverkit
 
 import (
+	"flag"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -43,6 +45,25 @@ func TestFloatsRoundTrip(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("%d: %v", i, got[i])
+		}
+	}
+}
+
+func TestUsageHidesTestAndBenchmarkFlags(t *testing.T) {
+	fs := flag.NewFlagSet("solver", flag.ContinueOnError)
+	var out strings.Builder
+	fs.SetOutput(&out)
+	fs.Int("n", 10, "grid size")
+	for _, name := range []string{CrashFlag, PaceFlag, NoPCMFlag, InitFlag} {
+		fs.String(name, "", "hidden")
+	}
+	Usage(fs)
+	if !strings.Contains(out.String(), "-n int") {
+		t.Errorf("usage lacks -n:\n%s", out.String())
+	}
+	for _, name := range []string{CrashFlag, PaceFlag, NoPCMFlag, InitFlag} {
+		if strings.Contains(out.String(), "-"+name) {
+			t.Errorf("usage shows the hidden -%s:\n%s", name, out.String())
 		}
 	}
 }

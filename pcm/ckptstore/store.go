@@ -1,8 +1,10 @@
 package ckptstore
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -10,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
@@ -34,14 +38,21 @@ type Options struct {
 	Checksum string
 	// Now returns the current time, for Manifest.Time. Default: time.Now.
 	Now func() time.Time
+	// CommitSizeOnly makes CommitManifest check only the size of local pieces that another
+	// Store wrote (another rank's process), instead of re-reading them to verify their
+	// checksum. Their writer computed the checksum from the data it wrote, and every load
+	// verifies it, so damage is still caught, at restart rather than at commit. It spares the
+	// committing process a read of every other rank's piece per checkpoint.
+	CommitSizeOnly bool
 }
 
 // Store keeps checkpoints under a root directory on local disk.
 type Store struct {
-	root string
-	node string
-	algo string
-	now  func() time.Time
+	root     string
+	node     string
+	algo     string
+	now      func() time.Time
+	sizeOnly bool // Options.CommitSizeOnly
 
 	mu      sync.Mutex
 	jobLock map[string]*sync.RWMutex // per job: Put's rename (read) vs Commit and Prune (write)
@@ -88,7 +99,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("ckptstore: open %q: %w", dir, err)
 	}
 	return &Store{
-		root: abs, node: o.Node, algo: o.Checksum, now: o.Now,
+		root: abs, node: o.Node, algo: o.Checksum, now: o.Now, sizeOnly: o.CommitSizeOnly,
 		jobLock: make(map[string]*sync.RWMutex), durable: make(map[string]bool),
 		written: make(map[PieceID]putRecord),
 	}, nil
@@ -233,7 +244,110 @@ func (writerToReader) Read([]byte) (int, error) {
 	return 0, errors.New("writerToReader: Read called; use WriteTo")
 }
 
-func (s *Store) putPiece(id PieceID, r io.Reader) (info PieceInfo, err error) {
+// PutPieceBytes is PutPiece for a piece held in memory, such as a PieceBuffer's: it is meant
+// to run in the background while the application computes. Two things spare the machine:
+// blocks of DirectAlign zero bytes are not written (the file has holes there, which read as
+// zeros; the checksum covers every byte), and when data starts at a DirectAlign boundary (a
+// PieceBuffer's always does) and the file system allows it, the rest goes to disk with
+// direct I/O, without the CPU copying it into the page cache first. data must not change
+// until PutPieceBytes returns.
+func (s *Store) PutPieceBytes(job string, seq uint64, rank int, data []byte) (PieceInfo, error) {
+	id := PieceID{Job: job, Seq: seq, Rank: rank}
+	info, err := s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, error) {
+		direct, err := writeSparse(f, h, data)
+		if direct && err == nil {
+			directWrites.Add(1)
+		}
+		return int64(len(data)), err
+	})
+	if err != nil {
+		return PieceInfo{}, fmt.Errorf("ckptstore: put %s: %w", id, err)
+	}
+	return info, nil
+}
+
+// maxRun bounds one write of consecutive non-zero blocks.
+const maxRun = 8 << 20
+
+// writeSparse writes data to the empty file f and h, leaving holes in the file where whole
+// blocks are zero, and reports whether direct I/O was used. Each block is checksummed and
+// tested for zeros while it is in the cache: one pass over memory.
+func writeSparse(f *os.File, h hash.Hash, data []byte) (direct bool, err error) {
+	whole := len(data) &^ (DirectAlign - 1)
+	if whole > 0 && isAligned(data) {
+		direct = setDirect(f, true)
+	}
+	// zero reports whether the block at off is zero, checksumming it the first time.
+	summed := 0
+	zero := func(off int) bool {
+		b := data[off : off+DirectAlign]
+		if off == summed {
+			h.Write(b)
+			summed += DirectAlign
+		}
+		return isZero(b)
+	}
+	for off := 0; off < whole; {
+		if zero(off) {
+			off += DirectAlign
+			continue
+		}
+		end := off + DirectAlign
+		for end < whole && end-off < maxRun && !zero(end) {
+			end += DirectAlign
+		}
+		if _, err := f.WriteAt(data[off:end], int64(off)); err != nil {
+			if direct && errors.Is(err, syscall.EINVAL) {
+				// The file system took the flag but not the I/O: do it plainly.
+				if direct = !setDirect(f, false); direct {
+					return true, err
+				}
+				continue
+			}
+			return direct, err
+		}
+		off = end
+	}
+	h.Write(data[whole:])
+	if direct && !setDirect(f, false) {
+		return true, errors.New("cannot turn direct I/O off for the last block")
+	}
+	if tail := data[whole:]; !isZero(tail) {
+		if _, err := f.WriteAt(tail, int64(whole)); err != nil {
+			return direct, err
+		}
+	}
+	return direct, f.Truncate(int64(len(data)))
+}
+
+// isZero reports whether b holds only zero bytes.
+func isZero(b []byte) bool {
+	for len(b) >= 32 {
+		if binary.LittleEndian.Uint64(b)|binary.LittleEndian.Uint64(b[8:])|
+			binary.LittleEndian.Uint64(b[16:])|binary.LittleEndian.Uint64(b[24:]) != 0 {
+			return false
+		}
+		b = b[32:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// directWrites counts the pieces written with direct I/O, for tests.
+var directWrites atomic.Int64
+
+func (s *Store) putPiece(id PieceID, r io.Reader) (PieceInfo, error) {
+	return s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, error) {
+		return io.CopyBuffer(io.MultiWriter(f, h), r, make([]byte, copyBufSize))
+	})
+}
+
+// putPieceWith stores piece id, whose data write puts into the temporary file f and into h.
+func (s *Store) putPieceWith(id PieceID, write func(f *os.File, h hash.Hash) (int64, error)) (info PieceInfo, err error) {
 	if err := validID(id); err != nil {
 		return info, err
 	}
@@ -262,7 +376,7 @@ func (s *Store) putPiece(id PieceID, r io.Reader) (info PieceInfo, err error) {
 		}
 	}()
 	h, _ := newHash(s.algo)
-	n, err := io.CopyBuffer(io.MultiWriter(f, h), r, make([]byte, copyBufSize))
+	n, err := write(f, h)
 	if err != nil {
 		return info, err
 	}

@@ -1,0 +1,234 @@
+package pcm
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm/ckptstore"
+)
+
+// A checkpoint goes through three steps, each ending at a point where every rank agrees:
+//
+//  1. At the boundary where it is due, each rank copies its registered state into memory
+//     (a snapshot, milliseconds) and goes on computing while a goroutine writes the copy to
+//     its store and makes it durable.
+//  2. At the first agreement point where every rank's piece is durable, the ranks exchange
+//     what they wrote (sizes, checksums, errors); one rank per store commits the manifest
+//     and prunes, again in the background.
+//  3. At the first agreement point where every committing rank is done, the checkpoint is
+//     committed, or reported failed on every rank.
+//
+// A checkpoint is thus committed a few agreement points after it was taken, and only once
+// every piece is durable. At most one is in flight: a checkpoint due while the previous one
+// is still in flight, a migration, and Close first finish it (settle), waiting if need be.
+// With Options.SyncCheckpoints all three steps happen at the boundary itself.
+
+// flight is the checkpoint in flight; nil when there is none.
+type flight struct {
+	seq  uint64
+	iter int
+
+	piece chan pieceResult // the background write's outcome
+	res   *pieceResult     // once received
+
+	committing bool               // step 2 is done: the manifest is being committed
+	commit     chan error         // the background commit's outcome (committing leaders)
+	commitErr  error              // once received
+	commitDone bool               // commitErr is set
+	manifest   ckptstore.Manifest // what is being committed
+}
+
+// startCheckpoint takes checkpoint p.seq of the state after iteration iter: step 1.
+func (p *Process) startCheckpoint(iter int) {
+	f := &flight{seq: p.seq, iter: iter, piece: make(chan pieceResult, 1)}
+	p.seq++ // also when abandoned: a number is never reused
+	p.flight = f
+	res := pieceResult{Time: time.Now().UTC(), Store: p.storeID}
+	rank, jobID := p.world.Rank(), p.opts.JobID
+	if p.opts.SyncCheckpoints {
+		// Straight from the registered values to disk: no second copy of the state in memory.
+		info, err := p.store.PutPieceFrom(jobID, f.seq, rank, p.reg)
+		f.piece <- res.with(info, err)
+		return
+	}
+	p.snap.Reset()
+	p.snap.Grow(p.snapshotSize())
+	if _, err := p.reg.WriteTo(&p.snap); err != nil {
+		f.piece <- res.with(ckptstore.PieceInfo{}, err)
+		return
+	}
+	data := p.snap.Bytes()
+	go func() {
+		info, err := p.store.PutPieceBytes(jobID, f.seq, rank, data)
+		f.piece <- res.with(info, err)
+	}()
+}
+
+// snapshotSize estimates the bytes of a snapshot of the registered state.
+func (p *Process) snapshotSize() int {
+	return int(min(p.reg.Size()+4096, 1<<40))
+}
+
+func (r pieceResult) with(info ckptstore.PieceInfo, err error) pieceResult {
+	r.Info = info
+	if err != nil {
+		r.Err = err.Error()
+		r.err = err
+	}
+	return r
+}
+
+// busy reports whether this rank's part of the current step is still running, collecting
+// its outcome if it has just finished. Only committing ranks have a part in step 3.
+func (f *flight) busy() bool {
+	if !f.committing {
+		if f.res == nil {
+			select {
+			case r := <-f.piece:
+				f.res = &r
+			default:
+			}
+		}
+		return f.res == nil
+	}
+	if f.commit != nil && !f.commitDone {
+		select {
+		case f.commitErr = <-f.commit:
+			f.commitDone = true
+		default:
+		}
+		return !f.commitDone
+	}
+	return false
+}
+
+// wait blocks until this rank's part of the current step is done.
+func (f *flight) wait() {
+	if !f.committing && f.res == nil {
+		r := <-f.piece
+		f.res = &r
+	}
+	if f.committing && f.commit != nil && !f.commitDone {
+		f.commitErr, f.commitDone = <-f.commit, true
+	}
+}
+
+// commitVote is this rank's part of the agreement on step 3: 1 + its rank if its commit
+// failed, else 0.
+func (p *Process) commitVote() int64 {
+	if f := p.flight; f != nil && f.committing && f.commitDone && f.commitErr != nil {
+		return int64(p.world.Rank()) + 1
+	}
+	return 0
+}
+
+// advance takes the checkpoint in flight through its next step, once every rank is done with
+// the current one. All ranks call it at the same point. failed is the agreed commitVote.
+func (p *Process) advance(failed int64) error {
+	f := p.flight
+	if !f.committing {
+		return p.exchangePieces()
+	}
+	p.flight = nil
+	if failed == 0 {
+		return nil
+	}
+	cerr := &CheckpointError{Job: p.opts.JobID, Seq: f.seq, Iteration: f.iter, CommitFailed: true}
+	reason := "commit failed"
+	if int(failed-1) == p.world.Rank() && f.commitErr != nil {
+		reason, cerr.Err = f.commitErr.Error(), f.commitErr
+	}
+	cerr.Failures = []RankFailure{{Rank: int(failed - 1), Reason: reason}}
+	return cerr
+}
+
+// exchangePieces is step 2: every rank learns what every rank wrote; if all succeeded, the
+// first rank of each store commits the manifest there, in the background.
+func (p *Process) exchangePieces() error {
+	f := p.flight
+	seq, rank, n := f.seq, p.world.Rank(), p.world.Size()
+	cerr := &CheckpointError{Job: p.opts.JobID, Seq: seq, Iteration: f.iter, Err: f.res.err}
+	enc, err := json.Marshal(f.res)
+	if err != nil {
+		p.flight = nil
+		return fmt.Errorf("pcm: checkpoint %d: encode result: %w", seq, err)
+	}
+	encs, err := allgatherBytes(p.world, enc)
+	if err != nil {
+		p.flight = nil
+		return fmt.Errorf("pcm: checkpoint %d: exchange results: %w", seq, err)
+	}
+	results := make([]pieceResult, n)
+	for r, b := range encs {
+		if err := json.Unmarshal(b, &results[r]); err != nil {
+			p.flight = nil
+			return fmt.Errorf("pcm: checkpoint %d: result of rank %d: %w", seq, r, err)
+		}
+		if results[r].Err != "" {
+			cerr.Failures = append(cerr.Failures, RankFailure{Rank: r, Reason: results[r].Err})
+		}
+	}
+	if len(cerr.Failures) > 0 {
+		p.flight = nil
+		return cerr // every rank saw the same results: all abandon it
+	}
+	for r := range results {
+		if results[r].Store == p.storeID {
+			p.leader = r == rank
+			break
+		}
+	}
+	f.manifest = ckptstore.Manifest{
+		Job: p.opts.JobID, Seq: seq, Iteration: int64(f.iter), Size: n,
+		Time: results[0].Time, // the same on every committing rank, so the manifests are equal
+		Meta: map[string]string{"pcm.entries": strings.Join(p.reg.Names(), ",")},
+	}
+	for _, r := range results {
+		f.manifest.Pieces = append(f.manifest.Pieces, r.Info)
+	}
+	f.committing = true
+	if p.leader {
+		f.commit = make(chan error, 1)
+		commit := func() {
+			err := p.commit(f.manifest)
+			if err == nil {
+				if perr := p.store.Prune(p.opts.JobID, p.opts.Keep); perr != nil {
+					// The checkpoint is committed; a failed cleanup only costs disk space.
+					fmt.Fprintf(p.opts.Log, "pcm: warning: %v\n", perr)
+				}
+			}
+			f.commit <- err
+		}
+		if p.opts.SyncCheckpoints {
+			commit()
+		} else {
+			go commit()
+		}
+	}
+	return nil
+}
+
+// settle finishes the checkpoint in flight, waiting for this rank's parts: steps 2 and 3 as
+// far as they are left. Collective: every rank calls it at the same point.
+func (p *Process) settle() error {
+	if p.flight == nil {
+		return nil
+	}
+	if !p.flight.committing {
+		p.flight.wait()
+		if err := p.advance(0); err != nil || p.flight == nil {
+			return err
+		}
+	}
+	p.flight.wait()
+	vote, out := []int64{p.commitVote()}, []int64{0}
+	if err := mpi.Allreduce(p.world, vote, out, mpi.Max); err != nil {
+		seq := p.flight.seq
+		p.flight = nil
+		return fmt.Errorf("pcm: checkpoint %d: agree on commit: %w", seq, err)
+	}
+	return p.advance(out[0])
+}
