@@ -61,10 +61,10 @@ func (p *Process) startCheckpoint(iter int) {
 		return
 	}
 	data := p.snap.Bytes()
-	go func() {
+	inBackground(func() {
 		info, err := p.store.PutPieceBytes(jobID, f.seq, rank, data)
 		f.piece <- res.with(info, err)
-	}()
+	})
 }
 
 // snapshotSize estimates the bytes of a snapshot of the registered state.
@@ -205,7 +205,7 @@ func (p *Process) exchangePieces() error {
 		if p.opts.SyncCheckpoints {
 			commit()
 		} else {
-			go commit()
+			inBackground(commit)
 		}
 	}
 	return nil

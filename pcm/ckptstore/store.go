@@ -1,7 +1,7 @@
 package ckptstore
 
 import (
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"fmt"
 	"hash"
@@ -322,20 +322,18 @@ func writeSparse(f *os.File, h hash.Hash, data []byte) (direct bool, err error) 
 
 // isZero reports whether b holds only zero bytes.
 func isZero(b []byte) bool {
-	for len(b) >= 32 {
-		if binary.LittleEndian.Uint64(b)|binary.LittleEndian.Uint64(b[8:])|
-			binary.LittleEndian.Uint64(b[16:])|binary.LittleEndian.Uint64(b[24:]) != 0 {
+	for len(b) > 0 {
+		n := min(len(b), len(zeroBlock))
+		// bytes.Equal is the runtime's vectorized memequal.
+		if !bytes.Equal(b[:n], zeroBlock[:n]) {
 			return false
 		}
-		b = b[32:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
+		b = b[n:]
 	}
 	return true
 }
+
+var zeroBlock [DirectAlign]byte
 
 // directWrites counts the pieces written with direct I/O, for tests.
 var directWrites atomic.Int64
