@@ -117,7 +117,9 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 	}
 	if take {
 		p.startCheckpoint(iter)
-		if p.opts.SyncCheckpoints {
+		// A process that leaves cannot finish a checkpoint later, and its successor never
+		// began it: with a migration at this boundary, finish it here.
+		if p.opts.SyncCheckpoints || len(moving) > 0 {
 			if err := note(p.settle()); err != nil {
 				return Continue, err
 			}

@@ -264,7 +264,8 @@ func referenceDump(t *testing.T, args ...string) []byte {
 
 // TestMigrationsKeepResultsBitwise is the migration test: two pcmd nodes and a real
 // nats-server; heat2d and jacobi on 4 ranks move back and forth, two ranks in one boundary,
-// rank 0 included, and the results are bitwise those of an undisturbed run.
+// rank 0 included, and the results are bitwise those of an undisturbed run; heat2d also
+// checkpoints in the background meanwhile.
 func TestMigrationsKeepResultsBitwise(t *testing.T) {
 	apps := map[string][]string{
 		"heat2d": {"heat2d", "-n", "96", "-iters", "2500"},
@@ -275,7 +276,13 @@ func TestMigrationsKeepResultsBitwise(t *testing.T) {
 			want := referenceDump(t, args...)
 			c := newCluster(t, "n1", "n2")
 			dump := filepath.Join(t.TempDir(), "out.bin")
-			run := append([]string{"--hosts", "n1:2,n2:2", prog(args[0])}, args[1:]...)
+			run := []string{"--hosts", "n1:2,n2:2"}
+			if name == "heat2d" {
+				// Checkpoints every 7 iterations (14 ms) are often still being written
+				// when a migration comes: they must be committed first, and survive it.
+				run = append(run, "--ckpt-every", "7")
+			}
+			run = append(append(run, prog(args[0])), args[1:]...)
 			j := c.start(t, "mig-"+name, nil, append(run, "-dump", dump, "-pace", "2ms")...)
 			c.waitRunning(t, j.id)
 			// Placement is round-robin: n1 runs ranks 0 and 2, n2 ranks 1 and 3.
@@ -289,6 +296,9 @@ func TestMigrationsKeepResultsBitwise(t *testing.T) {
 			j.sameDump(dump, want)
 			if n := strings.Count(j.stderr.String(), "mpirun: migrated rank"); n != 5 {
 				t.Fatalf("%d migrations reported, want 5:\n%s", n, j.stderr.String())
+			}
+			if strings.Contains(j.stderr.String(), "checkpoint") && strings.Contains(j.stderr.String(), "warning") {
+				t.Fatalf("a checkpoint failed:\n%s", j.stderr.String())
 			}
 		})
 	}
