@@ -304,6 +304,27 @@ func TestMigrationsKeepResultsBitwise(t *testing.T) {
 	}
 }
 
+// TestMigrationAtCheckpointBoundary: with a checkpoint at every boundary, each migration
+// coincides with one being taken; it is finished before the rank moves (the leaving process
+// could not finish it later, and its successor never began it), and the job goes on.
+func TestMigrationAtCheckpointBoundary(t *testing.T) {
+	args := []string{"heat2d", "-n", "48", "-iters", "600"}
+	want := referenceDump(t, args...)
+	c := newCluster(t, "n1", "n2")
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "migck", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "1", prog("heat2d"), "-n", "48", "-iters", "600", "-dump", dump, "-pace", "2ms")
+	c.waitRunning(t, j.id)
+	c.migrate(j, "n1", 1, 1)
+	c.migrate(j, "n2", 2, 1, 0)
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	j.sameDump(dump, want)
+	if strings.Contains(j.stderr.String(), "warning") {
+		t.Fatalf("a checkpoint failed:\n%s", j.stderr.String())
+	}
+}
+
 // TestFailedMigrationsLeaveTheRankInPlace covers the failure cases: each migration is
 // aborted, the old process continues, the job's result is unchanged, and mpirun says why.
 func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
