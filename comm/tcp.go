@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"bufio"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -16,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,22 +44,34 @@ type TCPConfig struct {
 	// poller. A frame that arrives within the window is dispatched at once, without the
 	// poller's wake-up of a sleeping thread (which costs ~15 us on a 2-core VM). It pays
 	// only when every rank has a core of its own: on a shared or oversubscribed core the
-	// polling takes the time the peer needs. 0 means the duration in MPIOS_SPIN if that is
-	// set (SuggestedSpinWait is a good value), else no polling; negative: never poll.
+	// polling takes the time the peer needs. Positive: always poll that long; negative:
+	// never poll; 0: decide by MPIOS_SPIN and the ranks on this node (see DecideSpin).
 	SpinWait time.Duration
+	// NodeRanks is the number of ranks on this node, for that decision (0: MPIOS_NODE_RANKS,
+	// else unknown).
+	NodeRanks int
 }
 
-// SuggestedSpinWait halves small-message latency on dedicated cores (see
-// docs/PERFORMANCE.md); set MPIOS_SPIN=30us to use it.
+// SuggestedSpinWait is the polling window after data arrived when a rank has a core to
+// itself: it halves small-message latency (see docs/PERFORMANCE.md).
 const SuggestedSpinWait = 30 * time.Microsecond
+
+// SuggestedSpinWaitLong is the polling window while a goroutine of the process waits for a
+// message (WaitNotifier): waking a parked reader costs ~20 us, 2% of a wait this long, and
+// the next message of a large transfer (a 4 MiB rendezvous takes ~0.7 ms) is caught at once.
+const SuggestedSpinWaitLong = time.Millisecond
 
 const (
 	defaultDialTimeout      = 10 * time.Second
 	defaultHandshakeTimeout = 10 * time.Second
 	readBufferSize          = 256 << 10 // holds a header plus the largest eager payload
-	smallFrame              = 64 << 10  // frames up to this size are copied into one write
-	nonceSize               = 16
-	macSize                 = sha256.Size
+	// directMin is the smallest eager payload read straight into a waiting receive's buffer
+	// when it has not arrived yet: below it, the copy out of the read buffer is cheaper than
+	// the separate read system calls for header and payload.
+	directMin  = 32 << 10
+	smallFrame = 64 << 10 // frames up to this size are copied into one write
+	nonceSize  = 16
+	macSize    = sha256.Size
 )
 
 var (
@@ -75,7 +87,13 @@ var ErrAuth = errors.New("comm: authentication failed")
 // there is no connect race to break and per-pair order is TCP's order.
 type TCPEndpoint struct {
 	cfg     TCPConfig
+	spin    SpinPolicy
 	handler Handler
+	waiters atomic.Int32 // goroutines waiting for a message (Waiting)
+	waitAt  atomic.Int64 // monoNow of the latest Waiting(true)
+	writing atomic.Int32 // large frames being written (see Send)
+	// readers[peer] is the polling reader of peer's connection, if it has one.
+	readers []atomic.Pointer[spinReader]
 
 	peers []*tcpPeer
 
@@ -125,14 +143,13 @@ func NewTCP(cfg TCPConfig) (*TCPEndpoint, error) {
 		logger := log.New(os.Stderr, "", 0)
 		cfg.Logf = logger.Printf
 	}
-	if cfg.SpinWait == 0 {
-		if v, err := time.ParseDuration(os.Getenv("MPIOS_SPIN")); err == nil {
-			cfg.SpinWait = v
-		}
+	spin, err := spinPolicy(&cfg)
+	if err != nil {
+		return nil, err
 	}
 	cfg.Addrs = append([]string(nil), cfg.Addrs...) // Redirect changes them
-	e := &TCPEndpoint{cfg: cfg, peers: make([]*tcpPeer, cfg.Size), in: make(map[net.Conn]*sync.Mutex),
-		inPeer: make([]int, cfg.Size), inOrder: make([][]net.Conn, cfg.Size)}
+	e := &TCPEndpoint{cfg: cfg, spin: spin, peers: make([]*tcpPeer, cfg.Size), in: make(map[net.Conn]*sync.Mutex),
+		inPeer: make([]int, cfg.Size), inOrder: make([][]net.Conn, cfg.Size), readers: make([]atomic.Pointer[spinReader], cfg.Size)}
 	e.inTurn = sync.NewCond(&e.mu)
 	for i := range e.peers {
 		e.peers[i] = &tcpPeer{}
@@ -145,6 +162,32 @@ func (e *TCPEndpoint) Rank() int { return e.cfg.Rank }
 
 // Size implements Endpoint.
 func (e *TCPEndpoint) Size() int { return e.cfg.Size }
+
+// Spin returns how this endpoint's readers poll their sockets, and why.
+func (e *TCPEndpoint) Spin() SpinPolicy { return e.spin }
+
+// Waiting implements WaitNotifier. While a goroutine waits, the readers poll for up to the
+// policy's WaitLong since the last data or the start of the wait, whichever is later (instead
+// of its Wait since the last data), and the reader of the awaited
+// peer, if it sleeps in the network poller, is woken to poll: the frame is then read as soon
+// as it arrives, without the poller's wake-up of a sleeping thread (a rank that computed
+// longer than the polling window, as a solver between its halo exchanges, would otherwise pay
+// that on every exchange).
+func (e *TCPEndpoint) Waiting(peer int, on bool) {
+	if !on {
+		e.waiters.Add(-1)
+		return
+	}
+	e.waiters.Add(1)
+	e.waitAt.Store(monoNow())
+	if peer >= 0 && peer < len(e.readers) {
+		e.readers[peer].Load().wake()
+		return
+	}
+	for i := range e.readers {
+		e.readers[i].Load().wake()
+	}
+}
 
 // Start implements Endpoint.
 func (e *TCPEndpoint) Start(h Handler) error {
@@ -227,33 +270,57 @@ func (e *TCPEndpoint) serveConn(conn net.Conn) {
 // readFrames dispatches frames from peer until a Bye (returns its flags) or an error.
 func (e *TCPEndpoint) readFrames(peer int, conn net.Conn) (uint8, error) {
 	var src io.Reader = conn
-	if sc, ok := conn.(syscall.Conn); ok && e.cfg.SpinWait > 0 {
+	if sc, ok := conn.(syscall.Conn); ok && e.spin.Wait > 0 {
 		if rc, err := sc.SyscallConn(); err == nil {
-			src = &spinReader{conn: conn, rc: rc, spin: e.cfg.SpinWait}
+			var gate *loadGate
+			if e.spin.Adaptive {
+				gate = processGate()
+			}
+			sr := newSpinReader(conn, rc, e.spin.Wait, max(e.spin.WaitLong, e.spin.Wait), gate, &e.waiters, &e.waitAt, &e.writing)
+			e.readers[peer].Store(sr) // only one connection of a peer is read at a time
+			defer e.readers[peer].CompareAndSwap(sr, nil)
+			src = sr
 		}
 	}
-	br := bufio.NewReaderSize(src, readBufferSize)
-	var hb [HeaderSize]byte
+	direct, _ := e.handler.(EagerReceiver)
+	fr := &frameReader{src: src, buf: make([]byte, readBufferSize)}
+	var h Header // one per connection: the handlers get &h, which would escape per frame
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
+		hb, err := fr.next(HeaderSize)
+		if err != nil {
 			return 0, err
 		}
-		h, err := DecodeHeader(hb[:])
-		if err != nil {
+		if h, err = DecodeHeader(hb); err != nil {
 			return 0, err
 		}
 		switch h.Kind {
 		case KindBye:
 			return h.Flags, nil
 		case KindEager:
-			payload, err := br.Peek(int(h.Len))
+			n := int(h.Len)
+			if direct != nil && n >= directMin && fr.buffered() < n {
+				if dst := direct.EagerBuffer(peer, &h); dst != nil {
+					if len(dst) != n {
+						err = fmt.Errorf("comm: eager buffer of %d bytes for a %d-byte payload", len(dst), n)
+					} else {
+						err = fr.readFull(dst)
+					}
+					direct.EagerDone(peer, &h, err)
+					if err != nil {
+						return 0, err
+					}
+					fr.exact = true
+					continue
+				}
+			}
+			payload, err := fr.next(n)
 			if err != nil {
 				return 0, err
 			}
-			if err := e.handler.HandleFrame(peer, &h, payload); err != nil {
-				return 0, err
+			if n > 0 && n < directMin {
+				fr.exact = false
 			}
-			if _, err := br.Discard(int(h.Len)); err != nil {
+			if err := e.handler.HandleFrame(peer, &h, payload); err != nil {
 				return 0, err
 			}
 		case KindRTS, KindCTS:
@@ -266,7 +333,7 @@ func (e *TCPEndpoint) readFrames(peer int, conn net.Conn) (uint8, error) {
 				return 0, err
 			}
 			if dst == nil {
-				if _, err := br.Discard(int(h.Len)); err != nil {
+				if err := fr.discard(int(h.Len)); err != nil {
 					return 0, err
 				}
 				continue
@@ -274,9 +341,10 @@ func (e *TCPEndpoint) readFrames(peer int, conn net.Conn) (uint8, error) {
 			if len(dst) != int(h.Len) {
 				return 0, fmt.Errorf("comm: data buffer of %d bytes for a %d-byte chunk", len(dst), h.Len)
 			}
-			if _, err := io.ReadFull(br, dst); err != nil {
+			if err := fr.readFull(dst); err != nil {
 				return 0, err
 			}
+			fr.exact = true
 			if err := e.handler.DataDone(peer, &h); err != nil {
 				return 0, err
 			}
@@ -284,45 +352,203 @@ func (e *TCPEndpoint) readFrames(peer int, conn net.Conn) (uint8, error) {
 	}
 }
 
+// frameReader buffers a connection's frames. Small frames are read many at a time into buf;
+// a large payload with a known destination is read straight into it, without passing through
+// buf. After such a payload, headers are read alone (exact) until a small payload arrives, so
+// that reading a header does not pull the next large payload into buf.
+type frameReader struct {
+	src   io.Reader
+	buf   []byte
+	r, w  int // buf[r:w] is unread
+	exact bool
+}
+
+func (f *frameReader) buffered() int { return f.w - f.r }
+
+// next returns the next n <= len(buf) bytes, valid until the next call.
+func (f *frameReader) next(n int) ([]byte, error) {
+	if f.w-f.r < n {
+		if err := f.fill(n, f.exact && n == HeaderSize); err != nil {
+			return nil, err
+		}
+	}
+	b := f.buf[f.r : f.r+n : f.r+n]
+	f.r += n
+	return b, nil
+}
+
+// fill reads until at least n bytes are buffered; exact reads no more than that.
+func (f *frameReader) fill(n int, exact bool) error {
+	if f.r == f.w || f.r+n > len(f.buf) {
+		f.w = copy(f.buf, f.buf[f.r:f.w])
+		f.r = 0
+	}
+	limit := len(f.buf)
+	if exact {
+		limit = f.r + n
+	}
+	for f.w-f.r < n {
+		m, err := f.src.Read(f.buf[f.w:limit])
+		f.w += m
+		if err != nil && f.w-f.r < n {
+			if err == io.EOF && f.w > f.r {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// readFull fills dst with the next len(dst) bytes: what is buffered, then straight from src.
+func (f *frameReader) readFull(dst []byte) error {
+	n := copy(dst, f.buf[f.r:f.w])
+	f.r += n
+	for n < len(dst) {
+		m, err := f.src.Read(dst[n:])
+		n += m
+		if err != nil && n < len(dst) {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// discard skips the next n bytes.
+func (f *frameReader) discard(n int) error {
+	for n > 0 {
+		if f.r == f.w {
+			if err := f.fill(1, false); err != nil {
+				return err
+			}
+		}
+		k := min(n, f.w-f.r)
+		f.r += k
+		n -= k
+	}
+	return nil
+}
+
 // spinReader reads a socket for readFrames. After data arrived it polls the socket with
 // non-blocking reads, yielding the processor between them (so that the goroutine the last
-// frame woke runs first), for up to spin; only then does it block in the network poller.
-// The usual case in iterative programs -- the answer to a message comes within a few tens of
-// microseconds -- then costs one read system call instead of an epoll wake-up, a futex wake of
-// the runtime's monitor thread and a thread hand-off. The polling is bounded, so a rank that
-// waits long (or shares its core with other ranks) sleeps as before.
+// frame woke runs first), for up to spin -- or long, while a goroutine of the process waits
+// for a message -- and only then blocks in the network poller. The usual case in iterative
+// programs -- the answer to a message comes within a few tens of microseconds -- then costs
+// one read system call instead of an epoll wake-up, a futex wake of the runtime's monitor
+// thread and a thread hand-off. The polling is bounded, so a rank that waits long sleeps as
+// before; with a gate (adaptive polling) it stops while the node is loaded, where it would
+// take the time other threads need.
 type spinReader struct {
-	conn net.Conn
-	rc   syscall.RawConn
-	spin time.Duration
-	last time.Time // when data last arrived
+	conn    net.Conn
+	rc      syscall.RawConn
+	spin    time.Duration // polling window after data arrived
+	long    time.Duration // polling window while the process waits for a message
+	gate    *loadGate     // nil: forced polling
+	waiters *atomic.Int32 // the endpoint's waiting goroutines
+	waitAt  *atomic.Int64 // and when the latest wait began (monoNow)
+	writing *atomic.Int32 // the endpoint's large writes in progress
+	last    int64         // monoNow when data last arrived (or wake woke the reader)
+	got     bool          // the last Read returned data
+	parked  atomic.Bool   // in the network poller
+
+	// The non-blocking read, bound once: a closure per poll would be an allocation per poll.
+	poll  func(fd uintptr) bool
+	p     []byte
+	n     int
+	errno error
+}
+
+func newSpinReader(conn net.Conn, rc syscall.RawConn, spin, long time.Duration, gate *loadGate, waiters *atomic.Int32, waitAt *atomic.Int64, writing *atomic.Int32) *spinReader {
+	r := &spinReader{conn: conn, rc: rc, spin: spin, long: long, gate: gate, waiters: waiters, waitAt: waitAt, writing: writing}
+	r.poll = func(fd uintptr) bool {
+		r.n, r.errno = syscall.Read(int(fd), r.p)
+		return true // never park here: EAGAIN is handled by Read
+	}
+	return r
+}
+
+// monoEpoch and monoNow give the readers a monotonic clock in an int64, which an atomic holds.
+var monoEpoch = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
+// wake makes a reader that sleeps in the network poller poll again (for Waiting), unless
+// the node is loaded. It sets a read deadline in the past, which ends the sleeping Read; the
+// reader clears it wherever it meets it (a wake can land just after the reader woke by
+// itself, and then fails its next read instead).
+func (r *spinReader) wake() {
+	if r == nil || !r.parked.Load() || (r.gate != nil && !r.gate.open.Load()) {
+		return
+	}
+	r.conn.SetReadDeadline(time.Unix(1, 0))
+}
+
+// woken reports whether err is the deadline wake set, which it then clears (or the error
+// clearing it).
+func (r *spinReader) woken(err error) (bool, error) {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false, nil
+	}
+	if err := r.conn.SetReadDeadline(time.Time{}); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (r *spinReader) Read(p []byte) (int, error) {
+	if r.got {
+		// The frames of the last read have been dispatched; let the goroutines they woke run
+		// before polling again: their answer is what the next read waits for.
+		r.got = false
+		runtime.Gosched()
+	}
 	for {
-		var n int
-		var err error
-		if cerr := r.rc.Read(func(fd uintptr) bool {
-			n, err = syscall.Read(int(fd), p)
-			return true // never park here: EAGAIN is handled below
-		}); cerr != nil {
+		// Poll for spin after the last data; while a goroutine waits, for long after the last
+		// data or the start of the wait (a rank that computed longer than spin since the last
+		// message then still polls for the answer it now waits for).
+		since, window := r.last, r.spin
+		if r.waiters.Load() > 0 {
+			since, window = max(since, r.waitAt.Load()), r.long
+		}
+		if time.Duration(monoNow()-since) > window || r.writing.Load() > 0 || (r.gate != nil && !r.gate.allow()) {
+			r.parked.Store(true)
+			n, err := r.conn.Read(p) // parks in the network poller
+			r.parked.Store(false)
+			if n > 0 {
+				r.last, r.got = monoNow(), true
+				return n, err
+			}
+			if woken, err := r.woken(err); woken {
+				r.last = monoNow() // poll, as wake wanted
+				continue
+			} else if err != nil {
+				return 0, err
+			}
+			return n, err
+		}
+		r.p = p
+		cerr := r.rc.Read(r.poll)
+		n, err := r.n, r.errno
+		r.p, r.errno = nil, nil
+		if cerr != nil {
+			if woken, err := r.woken(cerr); woken {
+				continue // a wake that came after the reader had woken by itself
+			} else if err != nil {
+				return 0, err
+			}
 			return 0, cerr
 		}
 		switch {
 		case n > 0:
-			r.last = time.Now()
+			r.last, r.got = monoNow(), true
 			return n, nil
 		case err == nil:
 			return 0, io.EOF
 		case err != syscall.EAGAIN && err != syscall.EINTR:
 			return 0, err
-		}
-		if time.Since(r.last) > r.spin {
-			n, err = r.conn.Read(p) // parks in the network poller
-			if n > 0 {
-				r.last = time.Now()
-			}
-			return n, err
 		}
 		runtime.Gosched()
 	}
@@ -350,8 +576,19 @@ func (e *TCPEndpoint) Send(peer int, h *Header, payload []byte) error {
 		p.buf = append(AppendHeader(p.buf[:0], h), payload...)
 		_, err = conn.Write(p.buf)
 	} else {
+		// Readers do not poll while a large frame is written: the write system call runs
+		// long enough for the runtime to hand this rank's P to another thread, and a polling
+		// reader there would take a second core (the peer's, which is reading this frame).
+		// They read what arrives meanwhile through the network poller, and poll again
+		// afterwards if a goroutine waits.
+		e.writing.Add(1)
 		bufs := net.Buffers{AppendHeader(p.buf[:0], h), payload}
 		_, err = bufs.WriteTo(conn)
+		if e.writing.Add(-1) == 0 && e.waiters.Load() > 0 {
+			for i := range e.readers {
+				e.readers[i].Load().wake()
+			}
+		}
 	}
 	if err != nil {
 		p.err = &PeerError{Peer: peer, Op: "send to", Err: fmt.Errorf("%w: %v", ErrPeerLost, err)}

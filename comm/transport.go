@@ -47,6 +47,26 @@ type Handler interface {
 	PeerClosed(peer int, flags uint8, err error)
 }
 
+// EagerReceiver is implemented by Handlers that can take an eager payload straight into the
+// buffer of a receive that is waiting for it, which saves the TCP transport a copy of every
+// large eager payload. The transport calls EagerBuffer after an eager frame's header, before
+// it reads the payload (only for payloads that have not arrived yet). A nil result sends the
+// frame to HandleFrame as usual; after a non-nil dst (len(dst) == h.Len), the transport fills
+// dst and then calls EagerDone exactly once, with the error that stopped it, if any. Both are
+// called from the goroutine that handles peer's frames, in order with its other callbacks.
+type EagerReceiver interface {
+	EagerBuffer(peer int, h *Header) (dst []byte)
+	EagerDone(peer int, h *Header, err error)
+}
+
+// WaitNotifier is implemented by endpoints that poll for incoming frames longer while the
+// process waits for one: Waiting(peer, true) when a goroutine starts waiting for a frame from
+// peer (a message, or the clear-to-send of a send; peer < 0: from any peer), Waiting(peer,
+// false) when it stops.
+type WaitNotifier interface {
+	Waiting(peer int, on bool)
+}
+
 // ErrPeerLost reports that a peer's connection broke without an orderly goodbye: the peer
 // process died, or the network between the two failed.
 var ErrPeerLost = errors.New("comm: connection to peer lost")

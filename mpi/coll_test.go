@@ -388,6 +388,9 @@ func ringSizes(p int) []int {
 	return []int{8192*p - 1, 8192*p*3 + p - 1, 8192*2*p + 1, 80000}
 }
 
+// bigRingSize has blocks above ringBigBlock: two rendezvous segments per block, one short.
+func bigRingSize(p int) int { return 70000*p + 3 }
+
 // The large-vector Allreduce is deterministic: every rank gets the same bits, and they are the
 // bits of the documented ring order (which is also the order of earlier versions, so results
 // do not change between releases).
@@ -397,7 +400,7 @@ func TestAllreduceRingOrderIsFixed(t *testing.T) {
 		if p == 1 {
 			return nil
 		}
-		for _, n := range ringSizes(p) {
+		for _, n := range append(ringSizes(p), bigRingSize(p)) {
 			send := make([]float64, n)
 			for i := range send {
 				send[i] = ringContribution(r, i)
@@ -488,7 +491,7 @@ func TestAllreduceRingManyPhases(t *testing.T) {
 		t.Skip("24 MiB per rank")
 	}
 	const p = 3
-	n := 3*128*8192 + 7 // 128 segments per block and phase on 3 ranks
+	n := 3*128*8192 + 7 // 16 rendezvous segments per block on 3 ranks (phases: ring_internal_test.go)
 	mpitest.Run(t, mpitest.InProc, p, func(c *mpi.Comm) error {
 		send := make([]float64, n)
 		for i := range send {

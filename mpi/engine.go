@@ -54,6 +54,7 @@ type engine struct {
 	ctxs      map[uint32]*queues
 	sends     map[uint64]*Request // rendezvous sends waiting for CTS
 	recvs     map[uint64]*Request // rendezvous receives waiting for data
+	inflight  []*Request          // per peer: the receive its eager payload is being read into
 	peerErr   []error             // set once a peer failed or finalized
 	broken    error               // job-wide failure: every operation fails with it
 	closed    bool
@@ -63,6 +64,9 @@ type engine struct {
 	space     *sync.Cond // unexpected bytes drained, or a failure
 	arrived   *sync.Cond // a message was queued (Probe waits on it)
 	nextCtx   uint32     // next free communicator context (even; ctx+1 is its collective context)
+
+	// waitHint is the endpoint's comm.WaitNotifier, if it has one.
+	waitHint comm.WaitNotifier
 
 	// onPeerLost, if set, is told about a peer lost without a goodbye before the calls that
 	// wait on it fail (Init uses it to tell the launcher which rank died first).
@@ -75,6 +79,7 @@ func newEngine(ep comm.Endpoint) *engine {
 		ctxs:      make(map[uint32]*queues),
 		sends:     make(map[uint64]*Request),
 		recvs:     make(map[uint64]*Request),
+		inflight:  make([]*Request, ep.Size()),
 		peerErr:   make([]error, ep.Size()),
 		unexpSize: make([]int64, ep.Size()),
 		unexpMax:  defaultUnexpectedLimit,
@@ -82,6 +87,7 @@ func newEngine(ep comm.Endpoint) *engine {
 	}
 	e.space = sync.NewCond(&e.mu)
 	e.arrived = sync.NewCond(&e.mu)
+	e.waitHint, _ = ep.(comm.WaitNotifier)
 	return e
 }
 
@@ -158,6 +164,48 @@ func (e *engine) arrive(peer int, h *comm.Header, payload []byte, fromNet bool) 
 		e.space.Wait()
 	}
 	e.mu.Unlock()
+}
+
+// EagerBuffer implements comm.EagerReceiver: a large eager payload whose receive is already
+// posted is read by the transport straight into the receive buffer. Only a receive that takes
+// the message as it is qualifies (no truncation, type mismatch or growing buffer); for the
+// others the frame goes the usual way through HandleFrame.
+func (e *engine) EagerBuffer(peer int, h *comm.Header) []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.ctxs[h.Ctx]
+	if e.closed || q == nil {
+		return nil
+	}
+	for i, r := range q.posted {
+		if !matches(r, peer, h.Tag) {
+			continue
+		}
+		if r.alloc || h.Total > uint64(len(r.buf)) || (h.Elem != r.elem && r.elem != elemRaw) || h.Total%uint64(r.esize) != 0 {
+			return nil
+		}
+		q.posted = append(q.posted[:i], q.posted[i+1:]...)
+		e.inflight[peer] = r
+		return r.buf[:h.Len]
+	}
+	return nil
+}
+
+// EagerDone implements comm.EagerReceiver.
+func (e *engine) EagerDone(peer int, h *comm.Header, err error) {
+	e.mu.Lock()
+	r := e.inflight[peer]
+	e.inflight[peer] = nil
+	e.mu.Unlock()
+	if r == nil {
+		return
+	}
+	if err != nil {
+		r.complete(Status{Source: r.comm.commRank(peer), Tag: int(h.Tag)}, &ProcFailedError{Rank: peer, Reason: fmt.Sprintf("reading a message: %v", err)})
+		return
+	}
+	r.buf = r.buf[:h.Len]
+	r.complete(r.check(peer, h.Tag, h.Elem, h.Total))
 }
 
 // post matches a new receive against the unexpected messages of its context, or posts it.
@@ -417,6 +465,11 @@ func (e *engine) pending() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := len(e.sends) + len(e.recvs)
+	for _, r := range e.inflight {
+		if r != nil {
+			n++
+		}
+	}
 	for _, q := range e.ctxs {
 		n += len(q.posted)
 	}

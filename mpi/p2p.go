@@ -14,7 +14,13 @@ func Send[T Elem](c *Comm, buf []T, dest, tag int) (err error) {
 	if t := observe("Send"); t != nil {
 		defer func() { t.done(c, dest, len(buf)*sizeOf[T](), err) }()
 	}
-	r, err := isendT(c, buf, dest, tag)
+	if err := c.valid("Send"); err != nil {
+		return err
+	}
+	if err := checkTag("Send", tag, false); err != nil {
+		return err
+	}
+	r, err := c.startSend("Send", c.ctx, asBytes(buf), elemCode[T](), dest, tag)
 	if err != nil {
 		return err
 	}
@@ -81,11 +87,14 @@ func Sendrecv[T Elem](c *Comm, send []T, dest, sendtag int, recv []T, source, re
 				RecvPeer: st.Source, RecvBytes: st.Count * sizeOf[T](), Start: t.start, Dur: time.Since(t.start), Err: err})
 		}()
 	}
+	if err := checkTag("Sendrecv", sendtag, false); err != nil { // before a receive is posted
+		return Status{}, err
+	}
 	rr, err := irecvT(c, recv, source, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
-	sr, err := isendT(c, send, dest, sendtag)
+	sr, err := c.startSend("Sendrecv", c.ctx, asBytes(send), elemCode[T](), dest, sendtag)
 	if err != nil {
 		st, _ := rr.wait() // no buffer may stay in use after we return
 		return st, err
@@ -147,7 +156,7 @@ func SendValue(c *Comm, v any, dest, tag int) (err error) {
 	if err != nil {
 		return fmt.Errorf("mpi: SendValue: encode %T: %w", v, err)
 	}
-	r, err := c.isend("SendValue", c.ctx, data, elemValue, dest, tag)
+	r, err := c.startSend("SendValue", c.ctx, data, elemValue, dest, tag)
 	if err != nil {
 		return err
 	}
@@ -183,16 +192,28 @@ func RecvValue(c *Comm, ptr any, source, tag int) (st Status, err error) {
 
 // isend sends raw bytes of element type elem on context ctx to rank dest of c.
 func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
+	r, err := c.startSend(op, ctx, buf, elem, dest, tag)
+	if err == nil && r == nil {
+		r = &Request{comm: c, send: true, done: closedChan}
+	}
+	return r, err
+}
+
+// startSend is isend for callers inside mpi: a send that completed at once (eager, to itself,
+// to ProcNull) returns a nil Request, which waits return from at once, so that the common case
+// allocates nothing.
+func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
 	w, err := c.worldRankOf(op, dest, false)
 	if err != nil {
 		return nil, err
 	}
-	done := &Request{comm: c, send: true, done: closedChan, dest: w}
 	if w == ProcNull {
-		return done, nil
+		return nil, nil
 	}
 	e := c.e
-	h := comm.Header{Kind: comm.KindEager, Elem: elem, Ctx: ctx, Tag: int32(tag), Total: uint64(len(buf))}
+	h := headerPool.Get().(*comm.Header) // a header of our own would escape to the heap
+	defer headerPool.Put(h)
+	*h = comm.Header{Kind: comm.KindEager, Elem: elem, Ctx: ctx, Tag: int32(tag), Total: uint64(len(buf))}
 	if w == e.rank {
 		e.mu.Lock()
 		ferr := e.failure()
@@ -200,8 +221,8 @@ func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag in
 		if ferr != nil {
 			return nil, fmt.Errorf("mpi: %s: %w", op, ferr)
 		}
-		e.arrive(w, &h, buf, false) // copies what it queues, so the send completes at once
-		return done, nil
+		e.arrive(w, h, buf, false) // copies what it queues, so the send completes at once
+		return nil, nil
 	}
 	e.mu.Lock()
 	ferr := e.failure()
@@ -214,18 +235,19 @@ func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag in
 	}
 	if len(buf) <= eagerLimit {
 		h.Len = uint32(len(buf))
-		if err := e.ep.Send(w, &h, buf); err != nil {
+		if err := e.ep.Send(w, h, buf); err != nil {
 			return nil, fmt.Errorf("mpi: %s to rank %d: %w", op, dest, e.sendError(w, err))
 		}
-		return done, nil
+		return nil, nil
 	}
-	r := &Request{e: e, comm: c, ctx: ctx, send: true, done: make(chan struct{}), dest: w, buf: buf, elem: elem}
+	// from: a rendezvous send waits for the receiver's clear-to-send.
+	r := &Request{e: e, comm: c, ctx: ctx, send: true, done: make(chan struct{}), dest: w, from: w, buf: buf, elem: elem}
 	r.id = e.nextID.Add(1)
 	h.Kind, h.ID = comm.KindRTS, r.id
 	e.mu.Lock()
 	e.sends[r.id] = r
 	e.mu.Unlock()
-	if err := e.ep.Send(w, &h, nil); err != nil {
+	if err := e.ep.Send(w, h, nil); err != nil {
 		e.mu.Lock()
 		delete(e.sends, r.id)
 		e.mu.Unlock()
@@ -243,7 +265,7 @@ func (c *Comm) irecv(op string, ctx uint32, buf []byte, elem uint8, esize, sourc
 	if w == ProcNull {
 		return &Request{done: closedChan, status: Status{Source: ProcNull, Tag: AnyTag}}, nil
 	}
-	r := &Request{e: c.e, comm: c, ctx: ctx, done: make(chan struct{}), peer: w, tag: tag, buf: buf, elem: elem, esize: esize, alloc: alloc}
+	r := &Request{e: c.e, comm: c, ctx: ctx, done: make(chan struct{}), peer: w, from: w, tag: tag, buf: buf, elem: elem, esize: esize, alloc: alloc}
 	if err := c.e.post(r); err != nil {
 		return nil, fmt.Errorf("mpi: %s from rank %d: %w", op, source, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/mpios/mpios/comm"
 )
 
 // Request is a pending nonblocking operation, returned by Isend and Irecv. Complete it with
@@ -36,6 +38,11 @@ type Request struct {
 	// send
 	send bool
 	dest int // world rank
+
+	// from is the world rank whose frame completes a pending request (AnySource: any), for
+	// the transport's polling while wait waits. Set at creation and never changed (peer is:
+	// an AnySource receive learns its sender).
+	from int
 }
 
 // complete records the outcome and wakes waiters. Only the first call counts.
@@ -96,7 +103,24 @@ func (r *Request) wait() (Status, error) {
 	if r == nil {
 		return Status{Source: ProcNull, Tag: AnyTag}, nil
 	}
-	<-r.done
+	select {
+	case <-r.done:
+	default:
+		// Tell the transport that this process waits: it keeps polling for the message
+		// instead of letting its reader sleep (see comm.WaitNotifier).
+		var w comm.WaitNotifier
+		if r.e != nil {
+			w = r.e.waitHint
+		}
+		peer := r.from
+		if w != nil {
+			w.Waiting(peer, true)
+		}
+		<-r.done
+		if w != nil {
+			w.Waiting(peer, false)
+		}
+	}
 	return r.status, r.err
 }
 

@@ -3,6 +3,8 @@
  *
  * Build: mpicc -O2 -o allreduce allreduce.c
  * Run:   mpirun -np 4 ./allreduce [-max 262144] [-maxiters 2000]
+ * For profiling, as bench/allreduce: -min N skips the counts below N and
+ * -miniters K raises the call count of every count to at least K.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -38,7 +40,7 @@ int main(int argc, char **argv) {
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int maxelems = 262144, maxiters = 2000;
+    int maxelems = 262144, maxiters = 2000, minelems = 1, miniters = 0;
     for (int a = 1; a < argc; a++) {
         const char *f = argv[a];
         if (f[0] == '-' && f[1] == '-') f++;
@@ -47,6 +49,8 @@ int main(int argc, char **argv) {
         int bad = 0;
         if (strcmp(f, "-max") == 0) bad = parse_int(v, &maxelems);
         else if (strcmp(f, "-maxiters") == 0) bad = parse_int(v, &maxiters);
+        else if (strcmp(f, "-min") == 0) bad = parse_int(v, &minelems);
+        else if (strcmp(f, "-miniters") == 0) bad = parse_int(v, &miniters);
         else fail("unknown flag");
         if (bad) fail("bad flag value");
     }
@@ -57,8 +61,10 @@ int main(int argc, char **argv) {
     double want = (double)(size * (size + 1) / 2); /* exact in any reduction order */
     if (rank == 0) printf("# elements latency_us\n");
     for (long n = 1; n <= maxelems; n *= 8) {
+        if (n < minelems) continue;
         int iters, warmup;
         iterations((int)n, maxiters, &iters, &warmup);
+        iters = imax(iters, miniters);
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = 0;
         for (int i = 0; i < warmup + iters; i++) {

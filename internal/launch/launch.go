@@ -452,7 +452,7 @@ func (r *runner) spec(rank int, path string, env job.Env) Spec {
 		Path: path,
 		Args: r.cfg.Args,
 		// Appended last so they override stale MPIOS_* variables of a surrounding job.
-		Env: append(withGOMAXPROCS(r.cfg.Env, r.cfg.NP), env.Environ()...),
+		Env: append(append(withGOMAXPROCS(r.cfg.Env, r.cfg.NP), env.Environ()...), r.nodeRanksEnv(rank)),
 		Dir: r.cfg.Dir,
 		Output: func(s Stream, line []byte) {
 			if s == Stderr {

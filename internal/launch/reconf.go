@@ -280,7 +280,8 @@ func (r *runner) onMigrateRequest(m *nats.Msg) {
 	env.Rank = req.Rank
 	spec := r.spec(req.Rank, r.rc.path, env)
 	spec.Incarnation = inc
-	spec.Env = append(spec.Env, job.EnvMigrate+"="+req.Handover, job.EnvIncarnation+"="+strconv.Itoa(inc))
+	spec.Env = append(spec.Env, job.EnvMigrate+"="+req.Handover, job.EnvIncarnation+"="+strconv.Itoa(inc),
+		r.successorNodeRanksEnv(to, req.Rank))
 	go func() {
 		proc, err := ns.StartOn(to, spec)
 		r.rc.doneCh <- func() {

@@ -233,7 +233,7 @@ func (s *server) rankEnv(req job.SpawnRequest) []string {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, job.EnvBind+"="+s.cfg.Advertise, job.EnvNode+"="+s.cfg.Node)
+	env = append(env, job.EnvBind+"="+s.cfg.Advertise, job.EnvNode+"="+s.cfg.Node, s.nodeRanksEnv(req))
 	if s.store != "" {
 		env = append(env, job.EnvCkptDir+"="+s.store)
 	}
