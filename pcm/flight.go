@@ -56,13 +56,13 @@ func (p *Process) startCheckpoint(iter int) {
 	}
 	p.snap.Reset()
 	p.snap.Grow(p.snapshotSize())
-	if _, err := p.reg.WriteTo(p.snap); err != nil {
+	if _, err := p.reg.WriteTo(&p.snap); err != nil {
 		f.piece <- res.with(ckptstore.PieceInfo{}, err)
 		return
 	}
-	snap := p.snap
+	data := p.snap.Bytes()
 	inBackground(func() {
-		info, err := p.store.PutPieceBuffer(jobID, f.seq, rank, snap)
+		info, err := p.store.PutPieceBytes(jobID, f.seq, rank, data)
 		f.piece <- res.with(info, err)
 	})
 }

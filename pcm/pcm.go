@@ -74,10 +74,10 @@ type Process struct {
 	reg    *state.Registry
 	store  *ckptstore.Store // nil unless checkpointing or restarting
 	status Status
-	leader bool                   // this rank commits and prunes for its store
-	seq    uint64                 // number of the next checkpoint
-	flight *flight                // the checkpoint in flight, if any
-	snap   *ckptstore.PieceBuffer // the state copied at a checkpoint's boundary, reused
+	leader bool                  // this rank commits and prunes for its store
+	seq    uint64                // number of the next checkpoint
+	flight *flight               // the checkpoint in flight, if any
+	snap   ckptstore.PieceBuffer // the state copied at a checkpoint's boundary, reused
 
 	loaded   bool
 	lastIter int  // the last iteration seen (Reconfigure or restored checkpoint)
@@ -123,7 +123,7 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	p := &Process{world: world, opts: opts, reg: state.NewRegistry(), seq: 1, nextPoll: 0, pollEvery: 1, snap: new(ckptstore.PieceBuffer)}
+	p := &Process{world: world, opts: opts, reg: state.NewRegistry(), seq: 1, nextPoll: 0, pollEvery: 1}
 	if opts.Restart != "" {
 		p.status = Restarted
 	}
@@ -196,7 +196,7 @@ func (p *Process) Abandon() {
 	if p.flight != nil {
 		p.flight = nil
 		// Its writer may still be reading the buffer: the next checkpoint gets a new one.
-		p.snap = new(ckptstore.PieceBuffer)
+		p.snap = ckptstore.PieceBuffer{}
 	}
 }
 

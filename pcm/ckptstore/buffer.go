@@ -1,9 +1,6 @@
 package ckptstore
 
-import (
-	"hash/crc32"
-	"unsafe"
-)
+import "unsafe"
 
 // DirectAlign is the alignment of memory, offsets and lengths that direct I/O needs: 4096
 // covers the logical block size of every common disk. A PieceBuffer's data starts at such a
@@ -15,10 +12,7 @@ const DirectAlign = 4096
 // Its memory starts at a DirectAlign boundary, so that the write can bypass the page cache.
 // The zero value is an empty buffer ready to use; Reset keeps the memory for the next piece.
 type PieceBuffer struct {
-	buf     []byte // len: the piece so far; aligned start
-	crc     uint32 // CRC-32C of buf[:scanned]
-	scanned int    // bytes checksummed and tested for zeros: whole blocks
-	zero    []bool // per block of buf[:scanned]: all zero
+	buf []byte // len: the piece so far; aligned start
 }
 
 // Bytes returns the piece written so far. It aliases the buffer until the next Write or Reset.
@@ -28,14 +22,7 @@ func (b *PieceBuffer) Bytes() []byte { return b.buf }
 func (b *PieceBuffer) Len() int { return len(b.buf) }
 
 // Reset empties the buffer, keeping its memory.
-func (b *PieceBuffer) Reset() {
-	b.buf, b.crc, b.scanned, b.zero = b.buf[:0], 0, 0, b.zero[:0]
-}
-
-// CRC32C returns the CRC-32C (Castagnoli) of the bytes written since the last Reset.
-func (b *PieceBuffer) CRC32C() uint32 {
-	return crc32.Update(b.crc, castagnoli, b.buf[b.scanned:])
-}
+func (b *PieceBuffer) Reset() { b.buf = b.buf[:0] }
 
 // Grow makes room for n more bytes without another allocation.
 func (b *PieceBuffer) Grow(n int) {
@@ -48,18 +35,10 @@ func (b *PieceBuffer) Grow(n int) {
 	b.buf = append(nb, b.buf...)
 }
 
-// Write appends p. It never fails. Each completed block is checksummed and tested for zeros
-// right after it was copied, while it is in the cache, so that writing the piece out does
-// not have to read the memory again.
+// Write appends p. It never fails.
 func (b *PieceBuffer) Write(p []byte) (int, error) {
 	b.Grow(len(p))
 	b.buf = append(b.buf, p...)
-	for b.scanned+DirectAlign <= len(b.buf) {
-		blk := b.buf[b.scanned : b.scanned+DirectAlign]
-		b.crc = crc32.Update(b.crc, castagnoli, blk)
-		b.zero = append(b.zero, isZero(blk))
-		b.scanned += DirectAlign
-	}
 	return len(p), nil
 }
 

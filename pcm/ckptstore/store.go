@@ -253,42 +253,12 @@ func (writerToReader) Read([]byte) (int, error) {
 // until PutPieceBytes returns.
 func (s *Store) PutPieceBytes(job string, seq uint64, rank int, data []byte) (PieceInfo, error) {
 	id := PieceID{Job: job, Seq: seq, Rank: rank}
-	info, err := s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, string, error) {
-		// Each block is checksummed and tested for zeros while it is in the cache.
-		summed := 0
-		zero := func(off int) bool {
-			b := data[off : off+DirectAlign]
-			if off == summed {
-				h.Write(b)
-				summed += DirectAlign
-			}
-			return isZero(b)
+	info, err := s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, error) {
+		direct, err := writeSparse(f, h, data)
+		if direct && err == nil {
+			directWrites.Add(1)
 		}
-		err := s.writeSparse(f, data, zero)
-		h.Write(data[len(data)&^(DirectAlign-1):])
-		return int64(len(data)), "", err
-	})
-	if err != nil {
-		return PieceInfo{}, fmt.Errorf("ckptstore: put %s: %w", id, err)
-	}
-	return info, nil
-}
-
-// PutPieceBuffer is PutPieceBytes for a PieceBuffer, which found its zero blocks and (for a
-// CRC32C store) computed the checksum while the data was copied in: writing the piece then
-// reads the memory only to send it to the disk. b must not change until it returns.
-func (s *Store) PutPieceBuffer(job string, seq uint64, rank int, b *PieceBuffer) (PieceInfo, error) {
-	id := PieceID{Job: job, Seq: seq, Rank: rank}
-	data := b.Bytes()
-	info, err := s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, string, error) {
-		sum := ""
-		if s.algo == CRC32C {
-			sum = CRC32C + ":" + fmt.Sprintf("%08x", b.CRC32C())
-		} else {
-			h.Write(data)
-		}
-		err := s.writeSparse(f, data, func(off int) bool { return b.zero[off/DirectAlign] })
-		return int64(len(data)), sum, err
+		return int64(len(data)), err
 	})
 	if err != nil {
 		return PieceInfo{}, fmt.Errorf("ckptstore: put %s: %w", id, err)
@@ -299,22 +269,23 @@ func (s *Store) PutPieceBuffer(job string, seq uint64, rank int, b *PieceBuffer)
 // maxRun bounds one write of consecutive non-zero blocks.
 const maxRun = 8 << 20
 
-// writeSparse writes data to the empty file f, leaving holes where whole blocks are zero.
-// zero(off) says whether the block at off is; it is called for every block in order (and
-// possibly again for the same block).
-func (s *Store) writeSparse(f *os.File, data []byte, zero func(off int) bool) error {
-	direct, err := writeSparse(f, data, zero)
-	if direct && err == nil {
-		directWrites.Add(1)
-	}
-	return err
-}
-
-// writeSparse is Store.writeSparse; it reports whether direct I/O was used.
-func writeSparse(f *os.File, data []byte, zero func(off int) bool) (direct bool, err error) {
+// writeSparse writes data to the empty file f and h, leaving holes in the file where whole
+// blocks are zero, and reports whether direct I/O was used. Each block is checksummed and
+// tested for zeros while it is in the cache: one pass over memory.
+func writeSparse(f *os.File, h hash.Hash, data []byte) (direct bool, err error) {
 	whole := len(data) &^ (DirectAlign - 1)
 	if whole > 0 && isAligned(data) {
 		direct = setDirect(f, true)
+	}
+	// zero reports whether the block at off is zero, checksumming it the first time.
+	summed := 0
+	zero := func(off int) bool {
+		b := data[off : off+DirectAlign]
+		if off == summed {
+			h.Write(b)
+			summed += DirectAlign
+		}
+		return isZero(b)
 	}
 	for off := 0; off < whole; {
 		if zero(off) {
@@ -337,6 +308,7 @@ func writeSparse(f *os.File, data []byte, zero func(off int) bool) (direct bool,
 		}
 		off = end
 	}
+	h.Write(data[whole:])
 	if direct && !setDirect(f, false) {
 		return true, errors.New("cannot turn direct I/O off for the last block")
 	}
@@ -367,15 +339,13 @@ var zeroBlock [DirectAlign]byte
 var directWrites atomic.Int64
 
 func (s *Store) putPiece(id PieceID, r io.Reader) (PieceInfo, error) {
-	return s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, string, error) {
-		n, err := io.CopyBuffer(io.MultiWriter(f, h), r, make([]byte, copyBufSize))
-		return n, "", err
+	return s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, error) {
+		return io.CopyBuffer(io.MultiWriter(f, h), r, make([]byte, copyBufSize))
 	})
 }
 
-// putPieceWith stores piece id, whose data write puts into the temporary file f and into h,
-// unless it returns the checksum itself.
-func (s *Store) putPieceWith(id PieceID, write func(f *os.File, h hash.Hash) (n int64, checksum string, err error)) (info PieceInfo, err error) {
+// putPieceWith stores piece id, whose data write puts into the temporary file f and into h.
+func (s *Store) putPieceWith(id PieceID, write func(f *os.File, h hash.Hash) (int64, error)) (info PieceInfo, err error) {
 	if err := validID(id); err != nil {
 		return info, err
 	}
@@ -404,7 +374,7 @@ func (s *Store) putPieceWith(id PieceID, write func(f *os.File, h hash.Hash) (n 
 		}
 	}()
 	h, _ := newHash(s.algo)
-	n, sum, err := write(f, h)
+	n, err := write(f, h)
 	if err != nil {
 		return info, err
 	}
@@ -414,10 +384,7 @@ func (s *Store) putPieceWith(id PieceID, write func(f *os.File, h hash.Hash) (n 
 	if err = f.Close(); err != nil {
 		return info, err
 	}
-	if sum == "" {
-		sum = formatChecksum(s.algo, h)
-	}
-	info = PieceInfo{Rank: id.Rank, Node: s.node, Size: n, Checksum: sum}
+	info = PieceInfo{Rank: id.Rank, Node: s.node, Size: n, Checksum: formatChecksum(s.algo, h)}
 
 	// The commit check and the rename must not interleave with CommitManifest, or a commit
 	// could verify a piece that is then replaced.
