@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mpios/mpios/internal/solverkit"
 )
 
 // PCM overhead on heat2d: variants of the same run, alternated.
@@ -35,7 +37,7 @@ func (b *bench) overheadVariants(ckptDir string) []variant {
 	// heat2d's grid starts at zero and heat spreads one row per iteration, so for its first
 	// iterations most of the state is zeros, which background checkpoints skip (holes):
 	// the dense variants start the interior at 1 so that every block must be written.
-	dense := []string{"-" + "init", "1"}
+	dense := []string{"-" + solverkit.InitFlag, "1"}
 	return []variant{
 		{key: "a", name: "(a) -no-pcm (baseline)", app: []string{"-no-pcm"}},
 		{key: "b", name: "(b) default, no checkpoint due", base: "a", limit: 1},
@@ -48,7 +50,7 @@ func (b *bench) overheadVariants(ckptDir string) []variant {
 
 // family names the variants whose results must agree: those with the same initial state.
 func (v variant) family() string {
-	if slices.Contains(v.app, "-init") {
+	if slices.Contains(v.app, "-"+solverkit.InitFlag) {
 		return "dense"
 	}
 	return "zero"
