@@ -54,15 +54,18 @@ func (p *Process) startCheckpoint(iter int) {
 		f.piece <- res.with(info, err)
 		return
 	}
+	if p.snap == nil {
+		p.snap = new(ckptstore.PieceBuffer)
+	}
 	p.snap.Reset()
 	p.snap.Grow(p.snapshotSize())
-	if _, err := p.reg.WriteTo(&p.snap); err != nil {
+	if _, err := p.reg.WriteTo(p.snap); err != nil {
 		f.piece <- res.with(ckptstore.PieceInfo{}, err)
 		return
 	}
-	data := p.snap.Bytes()
+	snap := p.snap
 	inBackground(func() {
-		info, err := p.store.PutPieceBytes(jobID, f.seq, rank, data)
+		info, err := p.store.PutPieceBuffer(jobID, f.seq, rank, snap)
 		f.piece <- res.with(info, err)
 	})
 }

@@ -77,7 +77,7 @@ type Process struct {
 	leader bool                  // this rank commits and prunes for its store
 	seq    uint64                // number of the next checkpoint
 	flight *flight               // the checkpoint in flight, if any
-	snap   ckptstore.PieceBuffer // the state copied at a checkpoint's boundary, reused
+	snap   *ckptstore.PieceBuffer // the state copied at a checkpoint's boundary, reused; nil until needed
 
 	loaded   bool
 	lastIter int  // the last iteration seen (Reconfigure or restored checkpoint)
@@ -196,7 +196,7 @@ func (p *Process) Abandon() {
 	if p.flight != nil {
 		p.flight = nil
 		// Its writer may still be reading the buffer: the next checkpoint gets a new one.
-		p.snap = ckptstore.PieceBuffer{}
+		p.snap = nil
 	}
 }
 
@@ -325,6 +325,7 @@ func (p *Process) Load() error {
 	}
 	if p.opts.checkpointing() && !p.opts.SyncCheckpoints {
 		// The memory of background checkpoints, allocated once, here rather than in the loop.
+		p.snap = new(ckptstore.PieceBuffer)
 		p.snap.Grow(p.snapshotSize())
 	}
 	p.loaded = true

@@ -1,18 +1,32 @@
 package ckptstore
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/mpios/mpios/internal/crc32c"
+)
 
 // DirectAlign is the alignment of memory, offsets and lengths that direct I/O needs: 4096
 // covers the logical block size of every common disk. A PieceBuffer's data starts at such a
 // boundary.
 const DirectAlign = 4096
 
-// PieceBuffer holds a piece in memory, for PutPieceBytes: the state is copied into it at an
+// PieceBuffer holds a piece in memory, for PutPieceBuffer: the state is copied into it at an
 // iteration boundary and written to disk in the background while the application goes on.
 // Its memory starts at a DirectAlign boundary, so that the write can bypass the page cache.
-// The zero value is an empty buffer ready to use; Reset keeps the memory for the next piece.
+//
+// The buffer does at the copy what writing the piece out would otherwise read the memory
+// again for: it keeps the piece's CRC-32C, and it notes which DirectAlign blocks are all
+// zero, copying nothing into those that already hold zeros (a grid that is mostly zeros
+// costs a test for zeros, not a copy). The zero value is an empty buffer ready to use; Reset
+// keeps the memory for the next piece.
 type PieceBuffer struct {
 	buf []byte // len: the piece so far; aligned start
+	crc uint32 // CRC-32C of buf
+
+	// Per DirectAlign block of cap(buf):
+	data  []bool // the piece has a non-zero byte in the block
+	clean []bool // the block's memory is all zeros (kept across Reset)
 }
 
 // Bytes returns the piece written so far. It aliases the buffer until the next Write or Reset.
@@ -21,8 +35,20 @@ func (b *PieceBuffer) Bytes() []byte { return b.buf }
 // Len returns the number of bytes written since the last Reset.
 func (b *PieceBuffer) Len() int { return len(b.buf) }
 
+// CRC32C returns the CRC-32C (Castagnoli) of the bytes written since the last Reset.
+func (b *PieceBuffer) CRC32C() uint32 { return b.crc }
+
+// zeroBlock reports whether block i (of DirectAlign bytes) of the piece is all zeros.
+func (b *PieceBuffer) zeroBlock(i int) bool { return !b.data[i] }
+
 // Reset empties the buffer, keeping its memory.
-func (b *PieceBuffer) Reset() { b.buf = b.buf[:0] }
+func (b *PieceBuffer) Reset() {
+	clear(b.data[:blocks(len(b.buf))])
+	b.buf, b.crc = b.buf[:0], 0
+}
+
+// blocks returns the number of DirectAlign blocks that n bytes touch.
+func blocks(n int) int { return (n + DirectAlign - 1) / DirectAlign }
 
 // Grow makes room for n more bytes without another allocation.
 func (b *PieceBuffer) Grow(n int) {
@@ -32,13 +58,50 @@ func (b *PieceBuffer) Grow(n int) {
 	// Grow geometrically, like append, but keep the start aligned.
 	want := max(len(b.buf)+n, 2*cap(b.buf))
 	nb := alignedBytes(want)
-	b.buf = append(nb, b.buf...)
+	nblocks := cap(nb) / DirectAlign
+	data, clean := make([]bool, nblocks), make([]bool, nblocks)
+	for i := range clean {
+		clean[i] = true
+	}
+	// The old blocks' flags go with their content.
+	used := blocks(len(b.buf))
+	copy(data, b.data[:used])
+	copy(clean, b.clean[:used])
+	b.buf, b.data, b.clean = append(nb, b.buf...), data, clean
 }
 
 // Write appends p. It never fails.
 func (b *PieceBuffer) Write(p []byte) (int, error) {
+	return b.WriteChecksummed(p, crc32c.UpdateSparse(0, p))
+}
+
+// WriteChecksummed appends p, whose CRC-32C is crc (crc32.Update(0, castagnoli-table, p)),
+// without checksumming it again; state.Registry.WriteTo uses it. It never fails.
+func (b *PieceBuffer) WriteChecksummed(p []byte, crc uint32) (int, error) {
 	b.Grow(len(p))
-	b.buf = append(b.buf, p...)
+	b.crc = crc32c.Combine(b.crc, crc, int64(len(p)))
+	off := len(b.buf)
+	b.buf = b.buf[:off+len(p)]
+	for n := 0; n < len(p); {
+		// seg is the part of p in block i; right after the CRC pass p is in the cache, so
+		// the test for zeros does not go to memory.
+		i := (off + n) / DirectAlign
+		end := min((i+1)*DirectAlign-off, len(p))
+		seg, dst := p[n:end], b.buf[off+n:off+end]
+		switch {
+		case !crc32c.IsZero(seg):
+			copy(dst, seg)
+			b.data[i], b.clean[i] = true, false
+		case b.clean[i]:
+			// Already zeros: nothing to copy.
+		default:
+			clear(dst)
+			if len(dst) == DirectAlign {
+				b.clean[i] = true
+			}
+		}
+		n = end
+	}
 	return len(p), nil
 }
 

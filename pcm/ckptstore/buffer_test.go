@@ -3,6 +3,8 @@ package ckptstore
 import (
 	"bytes"
 	"errors"
+	"hash/crc32"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -145,31 +147,125 @@ func TestPutPieceBytesHoles(t *testing.T) {
 			t.Fatal(err)
 		}
 		seq := uint64(1)
+		var reused PieceBuffer // holds the previous case's data: stale blocks must not leak
 		for name, data := range cases {
-			var b PieceBuffer
-			b.Write(data)
-			info, err := s.PutPieceBytes(testJob, seq, 0, b.Bytes())
-			if err != nil {
-				t.Fatalf("%s %s: %v", where, name, err)
+			for _, put := range []string{"PutPieceBytes", "PutPieceBuffer"} {
+				var b PieceBuffer
+				b.Write(data)
+				var info PieceInfo
+				var err error
+				if put == "PutPieceBytes" {
+					info, err = s.PutPieceBytes(testJob, seq, 0, b.Bytes())
+				} else {
+					reused.Reset()
+					reused.Write(data)
+					info, err = s.PutPieceBuffer(testJob, seq, 0, &reused)
+				}
+				name := name + " " + put
+				if err != nil {
+					t.Fatalf("%s %s: %v", where, name, err)
+				}
+				ref, _ := Open(t.TempDir(), &Options{Node: "n1", Checksum: CRC32C})
+				plain, _ := ref.PutPiece(testJob, 1, 0, bytes.NewReader(data))
+				if info.Checksum != plain.Checksum || info.Size != int64(len(data)) {
+					t.Fatalf("%s %s: %+v, a plain write gives %+v", where, name, info, plain)
+				}
+				if err := s.CommitManifest(Manifest{Job: testJob, Seq: seq, Size: 1, Pieces: []PieceInfo{info}}); err != nil {
+					t.Fatal(err)
+				}
+				got, err := readPiece(t, s, seq, 0)
+				if err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("%s %s: read back %d bytes (%v), not what was written", where, name, len(got), err)
+				}
+				if where == "disk" && strings.HasPrefix(name, "mixed") {
+					if used, ok := diskBytes(t, s.piecePath(PieceID{Job: testJob, Seq: seq, Rank: 0})); ok && used > 16*DirectAlign {
+						t.Errorf("%s: piece of %d bytes with 6 non-zero blocks takes %d bytes on disk", name, len(data), used)
+					}
+				}
+				seq++
 			}
-			ref, _ := Open(t.TempDir(), &Options{Node: "n1", Checksum: CRC32C})
-			plain, _ := ref.PutPiece(testJob, 1, 0, bytes.NewReader(data))
-			if info.Checksum != plain.Checksum || info.Size != int64(len(data)) {
-				t.Fatalf("%s %s: %+v, a plain write gives %+v", where, name, info, plain)
+		}
+	}
+}
+
+// A PieceBuffer reused for pieces of changing content, written in pieces that do not line up
+// with its blocks, holds each piece exactly, knows its CRC-32C, and marks a block zero
+// exactly when it is.
+func TestPieceBufferReuseChecksumAndZeroBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var b PieceBuffer
+	for round := range 40 {
+		n := r.IntN(20 * DirectAlign)
+		want := make([]byte, n)
+		for blk := 0; blk*DirectAlign < n; blk++ {
+			switch r.IntN(4) {
+			case 0: // dense
+				for i := blk * DirectAlign; i < min(n, (blk+1)*DirectAlign); i++ {
+					want[i] = byte(r.Uint32())
+				}
+			case 1: // one byte somewhere
+				want[min(n-1, blk*DirectAlign+r.IntN(DirectAlign))] = 1
+			} // else zeros
+		}
+		b.Reset()
+		for rest := want; len(rest) > 0; {
+			k := min(len(rest), 1+r.IntN(3*DirectAlign))
+			if r.IntN(2) == 0 {
+				b.Write(rest[:k])
+			} else {
+				b.WriteChecksummed(rest[:k], crc32.Checksum(rest[:k], castagnoli))
 			}
-			if err := s.CommitManifest(Manifest{Job: testJob, Seq: seq, Size: 1, Pieces: []PieceInfo{info}}); err != nil {
-				t.Fatal(err)
+			rest = rest[k:]
+		}
+		if !bytes.Equal(b.Bytes(), want) {
+			t.Fatalf("round %d: buffer differs from what was written (%d bytes)", round, n)
+		}
+		if got, w := b.CRC32C(), crc32.Checksum(want, castagnoli); got != w {
+			t.Fatalf("round %d: CRC32C %#x, want %#x", round, got, w)
+		}
+		for blk := 0; (blk+1)*DirectAlign <= n; blk++ {
+			zero := !bytes.ContainsFunc(want[blk*DirectAlign:(blk+1)*DirectAlign], func(r rune) bool { return r != 0 })
+			if b.zeroBlock(blk) != zero {
+				t.Fatalf("round %d: block %d marked zero=%v, is %v", round, blk, b.zeroBlock(blk), zero)
 			}
-			got, err := readPiece(t, s, seq, 0)
-			if err != nil || !bytes.Equal(got, data) {
-				t.Fatalf("%s %s: read back %d bytes (%v), not what was written", where, name, len(got), err)
-			}
-			if where == "disk" && name == "mixed" {
-				if used, ok := diskBytes(t, s.piecePath(PieceID{Job: testJob, Seq: seq, Rank: 0})); ok && used > 16*DirectAlign {
-					t.Errorf("piece of %d bytes with 6 non-zero blocks takes %d bytes on disk", len(data), used)
+		}
+	}
+}
+
+func BenchmarkPieceBufferWrite(b *testing.B) {
+	const size = 16 << 20
+	dense := make([]byte, size)
+	for i := range dense {
+		dense[i] = byte(i*7 + 1)
+	}
+	for name, data := range map[string][]byte{"zeros": make([]byte, size), "dense": dense} {
+		b.Run(name, func(b *testing.B) {
+			var buf PieceBuffer
+			buf.Grow(size)
+			b.SetBytes(size)
+			for b.Loop() {
+				buf.Reset()
+				for off := 0; off < size; off += 256 << 10 {
+					buf.Write(data[off : off+256<<10])
 				}
 			}
-			seq++
+		})
+	}
+}
+
+func BenchmarkPieceBufferWriteChecksummedDense(b *testing.B) {
+	const size = 16 << 20
+	dense := make([]byte, size)
+	for i := range dense {
+		dense[i] = byte(i*7 + 1)
+	}
+	var buf PieceBuffer
+	buf.Grow(size)
+	b.SetBytes(size)
+	for b.Loop() {
+		buf.Reset()
+		for off := 0; off < size; off += 256 << 10 {
+			buf.WriteChecksummed(dense[off:off+256<<10], 0)
 		}
 	}
 }

@@ -1,10 +1,11 @@
 package ckptstore
 
 import (
-	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mpios/mpios/internal/crc32c"
 	"github.com/mpios/mpios/internal/job"
 )
 
@@ -253,11 +255,20 @@ func (writerToReader) Read([]byte) (int, error) {
 // until PutPieceBytes returns.
 func (s *Store) PutPieceBytes(job string, seq uint64, rank int, data []byte) (PieceInfo, error) {
 	id := PieceID{Job: job, Seq: seq, Rank: rank}
-	info, err := s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, error) {
-		direct, err := writeSparse(f, h, data)
-		if direct && err == nil {
-			directWrites.Add(1)
+	h, _ := newHash(s.algo)
+	// Each block is checksummed and tested for zeros while it is in the cache: one pass.
+	summed := 0
+	zero := func(off int) bool {
+		b := data[off : off+DirectAlign]
+		if off == summed {
+			h.Write(b)
+			summed += DirectAlign
 		}
+		return crc32c.IsZero(b)
+	}
+	info, err := s.putPieceWith(id, h, func(f *os.File) (int64, error) {
+		err := writeSparse(f, data, zero)
+		h.Write(data[len(data)&^(DirectAlign-1):])
 		return int64(len(data)), err
 	})
 	if err != nil {
@@ -266,26 +277,46 @@ func (s *Store) PutPieceBytes(job string, seq uint64, rank int, data []byte) (Pi
 	return info, nil
 }
 
+// PutPieceBuffer is PutPieceBytes for a PieceBuffer, which already knows its zero blocks and
+// its CRC-32C: when the store checksums with CRC32C, the piece goes to disk without the CPU
+// reading the buffer at all (with direct I/O, the disk reads it). b must not change until
+// PutPieceBuffer returns.
+func (s *Store) PutPieceBuffer(job string, seq uint64, rank int, b *PieceBuffer) (PieceInfo, error) {
+	if s.algo != CRC32C {
+		return s.PutPieceBytes(job, seq, rank, b.Bytes())
+	}
+	id := PieceID{Job: job, Seq: seq, Rank: rank}
+	data := b.Bytes()
+	info, err := s.putPieceWith(id, crcSum(b.CRC32C()), func(f *os.File) (int64, error) {
+		return int64(len(data)), writeSparse(f, data, func(off int) bool { return b.zeroBlock(off / DirectAlign) })
+	})
+	if err != nil {
+		return PieceInfo{}, fmt.Errorf("ckptstore: put %s: %w", id, err)
+	}
+	return info, nil
+}
+
+// crcSum is a CRC-32C computed beforehand, in the shape of the hash.Hash that computes it.
+type crcSum uint32
+
+func (c crcSum) Write(p []byte) (int, error) { return len(p), nil }
+func (c crcSum) Sum(b []byte) []byte         { return binary.BigEndian.AppendUint32(b, uint32(c)) }
+func (c crcSum) Reset()                      {}
+func (c crcSum) Size() int                   { return crc32.Size }
+func (c crcSum) BlockSize() int              { return 1 }
+
 // maxRun bounds one write of consecutive non-zero blocks.
 const maxRun = 8 << 20
 
-// writeSparse writes data to the empty file f and h, leaving holes in the file where whole
-// blocks are zero, and reports whether direct I/O was used. Each block is checksummed and
-// tested for zeros while it is in the cache: one pass over memory.
-func writeSparse(f *os.File, h hash.Hash, data []byte) (direct bool, err error) {
+// writeSparse writes data to the empty file f, leaving holes in the file where the whole
+// block at offset off is zero (zero(off), called for every block in order, some blocks
+// twice), and counts the
+// piece in directWrites when direct I/O was used.
+func writeSparse(f *os.File, data []byte, zero func(off int) bool) error {
 	whole := len(data) &^ (DirectAlign - 1)
+	direct := false
 	if whole > 0 && isAligned(data) {
 		direct = setDirect(f, true)
-	}
-	// zero reports whether the block at off is zero, checksumming it the first time.
-	summed := 0
-	zero := func(off int) bool {
-		b := data[off : off+DirectAlign]
-		if off == summed {
-			h.Write(b)
-			summed += DirectAlign
-		}
-		return isZero(b)
 	}
 	for off := 0; off < whole; {
 		if zero(off) {
@@ -300,52 +331,41 @@ func writeSparse(f *os.File, h hash.Hash, data []byte) (direct bool, err error) 
 			if direct && errors.Is(err, syscall.EINVAL) {
 				// The file system took the flag but not the I/O: do it plainly.
 				if direct = !setDirect(f, false); direct {
-					return true, err
+					return err
 				}
 				continue
 			}
-			return direct, err
+			return err
 		}
 		off = end
 	}
-	h.Write(data[whole:])
-	if direct && !setDirect(f, false) {
-		return true, errors.New("cannot turn direct I/O off for the last block")
+	if direct {
+		if !setDirect(f, false) {
+			return errors.New("cannot turn direct I/O off for the last block")
+		}
+		directWrites.Add(1)
 	}
-	if tail := data[whole:]; !isZero(tail) {
+	if tail := data[whole:]; !crc32c.IsZero(tail) {
 		if _, err := f.WriteAt(tail, int64(whole)); err != nil {
-			return direct, err
+			return err
 		}
 	}
-	return direct, f.Truncate(int64(len(data)))
+	return f.Truncate(int64(len(data)))
 }
-
-// isZero reports whether b holds only zero bytes.
-func isZero(b []byte) bool {
-	for len(b) > 0 {
-		n := min(len(b), len(zeroBlock))
-		// bytes.Equal is the runtime's vectorized memequal.
-		if !bytes.Equal(b[:n], zeroBlock[:n]) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
-}
-
-var zeroBlock [DirectAlign]byte
 
 // directWrites counts the pieces written with direct I/O, for tests.
 var directWrites atomic.Int64
 
 func (s *Store) putPiece(id PieceID, r io.Reader) (PieceInfo, error) {
-	return s.putPieceWith(id, func(f *os.File, h hash.Hash) (int64, error) {
+	h, _ := newHash(s.algo)
+	return s.putPieceWith(id, h, func(f *os.File) (int64, error) {
 		return io.CopyBuffer(io.MultiWriter(f, h), r, make([]byte, copyBufSize))
 	})
 }
 
-// putPieceWith stores piece id, whose data write puts into the temporary file f and into h.
-func (s *Store) putPieceWith(id PieceID, write func(f *os.File, h hash.Hash) (int64, error)) (info PieceInfo, err error) {
+// putPieceWith stores piece id, whose data write puts into the temporary file f; h holds
+// the data's checksum once write returns.
+func (s *Store) putPieceWith(id PieceID, h hash.Hash, write func(f *os.File) (int64, error)) (info PieceInfo, err error) {
 	if err := validID(id); err != nil {
 		return info, err
 	}
@@ -373,8 +393,7 @@ func (s *Store) putPieceWith(id PieceID, write func(f *os.File, h hash.Hash) (in
 			os.Remove(tmp)
 		}
 	}()
-	h, _ := newHash(s.algo)
-	n, err := write(f, h)
+	n, err := write(f)
 	if err != nil {
 		return info, err
 	}

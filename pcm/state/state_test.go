@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"errors"
+	"hash/crc32"
 	"io"
 	"math"
 	"reflect"
@@ -471,5 +472,46 @@ func TestSize(t *testing.T) {
 	actual := int64(len(encode(t, r)))
 	if got < actual*9/10 || got > actual*11/10 {
 		t.Fatalf("Size() = %d, actual %d", got, actual)
+	}
+}
+
+// checksummingSink is a ChecksummedWriter that records what it was given.
+type checksummingSink struct {
+	bytes.Buffer
+	checked int // bytes that came with a CRC
+	wrong   int // of those, with a wrong CRC
+}
+
+func (s *checksummingSink) WriteChecksummed(p []byte, crc uint32) (int, error) {
+	s.checked += len(p)
+	if crc != crc32.Checksum(p, castagnoli) {
+		s.wrong++
+	}
+	return s.Write(p)
+}
+
+// A ChecksummedWriter gets the same stream as any writer, its raw data with correct CRCs.
+func TestWriteToChecksummedWriter(t *testing.T) {
+	big := make([]float64, 3*chunkSize/8+5) // several chunks, zero blocks and data
+	for i := range big {
+		if i%5000 < 700 {
+			big[i] = float64(i)
+		}
+	}
+	small, params := []int32{1, 2, 3}, Params{Name: "p", Steps: []int{4}}
+	w := NewRegistry()
+	must(t, w.Register("big", &big))
+	must(t, w.Register("small", &small))
+	must(t, w.Register("params", &params))
+	var sink checksummingSink
+	n, err := w.WriteTo(&sink)
+	if err != nil || n != int64(sink.Len()) {
+		t.Fatalf("WriteTo: %d, %v; %d bytes arrived", n, err, sink.Len())
+	}
+	if want := encode(t, w); !bytes.Equal(sink.Bytes(), want) {
+		t.Fatal("the stream differs from the one written to a plain writer")
+	}
+	if sink.checked < 8*len(big) || sink.wrong != 0 {
+		t.Fatalf("%d bytes came with a CRC (%d wrong); the raw data is %d bytes", sink.checked, sink.wrong, 8*len(big))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"unsafe"
 
+	"github.com/mpios/mpios/internal/crc32c"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -31,8 +32,9 @@ const (
 	MaxMsgpackEntryBytes = 1 << 30
 
 	// chunkSize is the unit in which raw data is checksummed and copied: small enough to
-	// stay in cache between the CRC pass and the write, large enough to amortize calls.
-	chunkSize = 1 << 20
+	// stay in the CPU's cache (L2) between the CRC pass and the write, large enough to
+	// amortize calls.
+	chunkSize = 256 << 10
 	// msgpackBufferMax: msgpack values up to this size are encoded once into memory; larger
 	// ones are encoded twice (once to learn the length, once to stream) to bound memory.
 	msgpackBufferMax = 4 << 20
@@ -60,16 +62,46 @@ func swapBytes(b []byte, unit int) {
 	}
 }
 
+// ChecksummedWriter is an io.Writer that checksums what it is given with CRC-32C, such as
+// a checkpoint piece buffer. WriteTo computes the CRC-32C of every raw chunk for its own
+// format anyway and hands it over with the chunk, so that the data is read once, not twice.
+type ChecksummedWriter interface {
+	io.Writer
+	// WriteChecksummed writes p, whose CRC-32C is crc (crc32.Update(0, castagnoli, p)).
+	WriteChecksummed(p []byte, crc uint32) (int, error)
+}
+
 // streamWriter frames entries and tracks the running stream CRC and byte count.
 type streamWriter struct {
-	w       *bufio.Writer
+	w       io.Writer         // buffered, or the ChecksummedWriter itself
+	flush   func() error      // nil when w is not buffered
+	sink    ChecksummedWriter // non-nil: raw chunks go to it with their CRC
 	n       int64
 	sum     uint32 // stream CRC so far
 	scratch []byte // for byte swapping on big-endian hosts
 }
 
+func newStreamWriter(w io.Writer) *streamWriter {
+	if cw, ok := w.(ChecksummedWriter); ok {
+		// A checksumming writer is a memory buffer: small writes cost it nothing.
+		return &streamWriter{w: cw, sink: cw}
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	return &streamWriter{w: bw, flush: bw.Flush}
+}
+
 func (sw *streamWriter) write(p []byte) error {
 	n, err := sw.w.Write(p)
+	sw.n += int64(n)
+	return err
+}
+
+// writeChecksummed writes p, whose CRC-32C is crc.
+func (sw *streamWriter) writeChecksummed(p []byte, crc uint32) error {
+	if sw.sink == nil {
+		return sw.write(p)
+	}
+	n, err := sw.sink.WriteChecksummed(p, crc)
 	sw.n += int64(n)
 	return err
 }
@@ -85,7 +117,7 @@ func (sw *streamWriter) writeFramed(p []byte) error {
 // bounded independently of the state size (msgpack values larger than a few MiB are encoded
 // twice rather than buffered). The values must not change while WriteTo runs.
 func (r *Registry) WriteTo(w io.Writer) (int64, error) {
-	sw := &streamWriter{w: bufio.NewWriterSize(w, 64<<10)}
+	sw := newStreamWriter(w)
 	var hdr [headerLen]byte
 	copy(hdr[:], magic)
 	binary.LittleEndian.PutUint16(hdr[len(magic):], Version)
@@ -105,8 +137,10 @@ func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 	if err := sw.write(tr[:]); err != nil {
 		return sw.n, fmt.Errorf("state: write trailer: %w", err)
 	}
-	if err := sw.w.Flush(); err != nil {
-		return sw.n, fmt.Errorf("state: write: %w", err)
+	if sw.flush != nil {
+		if err := sw.flush(); err != nil {
+			return sw.n, fmt.Errorf("state: write: %w", err)
+		}
 	}
 	return sw.n, nil
 }
@@ -158,8 +192,10 @@ func (sw *streamWriter) writeEntry(e *entry) error {
 			c = sw.scratch
 			swapBytes(c, e.kind.swapUnit(e.elemSize))
 		}
-		crc = crc32.Update(crc, castagnoli, c)
-		if err := sw.write(c); err != nil {
+		// Zero blocks (common: grids start at zero) are checksummed without being read twice.
+		chunkCRC := crc32c.UpdateSparse(0, c)
+		crc = crc32c.Combine(crc, chunkCRC, int64(len(c)))
+		if err := sw.writeChecksummed(c, chunkCRC); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,0 @@
-//go:build !linux
-
-package pcm
-
-// inBackground runs work on its own goroutine.
-func inBackground(work func()) { go work() }
