@@ -4,6 +4,7 @@
 //	go run ./bench/migration                         # full run: overhead, then 16…1024 MiB
 //	go run ./bench/migration --quick                 # smoke run: small sizes, one repetition
 //	go run ./bench/migration --what migration --sizes 16,256 --reps 5
+//	go run ./bench/migration --what disk --np 2 --overhead-reps 11
 //
 // Part "overhead": heat2d -n 2048 -iters 200 on P = 2 and 4 local ranks (mpirun -np P), in
 // variants run back to back and alternated: (a) -no-pcm, which never calls pcm.Reconfigure
@@ -12,6 +13,12 @@
 // checkpoints); (d) the same with --ckpt-sync; (e) and (f): (a) and (c) with a dense state
 // (heat2d's hidden -init 1: no zero blocks for the checkpoints to skip). Reported: medians of
 // heat2d's sec_per_iter and of mpirun's wall time, and their overheads over the baseline.
+//
+// Part "disk" (not run by default: --what disk): what the disk's work costs the machine,
+// apart from pcm. Variants of heat2d -no-pcm run beside bench/migration/diskload, which
+// writes --disk-mib MiB every --disk-every the way a checkpoint's writer does (direct I/O,
+// fsync, rename, directory fsync): (b) as such, (c) without the fsyncs, (d) the fsyncs
+// alone; (e) is pcm's own --ckpt-every checkpoints, for comparison.
 //
 // Part "migration": a nats-server (/usr/sbin/nats-server if installed, else an in-process one)
 // and two pcmd nodes n1 and n2 on loopback (pcmd serve --node nI --nats URL --allow BIN/*
@@ -71,6 +78,8 @@ type bench struct {
 	restartIters int
 	migrateLimit time.Duration
 	moves        int
+	diskMiB      float64
+	diskEvery    time.Duration
 	stopRestart  bool
 	keep         bool
 }
@@ -88,7 +97,7 @@ func main() {
 	flag.StringVar(&sizes, "sizes", "16,64,256,1024", "state sizes per rank, MiB, comma-separated")
 	flag.IntVar(&b.reps, "reps", 3, "repetitions of each migration and stop-and-restart measurement (each migration trial moves a rank twice)")
 	flag.BoolVar(&quick, "quick", false, "smoke run: sizes 16,64 (unless --sizes is given), 1 repetition, heat2d -n 512")
-	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration")
+	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk")
 	flag.IntVar(&b.overheadReps, "overhead-reps", 7, "repetitions of each heat2d variant")
 	flag.IntVar(&b.heatN, "heat-n", 2048, "heat2d -n")
 	flag.IntVar(&b.heatIters, "heat-iters", 200, "heat2d -iters")
@@ -99,6 +108,8 @@ func main() {
 	flag.IntVar(&b.restartIters, "restart-iters", 10, "K: iterations of the stop-and-restart runs, checkpointed at K")
 	flag.DurationVar(&b.migrateLimit, "migrate-timeout", 3*time.Minute, "give up on a migration not reported within this")
 	flag.IntVar(&b.moves, "moves", 2, "migrations per trial, alternately to n1 and n2")
+	flag.Float64Var(&b.diskMiB, "disk-mib", 2, "part disk: MiB the background writer writes per round (heat2d's checkpoints average about 2 MiB of non-zero data at P=2)")
+	flag.DurationVar(&b.diskEvery, "disk-every", 100*time.Millisecond, "part disk: one round of the background writer every this (heat2d's checkpoint interval at --ckpt-every 50)")
 	flag.BoolVar(&b.stopRestart, "stop-restart", true, "also measure stop-and-restart (part migration)")
 	flag.BoolVar(&b.keep, "keep", false, "keep the temporary directory (binaries, logs, stores)")
 	flag.Parse()
@@ -130,7 +141,7 @@ func main() {
 	}
 	b.what = map[string]bool{}
 	for _, w := range strings.Split(what, ",") {
-		if w != "overhead" && w != "migration" {
+		if w != "overhead" && w != "migration" && w != "disk" {
 			log.Fatalf("--what: unknown part %q", w)
 		}
 		b.what[w] = true
@@ -183,7 +194,7 @@ func (b *bench) run() int {
 	b.bin = filepath.Join(b.dir, "bin")
 	b.env = isolatedEnv(b.dir)
 	b.logf("building into %s", b.bin)
-	build := exec.Command("go", "build", "-o", b.bin+"/", "./cmd/pcmd", "./cmd/mpirun", "./heat2d", "./bench/migration/stateapp")
+	build := exec.Command("go", "build", "-o", b.bin+"/", "./cmd/pcmd", "./cmd/mpirun", "./heat2d", "./bench/migration/stateapp", "./bench/migration/diskload")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		log.Printf("go build: %v\n%s", err, out)
@@ -208,11 +219,24 @@ func (b *bench) run() int {
 		for _, np := range b.nps {
 			results = append(results, b.runOverhead(np))
 		}
-		b.printOverhead(results)
+		b.printOverhead("PCM overhead", results)
 		for _, r := range results {
 			for _, f := range r.failures {
 				failed = true
 				fmt.Printf("\n**Failure (overhead):**\n\n```\n%s\n```\n", f)
+			}
+		}
+	}
+	if b.what["disk"] {
+		var results []overheadResult
+		for _, np := range b.nps {
+			results = append(results, b.runDisk(np))
+		}
+		b.printOverhead("What the disk costs: heat2d without pcm beside a process writing like checkpoints", results)
+		for _, r := range results {
+			for _, f := range r.failures {
+				failed = true
+				fmt.Printf("\n**Failure (disk):**\n\n```\n%s\n```\n", f)
 			}
 		}
 	}

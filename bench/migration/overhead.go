@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mpios/mpios/internal/solverkit"
@@ -20,6 +21,9 @@ type variant struct {
 	app       []string // options after the program's own
 	base      string   // the variant this one's overhead is relative to ("" for a baseline)
 	limit     float64  // the target on the overhead, percent; 0: none
+	// background is a command (program and arguments) that runs beside mpirun, started
+	// before it and stopped (SIGTERM) after it; nil: none.
+	background []string
 }
 
 type overheadResult struct {
@@ -56,11 +60,43 @@ func (v variant) family() string {
 	return "zero"
 }
 
-// runOverhead runs heat2d -n N -iters T on np local ranks, reps times per variant, rotating
-// which variant goes first.
+// runOverhead runs the variants of part "overhead" on np local ranks.
 func (b *bench) runOverhead(np int) overheadResult {
 	ckptDir := filepath.Join(b.dir, "heat-ckpt")
-	res := overheadResult{np: np, variants: b.overheadVariants(ckptDir),
+	return b.runVariants(np, b.overheadVariants(ckptDir), ckptDir)
+}
+
+// diskVariants are part "disk": heat2d without pcm beside a process that writes like
+// checkpoints do (bench/migration/diskload), with and without fsync, against pcm's own
+// checkpoints.
+func (b *bench) diskVariants(ckptDir string) []variant {
+	load := func(extra ...string) []string {
+		return append([]string{filepath.Join(b.bin, "diskload"), "-dir", filepath.Join(b.dir, "diskload"),
+			"-every", b.diskEvery.String()}, extra...)
+	}
+	mib := strconv.FormatFloat(b.diskMiB, 'g', -1, 64)
+	return []variant{
+		{key: "a", name: "(a) -no-pcm (baseline)", app: []string{"-no-pcm"}},
+		{key: "b", name: fmt.Sprintf("(b) -no-pcm beside %s MiB written and fsynced every %v", mib, b.diskEvery), app: []string{"-no-pcm"}, base: "a",
+			background: load("-mib", mib)},
+		{key: "c", name: fmt.Sprintf("(c) -no-pcm beside %s MiB written every %v, no fsync", mib, b.diskEvery), app: []string{"-no-pcm"}, base: "a",
+			background: load("-mib", mib, "-fsync=false")},
+		{key: "d", name: fmt.Sprintf("(d) -no-pcm beside the fsyncs alone (0 MiB) every %v", b.diskEvery), app: []string{"-no-pcm"}, base: "a",
+			background: load("-mib", "0")},
+		{key: "e", name: fmt.Sprintf("(e) pcm: --ckpt-every %d", b.ckptEvery), mpirun: []string{"--ckpt-every", strconv.Itoa(b.ckptEvery), "--ckpt-dir", ckptDir}, base: "a"},
+	}
+}
+
+// runDisk runs the variants of part "disk" on np local ranks.
+func (b *bench) runDisk(np int) overheadResult {
+	ckptDir := filepath.Join(b.dir, "heat-ckpt")
+	return b.runVariants(np, b.diskVariants(ckptDir), ckptDir)
+}
+
+// runVariants runs heat2d -n N -iters T on np local ranks, reps times per variant, rotating
+// which variant goes first.
+func (b *bench) runVariants(np int, variants []variant, ckptDir string) overheadResult {
+	res := overheadResult{np: np, variants: variants,
 		spi: map[string][]float64{}, wall: map[string][]float64{}, cpu: map[string][]float64{}, commands: map[string]string{}}
 	checksum := map[string]string{}
 	for rep := range b.overheadReps {
@@ -71,6 +107,16 @@ func (b *bench) runOverhead(np int) overheadResult {
 			args = append(args, v.app...)
 			res.commands[v.key] = shellJoin(append([]string{filepath.Join(b.bin, "mpirun")}, args...))
 			os.RemoveAll(ckptDir)
+			var bg *exec.Cmd
+			if v.background != nil {
+				bg = exec.Command(v.background[0], v.background[1:]...)
+				bg.Stderr = os.Stderr
+				if err := bg.Start(); err != nil {
+					res.failures = append(res.failures, fmt.Sprintf("P=%d %s: %v", np, v.name, err))
+					continue
+				}
+				res.commands[v.key+" beside"] = shellJoin(v.background)
+			}
 			cmd := exec.Command(filepath.Join(b.bin, "mpirun"), args...)
 			cmd.Env = b.env
 			var out, errb buffer
@@ -78,6 +124,12 @@ func (b *bench) runOverhead(np int) overheadResult {
 			t0 := time.Now()
 			err := cmd.Run()
 			wall := time.Since(t0).Seconds()
+			if bg != nil {
+				bg.Process.Signal(syscall.SIGTERM)
+				if berr := bg.Wait(); berr != nil {
+					res.failures = append(res.failures, fmt.Sprintf("P=%d %s rep %d: %s: %v", np, v.name, rep+1, shellJoin(v.background), berr))
+				}
+			}
 			spi, perr := outputFloat(out.String(), "sec_per_iter")
 			sum := outputValue(out.String(), "checksum")
 			if err != nil || perr != nil || sum == "" {
@@ -105,8 +157,8 @@ func (b *bench) runOverhead(np int) overheadResult {
 	return res
 }
 
-func (b *bench) printOverhead(results []overheadResult) {
-	fmt.Printf("\n### PCM overhead: heat2d N=%d, %d iterations, local mpirun (%d alternated repetitions)\n\n", b.heatN, b.heatIters, b.overheadReps)
+func (b *bench) printOverhead(title string, results []overheadResult) {
+	fmt.Printf("\n### %s: heat2d N=%d, %d iterations, local mpirun (%d alternated repetitions)\n\n", title, b.heatN, b.heatIters, b.overheadReps)
 	fmt.Println("sec_per_iter is heat2d's own timing of its loop; wall is mpirun's whole run, start-up and the commit of the last checkpoint included.")
 	fmt.Println()
 	fmt.Println("| P | variant | sec_per_iter median | min – max | overhead vs baseline, medians | paired per repetition (median) | minima | wall s, median (overhead) | CPU s (mpirun + ranks), median | target (on medians) |")
@@ -148,6 +200,9 @@ func (b *bench) printOverhead(results []overheadResult) {
 	for _, r := range results {
 		for _, v := range r.variants {
 			fmt.Printf("    %s\n", r.commands[v.key])
+			if c := r.commands[v.key+" beside"]; c != "" {
+				fmt.Printf("      beside: %s\n", c)
+			}
 		}
 	}
 	for _, r := range results {
