@@ -74,9 +74,9 @@ type Process struct {
 	reg    *state.Registry
 	store  *ckptstore.Store // nil unless checkpointing or restarting
 	status Status
-	leader bool                  // this rank commits and prunes for its store
-	seq    uint64                // number of the next checkpoint
-	flight *flight               // the checkpoint in flight, if any
+	leader bool                   // this rank commits and prunes for its store
+	seq    uint64                 // number of the next checkpoint
+	flight *flight                // the checkpoint in flight, if any
 	snap   *ckptstore.PieceBuffer // the state copied at a checkpoint's boundary, reused; nil until needed
 
 	loaded   bool
