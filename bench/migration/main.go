@@ -214,31 +214,11 @@ func (b *bench) run() int {
 	fmt.Printf("Command: `go run ./bench/migration %s`\n", shellJoin(os.Args[1:]))
 
 	failed := false
-	if b.what["overhead"] {
-		var results []overheadResult
-		for _, np := range b.nps {
-			results = append(results, b.runOverhead(np))
-		}
-		b.printOverhead("PCM overhead", results)
-		for _, r := range results {
-			for _, f := range r.failures {
-				failed = true
-				fmt.Printf("\n**Failure (overhead):**\n\n```\n%s\n```\n", f)
-			}
-		}
+	if b.what["overhead"] && !b.runVariantPart("overhead", "PCM overhead", b.runOverhead) {
+		failed = true
 	}
-	if b.what["disk"] {
-		var results []overheadResult
-		for _, np := range b.nps {
-			results = append(results, b.runDisk(np))
-		}
-		b.printOverhead("What the disk costs: heat2d without pcm beside a process writing like checkpoints", results)
-		for _, r := range results {
-			for _, f := range r.failures {
-				failed = true
-				fmt.Printf("\n**Failure (disk):**\n\n```\n%s\n```\n", f)
-			}
-		}
+	if b.what["disk"] && !b.runVariantPart("disk", "What the disk costs: heat2d without pcm beside a process writing like checkpoints", b.runDisk) {
+		failed = true
 	}
 	if b.what["migration"] {
 		if !b.runMigration() {
@@ -250,6 +230,24 @@ func (b *bench) run() int {
 		return 1
 	}
 	return 0
+}
+
+// runVariantPart runs a part made of heat2d variants (run) for every rank count and prints
+// its table; it reports whether every run succeeded.
+func (b *bench) runVariantPart(part, title string, run func(np int) overheadResult) bool {
+	var results []overheadResult
+	for _, np := range b.nps {
+		results = append(results, run(np))
+	}
+	b.printOverhead(title, results)
+	ok := true
+	for _, r := range results {
+		for _, f := range r.failures {
+			ok = false
+			fmt.Printf("\n**Failure (%s):**\n\n```\n%s\n```\n", part, f)
+		}
+	}
+	return ok
 }
 
 func (b *bench) runMigration() bool {
