@@ -142,47 +142,51 @@ func TestPutPieceBytesHoles(t *testing.T) {
 	tail[len(tail)-1] = 9 // only the partial last block is non-zero
 	cases := map[string][]byte{"mixed": mixed, "zeros": make([]byte, blocks*DirectAlign), "tail": tail}
 	for where, dir := range putBytesDirs(t) {
-		s, err := Open(dir, &Options{Node: "n1", Checksum: CRC32C})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seq := uint64(1)
-		var reused PieceBuffer // holds the previous case's data: stale blocks must not leak
-		for name, data := range cases {
-			for _, put := range []string{"PutPieceBytes", "PutPieceBuffer"} {
-				var b PieceBuffer
-				b.Write(data)
-				var info PieceInfo
-				var err error
-				if put == "PutPieceBytes" {
-					info, err = s.PutPieceBytes(testJob, seq, 0, b.Bytes())
-				} else {
-					reused.Reset()
-					reused.Write(data)
-					info, err = s.PutPieceBuffer(testJob, seq, 0, &reused)
-				}
-				name := name + " " + put
-				if err != nil {
-					t.Fatalf("%s %s: %v", where, name, err)
-				}
-				ref, _ := Open(t.TempDir(), &Options{Node: "n1", Checksum: CRC32C})
-				plain, _ := ref.PutPiece(testJob, 1, 0, bytes.NewReader(data))
-				if info.Checksum != plain.Checksum || info.Size != int64(len(data)) {
-					t.Fatalf("%s %s: %+v, a plain write gives %+v", where, name, info, plain)
-				}
-				if err := s.CommitManifest(Manifest{Job: testJob, Seq: seq, Size: 1, Pieces: []PieceInfo{info}}); err != nil {
-					t.Fatal(err)
-				}
-				got, err := readPiece(t, s, seq, 0)
-				if err != nil || !bytes.Equal(got, data) {
-					t.Fatalf("%s %s: read back %d bytes (%v), not what was written", where, name, len(got), err)
-				}
-				if where == "disk" && strings.HasPrefix(name, "mixed") {
-					if used, ok := diskBytes(t, s.piecePath(PieceID{Job: testJob, Seq: seq, Rank: 0})); ok && used > 16*DirectAlign {
-						t.Errorf("%s: piece of %d bytes with 6 non-zero blocks takes %d bytes on disk", name, len(data), used)
+		// PutPieceBuffer takes the buffer's own CRC-32C, and falls back to reading the
+		// buffer for any other checksum.
+		for _, algo := range []string{CRC32C, SHA256} {
+			s, err := Open(filepath.Join(dir, algo), &Options{Node: "n1", Checksum: algo})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := uint64(1)
+			var reused PieceBuffer // holds the previous case's data: stale blocks must not leak
+			for name, data := range cases {
+				for _, put := range []string{"PutPieceBytes", "PutPieceBuffer"} {
+					var b PieceBuffer
+					b.Write(data)
+					var info PieceInfo
+					var err error
+					if put == "PutPieceBytes" {
+						info, err = s.PutPieceBytes(testJob, seq, 0, b.Bytes())
+					} else {
+						reused.Reset()
+						reused.Write(data)
+						info, err = s.PutPieceBuffer(testJob, seq, 0, &reused)
 					}
+					name := name + " " + put + " " + algo
+					if err != nil {
+						t.Fatalf("%s %s: %v", where, name, err)
+					}
+					ref, _ := Open(t.TempDir(), &Options{Node: "n1", Checksum: algo})
+					plain, _ := ref.PutPiece(testJob, 1, 0, bytes.NewReader(data))
+					if info.Checksum != plain.Checksum || info.Size != int64(len(data)) {
+						t.Fatalf("%s %s: %+v, a plain write gives %+v", where, name, info, plain)
+					}
+					if err := s.CommitManifest(Manifest{Job: testJob, Seq: seq, Size: 1, Pieces: []PieceInfo{info}}); err != nil {
+						t.Fatal(err)
+					}
+					got, err := readPiece(t, s, seq, 0)
+					if err != nil || !bytes.Equal(got, data) {
+						t.Fatalf("%s %s: read back %d bytes (%v), not what was written", where, name, len(got), err)
+					}
+					if where == "disk" && strings.HasPrefix(name, "mixed") {
+						if used, ok := diskBytes(t, s.piecePath(PieceID{Job: testJob, Seq: seq, Rank: 0})); ok && used > 16*DirectAlign {
+							t.Errorf("%s: piece of %d bytes with 6 non-zero blocks takes %d bytes on disk", name, len(data), used)
+						}
+					}
+					seq++
 				}
-				seq++
 			}
 		}
 	}
