@@ -23,25 +23,9 @@ import (
 var mpirun, fakerank string
 
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "mpirun-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	mpirun = filepath.Join(dir, "mpirun")
-	fakerank = filepath.Join(dir, "fakerank")
-	for out, pkg := range map[string]string{mpirun: ".", fakerank: "../../internal/launch/testdata/fakerank"} {
-		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, b)
-			return 1
-		}
-	}
-	return m.Run()
+	os.Exit(testbin.Main(m, func(dir string) {
+		mpirun, fakerank = filepath.Join(dir, "mpirun"), filepath.Join(dir, "fakerank")
+	}, "./cmd/mpirun", "./internal/launch/testdata/fakerank"))
 }
 
 type proc struct {

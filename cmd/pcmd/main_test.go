@@ -29,23 +29,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "pcmd-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	bin = dir
-	// One go build for the three: they share most packages and build in parallel.
-	if out, err := exec.Command("go", "build", "-o", dir+"/", ".", "../mpirun", "../../heat2d").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testbin.Main(m, func(dir string) { bin = dir }, "./cmd/pcmd", "./cmd/mpirun", "./heat2d"))
 }
 
 // debianNATS is the nats-server of Debian's package, tested when installed.

@@ -21,20 +21,8 @@ import (
 var bin string // directory with the built mpirun and test programs
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "mpios-e2e")
-	if err != nil {
-		panic(err)
-	}
-	bin = dir
-	for out, pkg := range map[string]string{"mpirun": "./cmd/mpirun", "mpicheck": "./internal/e2e/testdata/mpicheck", "heat2d": "./heat2d", "jacobi": "./jacobi", "pcmd": "./cmd/pcmd"} {
-		if err := testbin.BuildE(filepath.Join(dir, out), pkg); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testbin.Main(m, func(dir string) { bin = dir },
+		"./cmd/mpirun", "./internal/e2e/testdata/mpicheck", "./heat2d", "./jacobi", "./cmd/pcmd"))
 }
 
 type result struct {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -26,23 +25,7 @@ import (
 var fakerank string
 
 func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
-
-func testMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "launch-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	fakerank = filepath.Join(dir, "fakerank")
-	out, err := exec.Command("go", "build", "-o", fakerank, "./testdata/fakerank").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build fakerank: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testbin.Main(m, func(dir string) { fakerank = filepath.Join(dir, "fakerank") }, "./internal/launch/testdata/fakerank"))
 }
 
 type result struct {

@@ -31,23 +31,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("TESTBED_HELPER") != "" || os.Getenv("MPIOS_JOB_ID") != "" {
 		os.Exit(helperMain())
 	}
-	dir, err := os.MkdirTemp("", "mpios-testbed-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = dir
-	for out, pkg := range map[string]string{"mpirun": "./cmd/mpirun", "heat2d": "./heat2d",
-		"pcmd": "./cmd/pcmd", "loadgen": "./internal/testbed/loadgen", "nodeexec": "./internal/testbed/nodeexec"} {
-		if err := testbin.BuildE(filepath.Join(dir, out), pkg); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testbin.Main(m, func(dir string) { bin = dir },
+		"./cmd/mpirun", "./heat2d", "./cmd/pcmd", "./internal/testbed/loadgen", "./internal/testbed/nodeexec"))
 }
 
 // helperMain is the test binary started inside a node. TESTBED_HELPER=listen listens on

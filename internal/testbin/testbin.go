@@ -40,18 +40,39 @@ func Build(t testing.TB, out, pkg string) {
 	}
 }
 
-// BuildE is Build for TestMain, where there is no testing.TB.
-func BuildE(out, pkg string) error {
+// BuildE is Build without a testing.TB. With several packages, out must be a directory
+// ending in a path separator; each binary is named after its package.
+func BuildE(out string, pkgs ...string) error {
 	root, err := ModuleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd := exec.Command("go", append([]string{"build", "-o", out}, pkgs...)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, b)
 	}
 	return nil
+}
+
+// Main is TestMain for packages whose tests run the project's commands as processes. It
+// builds pkgs (paths relative to the module root) with one go build, so that they compile in
+// parallel, into a temporary directory where each binary is named after the last element of
+// its package path; calls ready with that directory; runs the tests; and removes the
+// directory. It returns the exit code for os.Exit.
+func Main(m *testing.M, ready func(dir string), pkgs ...string) int {
+	dir, err := os.MkdirTemp("", "mpios-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := BuildE(dir+string(filepath.Separator), pkgs...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ready(dir)
+	return m.Run()
 }
 
 // OutputValue returns the value of the line "key value" in out, failing t if there is none.
