@@ -38,19 +38,10 @@ func BenchmarkHeat2D(b *testing.B) {
 					defer jp.Close()
 				}
 				rank := c.Rank()
-				rows := n / size
-				up, down := rank-1, rank+1
+				h := newHeatRank(c, n)
 				if rank == 0 {
-					up = mpi.ProcNull
-				}
-				if rank == size-1 {
-					down = mpi.ProcNull
-				}
-				w := n + 2
-				u, unew := make([]float64, (rows+2)*w), make([]float64, (rows+2)*w)
-				if rank == 0 {
-					for j := range w {
-						u[j], unew[j] = 100, 100
+					for j := range n + 2 {
+						h.u[j], h.unew[j] = 100, 100
 					}
 				}
 				if err := c.Barrier(); err != nil {
@@ -60,14 +51,9 @@ func BenchmarkHeat2D(b *testing.B) {
 					b.ResetTimer()
 				}
 				for i := 1; i <= b.N; i++ {
-					if _, err := mpi.Sendrecv(c, u[w+1:w+1+n], up, 1, u[(rows+1)*w+1:(rows+1)*w+1+n], down, 1); err != nil {
+					if err := h.step(); err != nil {
 						return err
 					}
-					if _, err := mpi.Sendrecv(c, u[rows*w+1:rows*w+1+n], down, 2, u[1:1+n], up, 2); err != nil {
-						return err
-					}
-					jacobi(unew, u, rows, n)
-					u, unew = unew, u
 					jp.Iteration(i)
 				}
 				if err := c.Barrier(); err != nil {
@@ -104,16 +90,7 @@ func heat2dOverhead(b *testing.B, tr mpitest.Transport) {
 	var cpuStart time.Duration
 	mpitest.Run(b, tr, size, func(c *mpi.Comm) error {
 		rank := c.Rank()
-		rows := n / size
-		up, down := rank-1, rank+1
-		if rank == 0 {
-			up = mpi.ProcNull
-		}
-		if rank == size-1 {
-			down = mpi.ProcNull
-		}
-		w := n + 2
-		u, unew := make([]float64, (rows+2)*w), make([]float64, (rows+2)*w)
+		h := newHeatRank(c, n)
 		iter := 0
 		block := func(jp *JobProfiler) (time.Duration, error) {
 			if err := c.Barrier(); err != nil {
@@ -124,14 +101,9 @@ func heat2dOverhead(b *testing.B, tr mpitest.Transport) {
 				cpuStart = processCPU()
 			}
 			for range heat2dBlock {
-				if _, err := mpi.Sendrecv(c, u[w+1:w+1+n], up, 1, u[(rows+1)*w+1:(rows+1)*w+1+n], down, 1); err != nil {
+				if err := h.step(); err != nil {
 					return 0, err
 				}
-				if _, err := mpi.Sendrecv(c, u[rows*w+1:rows*w+1+n], down, 2, u[1:1+n], up, 2); err != nil {
-					return 0, err
-				}
-				jacobi(unew, u, rows, n)
-				u, unew = unew, u
 				iter++
 				jp.Iteration(iter)
 			}
@@ -226,6 +198,42 @@ func processCPU() time.Duration {
 const heat2dBlock = 20
 
 // jacobi is heat2d's step: one 5-point sweep over the rows interior rows.
+// heatRank is one rank's block of rows of heat2d's grid, with a ghost row above and below.
+type heatRank struct {
+	c        *mpi.Comm
+	n, rows  int
+	up, down int // neighbour ranks, or mpi.ProcNull
+	u, unew  []float64
+}
+
+func newHeatRank(c *mpi.Comm, n int) *heatRank {
+	rank, size := c.Rank(), c.Size()
+	h := &heatRank{c: c, n: n, rows: n / size, up: rank - 1, down: rank + 1}
+	if rank == 0 {
+		h.up = mpi.ProcNull
+	}
+	if rank == size-1 {
+		h.down = mpi.ProcNull
+	}
+	w := n + 2
+	h.u, h.unew = make([]float64, (h.rows+2)*w), make([]float64, (h.rows+2)*w)
+	return h
+}
+
+// step exchanges the ghost rows with the neighbours and sweeps once, as heat2d does.
+func (h *heatRank) step() error {
+	n, rows, w, u := h.n, h.rows, h.n+2, h.u
+	if _, err := mpi.Sendrecv(h.c, u[w+1:w+1+n], h.up, 1, u[(rows+1)*w+1:(rows+1)*w+1+n], h.down, 1); err != nil {
+		return err
+	}
+	if _, err := mpi.Sendrecv(h.c, u[rows*w+1:rows*w+1+n], h.down, 2, u[1:1+n], h.up, 2); err != nil {
+		return err
+	}
+	jacobi(h.unew, u, rows, n)
+	h.u, h.unew = h.unew, h.u
+	return nil
+}
+
 func jacobi(dst, src []float64, rows, n int) {
 	w := n + 2
 	for i := 1; i <= rows; i++ {

@@ -140,23 +140,14 @@ func netnsExists(ns string) bool {
 }
 
 // testbedNetns lists the network namespaces named Prefix*.
-func testbedNetns() []string {
-	entries, err := os.ReadDir("/run/netns")
-	if err != nil {
-		return nil
-	}
-	var names []string
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), Prefix) {
-			names = append(names, e.Name())
-		}
-	}
-	return names
-}
+func testbedNetns() []string { return prefixed("/run/netns") }
 
 // testbedLinks lists the root namespace's links named Prefix*.
-func testbedLinks() []string {
-	entries, err := os.ReadDir("/sys/class/net")
+func testbedLinks() []string { return prefixed("/sys/class/net") }
+
+// prefixed lists the entries of dir named Prefix*; none if dir cannot be read.
+func prefixed(dir string) []string {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
