@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -80,11 +78,7 @@ func TestStepDecomposed(t *testing.T) {
 				got = append(got, us[r][i*w+1:i*w+1+n]...)
 			}
 		}
-		for k := range want {
-			if math.Float64bits(got[k]) != math.Float64bits(want[k]) {
-				t.Fatalf("p=%d: cell %d = %v, want %v", p, k, got[k], want[k])
-			}
-		}
+		testbin.CheckBitwise(t, got, want, func(k int) string { return fmt.Sprintf("p=%d: cell %d", p, k) })
 	}
 }
 
@@ -127,17 +121,12 @@ func TestMPIRun(t *testing.T) {
 	for p := 1; p <= 4; p++ {
 		t.Run(fmt.Sprintf("np%d", p), func(t *testing.T) {
 			dump := filepath.Join(dir, fmt.Sprintf("grid%d.bin", p))
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			// --timeout lets mpirun tear the ranks down itself before ctx kills it.
-			cmd := exec.CommandContext(ctx, mpirun, "-np", fmt.Sprint(p), "--timeout", "90s", bin,
+			// --timeout lets mpirun tear the ranks down itself before it is killed.
+			out, stderr, err := testbin.Run(2*time.Minute, nil, mpirun, "-np", fmt.Sprint(p), "--timeout", "90s", bin,
 				"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-residual-every", "10", "-dump", dump)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, stdout.String(), stderr.String())
+			if err != nil {
+				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, out, stderr)
 			}
-			out := stdout.String()
 			if got := testbin.OutputValue(t, out, "checksum"); got != wantChecksum {
 				t.Errorf("checksum %s, want %s", got, wantChecksum)
 			}
@@ -150,15 +139,7 @@ func TestMPIRun(t *testing.T) {
 			if residuals != iters/10 {
 				t.Errorf("%d residual lines, want %d:\n%s", residuals, iters/10, out)
 			}
-			got := testbin.ReadFloats(t, dump)
-			if len(got) != n*n {
-				t.Fatalf("dump has %d values, want %d", len(got), n*n)
-			}
-			for k := range want {
-				if math.Float64bits(got[k]) != math.Float64bits(want[k]) {
-					t.Fatalf("cell (%d,%d) = %v, want %v", k/n, k%n, got[k], want[k])
-				}
-			}
+			testbin.CheckBitwise(t, testbin.ReadFloats(t, dump), want, func(k int) string { return fmt.Sprintf("cell (%d,%d)", k/n, k%n) })
 		})
 	}
 }
@@ -197,16 +178,9 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	rt := filepath.Join(dir, "run")
 
 	job := func(env []string, mpirunArgs []string, args ...string) (stdout, stderr string, err error) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
 		all := append(append([]string{"-np", fmt.Sprint(np), "--timeout", "50s"}, mpirunArgs...), bin,
 			"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters))
-		cmd := exec.CommandContext(ctx, mpirun, append(all, args...)...)
-		cmd.Env = env
-		var o, e bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err = cmd.Run()
-		return o.String(), e.String(), err
+		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
 	}
 
 	dumpA := filepath.Join(dir, "A.bin")

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -130,32 +128,19 @@ func TestMPIRun(t *testing.T) {
 	for p := 1; p <= 4; p++ {
 		t.Run(fmt.Sprintf("np%d", p), func(t *testing.T) {
 			dump := filepath.Join(dir, fmt.Sprintf("x%d.bin", p))
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			// --timeout lets mpirun tear the ranks down itself before ctx kills it.
-			cmd := exec.CommandContext(ctx, mpirun, "-np", fmt.Sprint(p), "--timeout", "90s", bin,
+			// --timeout lets mpirun tear the ranks down itself before it is killed.
+			out, stderr, err := testbin.Run(2*time.Minute, nil, mpirun, "-np", fmt.Sprint(p), "--timeout", "90s", bin,
 				"-n", fmt.Sprint(n), "-maxiters", fmt.Sprint(maxIters), "-tol", fmt.Sprint(tol), "-dump", dump)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, stdout.String(), stderr.String())
+			if err != nil {
+				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, out, stderr)
 			}
-			out := stdout.String()
 			for key, w := range wantLines {
 				if got := testbin.OutputValue(t, out, key); got != w {
 					t.Errorf("%s %s, want %s", key, got, w)
 				}
 			}
 			testbin.OutputValue(t, out, "sec_per_iter")
-			got := testbin.ReadFloats(t, dump)
-			if len(got) != n {
-				t.Fatalf("dump has %d values, want %d", len(got), n)
-			}
-			for i := range want {
-				if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
-					t.Fatalf("x[%d] = %v, want %v", i, got[i], want[i])
-				}
-			}
+			testbin.CheckBitwise(t, testbin.ReadFloats(t, dump), want, func(i int) string { return fmt.Sprintf("x[%d]", i) })
 		})
 	}
 }
@@ -196,16 +181,9 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	rt := filepath.Join(dir, "run")
 
 	job := func(env []string, id string, args ...string) (stdout, stderr string, err error) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
 		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, bin,
 			"-n", fmt.Sprint(n), "-maxiters", fmt.Sprint(maxIters), "-tol", fmt.Sprint(tol)}
-		cmd := exec.CommandContext(ctx, mpirun, append(all, args...)...)
-		cmd.Env = env
-		var o, e bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err = cmd.Run()
-		return o.String(), e.String(), err
+		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
 	}
 	out, stderr, err := job(testbin.IsolatedEnv(rt, env...), "first", "-crash-after", fmt.Sprint(crashAfter))
 	var ee *exec.ExitError
@@ -233,13 +211,5 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	if got := testbin.OutputValue(t, out, "maxchange"); got != fmt.Sprintf("%.3e", wantChange) {
 		t.Errorf("maxchange %s, want %.3e", got, wantChange)
 	}
-	got := testbin.ReadFloats(t, dump)
-	if len(got) != n {
-		t.Fatalf("dump has %d values, want %d", len(got), n)
-	}
-	for i := range want {
-		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
-			t.Fatalf("x[%d] = %v, want %v", i, got[i], want[i])
-		}
-	}
+	testbin.CheckBitwise(t, testbin.ReadFloats(t, dump), want, func(i int) string { return fmt.Sprintf("x[%d]", i) })
 }

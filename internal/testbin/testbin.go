@@ -4,7 +4,9 @@ package testbin
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +75,37 @@ func Main(m *testing.M, ready func(dir string), pkgs ...string) int {
 	}
 	ready(dir)
 	return m.Run()
+}
+
+// Run runs the program at path with args for at most limit and returns what it printed. env
+// nil means the current environment. The error is the program's (an *exec.ExitError for a
+// non-zero status), or says that it did not finish in time.
+func Run(limit time.Duration, env []string, path string, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = env
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%s did not finish within %v (%w)", filepath.Base(path), limit, err)
+	}
+	return o.String(), e.String(), err
+}
+
+// CheckBitwise fails t unless got and want hold the same float64 bit patterns, naming the
+// first element that differs with name(i).
+func CheckBitwise(t testing.TB, got, want []float64, name func(i int) string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d values, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+			t.Fatalf("%s = %v, want %v", name(i), got[i], want[i])
+		}
+	}
 }
 
 // OutputValue returns the value of the line "key value" in out, failing t if there is none.
