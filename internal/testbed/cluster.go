@@ -572,19 +572,27 @@ func tail(path string, max int64) string {
 	return string(b)
 }
 
+// lookup returns node name, or an error naming it if there is none.
+func (c *Cluster) lookup(name string) (*node, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n, ok := c.nodes[name]; ok {
+		return n, nil
+	}
+	return nil, fmt.Errorf("testbed: no node %s", name)
+}
+
 // RemoveNode stops node name gracefully (SIGTERM to its pcmd, which stops its ranks and
 // deregisters; SIGKILL after Options.StopTimeout) and removes its namespace and cgroups. It
 // may be called while jobs run: the node leaves the cluster, and ranks running on it fail.
 func (c *Cluster) RemoveNode(name string) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	c.mu.Lock()
-	n, ok := c.nodes[name]
-	c.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("testbed: no node %s", name)
+	n, err := c.lookup(name)
+	if err != nil {
+		return err
 	}
-	err := c.teardownNode(n)
+	err = c.teardownNode(n)
 	c.mu.Lock()
 	delete(c.nodes, name)
 	c.mu.Unlock()
@@ -642,11 +650,9 @@ func (c *Cluster) SetLoad(name string, share float64) error {
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	c.mu.Lock()
-	n, ok := c.nodes[name]
-	c.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("testbed: no node %s", name)
+	n, err := c.lookup(name)
+	if err != nil {
+		return err
 	}
 	cpus := n.cpus
 	if cpus == 0 {
@@ -728,11 +734,9 @@ func (c *Cluster) stopLoad(n *node, reset bool) error {
 // CPUUsage returns the CPU time node name's processes (pcmd, ranks and load generator)
 // have used since it was added. It needs isolation (ErrNotIsolated otherwise).
 func (c *Cluster) CPUUsage(name string) (time.Duration, error) {
-	c.mu.Lock()
-	n, ok := c.nodes[name]
-	c.mu.Unlock()
-	if !ok {
-		return 0, fmt.Errorf("testbed: no node %s", name)
+	n, err := c.lookup(name)
+	if err != nil {
+		return 0, err
 	}
 	if !c.isolated {
 		return 0, ErrNotIsolated
@@ -748,11 +752,9 @@ func (c *Cluster) CPUUsage(name string) (time.Duration, error) {
 // namespace and cgroup (with its ranks) when isolated. The caller starts and waits for it;
 // it runs in its own process group.
 func (c *Cluster) Command(name, prog string, args ...string) (*exec.Cmd, error) {
-	c.mu.Lock()
-	n, ok := c.nodes[name]
-	c.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("testbed: no node %s", name)
+	n, err := c.lookup(name)
+	if err != nil {
+		return nil, err
 	}
 	return c.nodeCommand(n, subWork, true, prog, args...), nil
 }
