@@ -239,13 +239,7 @@ func (j *bgJob) wait(limit time.Duration) (int, error) {
 	select {
 	case <-j.done:
 	case <-time.After(limit):
-		j.cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-j.done:
-		case <-time.After(5 * time.Second):
-			j.cmd.Process.Kill()
-			<-j.done
-		}
+		j.stop(syscall.SIGQUIT, 5*time.Second) // SIGQUIT: Go prints mpirun's goroutine stacks
 		return -1, fmt.Errorf("job %s did not finish within %v", j.id, limit)
 	}
 	var ee *exec.ExitError
@@ -265,10 +259,15 @@ func (j *bgJob) kill() {
 		return
 	default:
 	}
-	j.cmd.Process.Signal(syscall.SIGTERM)
+	j.stop(syscall.SIGTERM, 10*time.Second)
+}
+
+// stop sends mpirun sig and waits for it to end, killing it after grace.
+func (j *bgJob) stop(sig syscall.Signal, grace time.Duration) {
+	j.cmd.Process.Signal(sig)
 	select {
 	case <-j.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(grace):
 		j.cmd.Process.Kill()
 		<-j.done
 	}
