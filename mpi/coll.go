@@ -592,12 +592,7 @@ func (s *collSender[T]) send(buf []T, dest, tag int) error {
 	if len(b) > eagerLimit || w == e.rank {
 		return cwait(csend(c, buf, dest, tag))
 	}
-	e.mu.Lock()
-	ferr := e.failure()
-	if ferr == nil {
-		ferr = e.peerErr[w]
-	}
-	e.mu.Unlock()
+	ferr := e.peerFailure(w)
 	if ferr != nil {
 		return fmt.Errorf("mpi: collective to rank %d: %w", dest, ferr)
 	}

@@ -345,6 +345,18 @@ func (e *engine) failure() error {
 	return nil
 }
 
+// peerFailure returns why nothing can be sent to world rank w: the job-wide error, or the
+// error that rank's connection failed with; nil if sending may proceed.
+func (e *engine) peerFailure(w int) error {
+	e.mu.Lock()
+	err := e.failure()
+	if err == nil {
+		err = e.peerErr[w]
+	}
+	e.mu.Unlock()
+	return err
+}
+
 // sendError turns a transport error into the error the application sees.
 func (e *engine) sendError(peer int, err error) error {
 	e.mu.Lock()

@@ -224,12 +224,7 @@ func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, ta
 		e.arrive(w, h, buf, false) // copies what it queues, so the send completes at once
 		return nil, nil
 	}
-	e.mu.Lock()
-	ferr := e.failure()
-	if ferr == nil {
-		ferr = e.peerErr[w]
-	}
-	e.mu.Unlock()
+	ferr := e.peerFailure(w)
 	if ferr != nil {
 		return nil, fmt.Errorf("mpi: %s to rank %d: %w", op, dest, ferr)
 	}
