@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/mpios/mpios/internal/solverkit"
 	"github.com/mpios/mpios/internal/testbin"
-	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 // seqHeat is the plain sequential reference: the full (n+2) x (n+2) grid,
@@ -193,17 +190,9 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	// 35 (in the background it might not be yet; internal/e2e covers that case).
 	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
 	out, stderr, err := job(testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first"}, "-crash-after", "35")
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("crashing run: got %v, want exit status 1\n%s%s", err, out, stderr)
-	}
-	store, err := ckptstore.Open(ckpt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := store.Checkpoints("first")
-	if err != nil || len(ms) != 2 || ms[0].Iteration != 30 || ms[1].Iteration != 20 || ms[0].Size != np {
-		t.Fatalf("checkpoints of the crashed job: %v %+v, want iterations 30 and 20 of %d ranks\n%s%s", err, ms, np, out, stderr)
+	ms := testbin.Crashed(t, err, out, stderr, ckpt, "first")
+	if len(ms) != 2 || ms[0].Iteration != 30 || ms[1].Iteration != 20 || ms[0].Size != np {
+		t.Fatalf("checkpoints of the crashed job: %+v, want iterations 30 and 20 of %d ranks\n%s%s", ms, np, out, stderr)
 	}
 
 	dumpB := filepath.Join(dir, "B.bin")

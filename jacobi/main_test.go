@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/mpios/mpios/internal/solverkit"
 	"github.com/mpios/mpios/internal/testbin"
-	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 // seqJacobi is the plain sequential reference on the full matrix, with the
@@ -186,16 +183,8 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
 	}
 	out, stderr, err := job(testbin.IsolatedEnv(rt, env...), "first", "-crash-after", fmt.Sprint(crashAfter))
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("crashing run: got %v, want exit status 1\n%s%s", err, out, stderr)
-	}
-	store, err := ckptstore.Open(ckpt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ms, err := store.Checkpoints("first"); err != nil || len(ms) == 0 || ms[0].Iteration != int64(lastCkpt) {
-		t.Fatalf("checkpoints of the crashed job: %v %+v, want the newest at iteration %d\n%s%s", err, ms, lastCkpt, out, stderr)
+	if ms := testbin.Crashed(t, err, out, stderr, ckpt, "first"); len(ms) == 0 || ms[0].Iteration != int64(lastCkpt) {
+		t.Fatalf("checkpoints of the crashed job: %+v, want the newest at iteration %d\n%s%s", ms, lastCkpt, out, stderr)
 	}
 	dump := filepath.Join(dir, "x.bin")
 	out, stderr, err = job(testbin.IsolatedEnv(rt, append(env, "MPIOS_RESTART=first")...), "second", "-dump", dump)

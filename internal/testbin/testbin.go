@@ -5,6 +5,7 @@ package testbin
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -18,6 +19,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mpios/mpios/internal/solverkit"
+	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 // ModuleRoot returns the directory of the module's go.mod.
@@ -106,6 +108,25 @@ func CheckBitwise(t testing.TB, got, want []float64, name func(i int) string) {
 			t.Fatalf("%s = %v, want %v", name(i), got[i], want[i])
 		}
 	}
+}
+
+// Crashed fails t unless err is the exit status 1 of a job whose rank crashed on purpose,
+// and returns the checkpoints of job id in the store at ckptDir, newest first.
+func Crashed(t testing.TB, err error, stdout, stderr, ckptDir, id string) []ckptstore.Manifest {
+	t.Helper()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("crashing run: got %v, want exit status 1\n%s%s", err, stdout, stderr)
+	}
+	store, err := ckptstore.Open(ckptDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := store.Checkpoints(id)
+	if err != nil {
+		t.Fatalf("checkpoints of the crashed job: %v\n%s%s", err, stdout, stderr)
+	}
+	return ms
 }
 
 // OutputValue returns the value of the line "key value" in out, failing t if there is none.
