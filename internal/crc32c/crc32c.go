@@ -64,9 +64,6 @@ func Zeros(crc uint32, n int64) uint32 {
 // crcB = Update(0, b) and lenB = len(b).
 func Combine(crcA, crcB uint32, lenB int64) uint32 {
 	// Update(c, b) is affine in c: shift(c, len(b)) ^ Update(0, b).
-	if lenB == BlockSize {
-		return block.shift(crcA) ^ crcB
-	}
 	return shift(crcA, lenB) ^ crcB
 }
 

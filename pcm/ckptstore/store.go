@@ -310,8 +310,7 @@ const maxRun = 8 << 20
 
 // writeSparse writes data to the empty file f, leaving holes in the file where the whole
 // block at offset off is zero (zero(off), called for every block in order, some blocks
-// twice), and counts the
-// piece in directWrites when direct I/O was used.
+// twice), and counts the piece in directWrites when direct I/O was used.
 func writeSparse(f *os.File, data []byte, zero func(off int) bool) error {
 	whole := len(data) &^ (DirectAlign - 1)
 	direct := false

@@ -10,6 +10,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/mpios/mpios/internal/crc32c"
 )
 
 // Checksum algorithms, used as the prefix of PieceInfo.Checksum ("sha256:<hex>").
@@ -18,7 +20,7 @@ const (
 	CRC32C = "crc32c" // faster, weaker: detects accidental damage only
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var castagnoli = crc32c.Table
 
 func newHash(algo string) (hash.Hash, error) {
 	switch algo {

@@ -40,7 +40,7 @@ const (
 	msgpackBufferMax = 4 << 20
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var castagnoli = crc32c.Table
 
 // hostLittleEndian reports whether the host stores numbers little-endian, i.e. whether raw
 // memory can be written as is.
