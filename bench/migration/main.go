@@ -11,8 +11,10 @@
 // (the baseline); (b) the default, where pcm polls the launcher's reconfiguration log at
 // adaptive agreement points; (c) mpirun --ckpt-every 50 --ckpt-dir DIR (background
 // checkpoints); (d) the same with --ckpt-sync; (e) and (f): (a) and (c) with a dense state
-// (heat2d's hidden -init 1: no zero blocks for the checkpoints to skip). Reported: medians of
-// heat2d's sec_per_iter and of mpirun's wall time, and their overheads over the baseline.
+// (heat2d's hidden -init 1: no zero blocks for the checkpoints to skip); (g) (c) with the
+// store on a memory file system (/dev/shm, if it is tmpfs): what pcm costs apart from the
+// disk. Reported: medians of heat2d's sec_per_iter and of mpirun's wall time, and their
+// overheads over the baseline.
 //
 // Part "disk" (not run by default: --what disk): what the disk's work costs the machine,
 // apart from pcm. Variants of heat2d -no-pcm run beside bench/migration/diskload, which

@@ -36,13 +36,13 @@ type overheadResult struct {
 	failures []string
 }
 
-func (b *bench) overheadVariants(ckptDir string) []variant {
+func (b *bench) overheadVariants(ckptDir, memDir string) []variant {
 	every := []string{"--ckpt-every", strconv.Itoa(b.ckptEvery), "--ckpt-dir", ckptDir}
 	// heat2d's grid starts at zero and heat spreads one row per iteration, so for its first
 	// iterations most of the state is zeros, which background checkpoints skip (holes):
 	// the dense variants start the interior at 1 so that every block must be written.
 	dense := []string{"-" + solverkit.InitFlag, "1"}
-	return []variant{
+	vs := []variant{
 		{key: "a", name: "(a) -no-pcm (baseline)", app: []string{"-no-pcm"}},
 		{key: "b", name: "(b) default, no checkpoint due", base: "a", limit: 1},
 		{key: "c", name: fmt.Sprintf("(c) --ckpt-every %d", b.ckptEvery), mpirun: every, base: "a", limit: 5},
@@ -50,6 +50,29 @@ func (b *bench) overheadVariants(ckptDir string) []variant {
 		{key: "e", name: "(e) dense state: -no-pcm -init 1 (baseline)", app: append([]string{"-no-pcm"}, dense...)},
 		{key: "f", name: fmt.Sprintf("(f) dense state: --ckpt-every %d -init 1", b.ckptEvery), mpirun: every, app: dense, base: "e", limit: 5},
 	}
+	if memDir != "" {
+		// The same checkpoints into a store in memory: what pcm costs apart from the disk.
+		vs = append(vs, variant{key: "g", name: fmt.Sprintf("(g) --ckpt-every %d, store in memory (tmpfs): (c) without the disk", b.ckptEvery),
+			mpirun: []string{"--ckpt-every", strconv.Itoa(b.ckptEvery), "--ckpt-dir", memDir}, base: "a"})
+	}
+	return vs
+}
+
+// memoryDir returns a new directory on a memory file system (/dev/shm as tmpfs), or "" if
+// there is none; the caller removes it.
+func memoryDir() string {
+	mounts, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[1] == "/dev/shm" && f[2] == "tmpfs" {
+			if dir, err := os.MkdirTemp("/dev/shm", "migbench-"); err == nil {
+				return dir
+			}
+		}
+	}
+	return ""
 }
 
 // family names the variants whose results must agree: those with the same initial state.
@@ -63,7 +86,14 @@ func (v variant) family() string {
 // runOverhead runs the variants of part "overhead" on np local ranks.
 func (b *bench) runOverhead(np int) overheadResult {
 	ckptDir := filepath.Join(b.dir, "heat-ckpt")
-	return b.runVariants(np, b.overheadVariants(ckptDir), ckptDir)
+	memDir := memoryDir()
+	if memDir == "" {
+		b.logf("no memory file system at /dev/shm: variant (g) left out")
+	} else {
+		defer os.RemoveAll(memDir)
+		memDir = filepath.Join(memDir, "heat-ckpt")
+	}
+	return b.runVariants(np, b.overheadVariants(ckptDir, memDir), ckptDir, memDir)
 }
 
 // diskVariants are part "disk": heat2d without pcm beside a process that writes like
@@ -90,12 +120,13 @@ func (b *bench) diskVariants(ckptDir string) []variant {
 // runDisk runs the variants of part "disk" on np local ranks.
 func (b *bench) runDisk(np int) overheadResult {
 	ckptDir := filepath.Join(b.dir, "heat-ckpt")
-	return b.runVariants(np, b.diskVariants(ckptDir), ckptDir)
+	return b.runVariants(np, b.diskVariants(ckptDir), ckptDir, "")
 }
 
 // runVariants runs heat2d -n N -iters T on np local ranks, reps times per variant, rotating
-// which variant goes first.
-func (b *bench) runVariants(np int, variants []variant, ckptDir string) overheadResult {
+// which variant goes first, and empties the checkpoint directories (memDir may be "") before
+// each run.
+func (b *bench) runVariants(np int, variants []variant, ckptDir, memDir string) overheadResult {
 	res := overheadResult{np: np, variants: variants,
 		spi: map[string][]float64{}, wall: map[string][]float64{}, cpu: map[string][]float64{}, commands: map[string]string{}}
 	checksum := map[string]string{}
@@ -107,6 +138,9 @@ func (b *bench) runVariants(np int, variants []variant, ckptDir string) overhead
 			args = append(args, v.app...)
 			res.commands[v.key] = shellJoin(append([]string{filepath.Join(b.bin, "mpirun")}, args...))
 			os.RemoveAll(ckptDir)
+			if memDir != "" {
+				os.RemoveAll(memDir)
+			}
 			var bg *exec.Cmd
 			if v.background != nil {
 				bg = exec.Command(v.background[0], v.background[1:]...)
