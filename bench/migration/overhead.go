@@ -37,7 +37,10 @@ type overheadResult struct {
 }
 
 func (b *bench) overheadVariants(ckptDir, memDir string) []variant {
-	every := []string{"--ckpt-every", strconv.Itoa(b.ckptEvery), "--ckpt-dir", ckptDir}
+	everyIn := func(dir string) []string {
+		return []string{"--ckpt-every", strconv.Itoa(b.ckptEvery), "--ckpt-dir", dir}
+	}
+	every := everyIn(ckptDir)
 	// heat2d's grid starts at zero and heat spreads one row per iteration, so for its first
 	// iterations most of the state is zeros, which background checkpoints skip (holes):
 	// the dense variants start the interior at 1 so that every block must be written.
@@ -53,7 +56,7 @@ func (b *bench) overheadVariants(ckptDir, memDir string) []variant {
 	if memDir != "" {
 		// The same checkpoints into a store in memory: what pcm costs apart from the disk.
 		vs = append(vs, variant{key: "g", name: fmt.Sprintf("(g) --ckpt-every %d, store in memory (tmpfs): (c) without the disk", b.ckptEvery),
-			mpirun: []string{"--ckpt-every", strconv.Itoa(b.ckptEvery), "--ckpt-dir", memDir}, base: "a"})
+			mpirun: everyIn(memDir), base: "a"})
 	}
 	return vs
 }
@@ -89,9 +92,6 @@ func (b *bench) runOverhead(np int) overheadResult {
 	memDir := memoryDir()
 	if memDir == "" {
 		b.logf("no memory file system at /dev/shm: variant (g) left out")
-	} else {
-		defer os.RemoveAll(memDir)
-		memDir = filepath.Join(memDir, "heat-ckpt")
 	}
 	return b.runVariants(np, b.overheadVariants(ckptDir, memDir), ckptDir, memDir)
 }
@@ -120,13 +120,13 @@ func (b *bench) diskVariants(ckptDir string) []variant {
 // runDisk runs the variants of part "disk" on np local ranks.
 func (b *bench) runDisk(np int) overheadResult {
 	ckptDir := filepath.Join(b.dir, "heat-ckpt")
-	return b.runVariants(np, b.diskVariants(ckptDir), ckptDir, "")
+	return b.runVariants(np, b.diskVariants(ckptDir), ckptDir)
 }
 
 // runVariants runs heat2d -n N -iters T on np local ranks, reps times per variant, rotating
-// which variant goes first, and empties the checkpoint directories (memDir may be "") before
-// each run.
-func (b *bench) runVariants(np int, variants []variant, ckptDir, memDir string) overheadResult {
+// which variant goes first. The checkpoint directories ckptDirs ("" for none) are emptied
+// before each run and removed at the end.
+func (b *bench) runVariants(np int, variants []variant, ckptDirs ...string) overheadResult {
 	res := overheadResult{np: np, variants: variants,
 		spi: map[string][]float64{}, wall: map[string][]float64{}, cpu: map[string][]float64{}, commands: map[string]string{}}
 	checksum := map[string]string{}
@@ -137,10 +137,7 @@ func (b *bench) runVariants(np int, variants []variant, ckptDir, memDir string) 
 			args = append(args, filepath.Join(b.bin, "heat2d"), "-n", strconv.Itoa(b.heatN), "-iters", strconv.Itoa(b.heatIters))
 			args = append(args, v.app...)
 			res.commands[v.key] = shellJoin(append([]string{filepath.Join(b.bin, "mpirun")}, args...))
-			os.RemoveAll(ckptDir)
-			if memDir != "" {
-				os.RemoveAll(memDir)
-			}
+			removeAll(ckptDirs)
 			var bg *exec.Cmd
 			if v.background != nil {
 				bg = exec.Command(v.background[0], v.background[1:]...)
@@ -187,8 +184,17 @@ func (b *bench) runVariants(np int, variants []variant, ckptDir, memDir string) 
 			b.logf("heat2d P=%d %s rep %d: sec_per_iter %.6e, wall %.2fs, cpu %.2fs", np, v.key, rep+1, spi, wall, cpu)
 		}
 	}
-	os.RemoveAll(ckptDir)
+	removeAll(ckptDirs)
 	return res
+}
+
+// removeAll removes the directories dirs ("" for none) with what they hold.
+func removeAll(dirs []string) {
+	for _, d := range dirs {
+		if d != "" {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 func (b *bench) printOverhead(title string, results []overheadResult) {
