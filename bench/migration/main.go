@@ -20,7 +20,8 @@
 // apart from pcm. Variants of heat2d -no-pcm run beside bench/migration/diskload, which
 // writes --disk-mib MiB every --disk-every the way a checkpoint's writer does (direct I/O,
 // fsync, rename, directory fsync): (b) as such, (c) without the fsyncs, (d) the fsyncs
-// alone; (e) is pcm's own --ckpt-every checkpoints, for comparison.
+// alone, (f) overwriting preallocated files in place with fdatasync (what is left without
+// the file system's metadata); (e) is pcm's own --ckpt-every checkpoints, for comparison.
 //
 // Part "migration": a nats-server (/usr/sbin/nats-server if installed, else an in-process one)
 // and two pcmd nodes n1 and n2 on loopback (pcmd serve --node nI --nats URL --allow BIN/*

@@ -97,8 +97,8 @@ func (b *bench) runOverhead(np int) overheadResult {
 }
 
 // diskVariants are part "disk": heat2d without pcm beside a process that writes like
-// checkpoints do (bench/migration/diskload), with and without fsync, against pcm's own
-// checkpoints.
+// checkpoints do (bench/migration/diskload), with and without fsync, and overwriting
+// preallocated files, against pcm's own checkpoints.
 func (b *bench) diskVariants(ckptDir string) []variant {
 	load := func(extra ...string) []string {
 		return append([]string{filepath.Join(b.bin, "diskload"), "-dir", filepath.Join(b.dir, "diskload"),
@@ -114,6 +114,8 @@ func (b *bench) diskVariants(ckptDir string) []variant {
 		{key: "d", name: fmt.Sprintf("(d) -no-pcm beside the fsyncs alone (0 MiB) every %v", b.diskEvery), app: []string{"-no-pcm"}, base: "a",
 			background: load("-mib", "0")},
 		{key: "e", name: fmt.Sprintf("(e) pcm: --ckpt-every %d", b.ckptEvery), mpirun: []string{"--ckpt-every", strconv.Itoa(b.ckptEvery), "--ckpt-dir", ckptDir}, base: "a"},
+		{key: "f", name: fmt.Sprintf("(f) -no-pcm beside %s MiB overwritten in place and fdatasynced every %v (no allocation, no rename)", mib, b.diskEvery), app: []string{"-no-pcm"}, base: "a",
+			background: load("-mib", mib, "-inplace")},
 	}
 }
 

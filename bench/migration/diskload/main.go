@@ -1,8 +1,10 @@
 // Command diskload writes to disk the way a rank's background checkpoints do, without any
 // application: every -every it writes -mib MiB of non-zero data to a new file with direct I/O,
-// optionally fsyncs it, renames it into place and fsyncs the directory. bench/migration runs it
-// beside heat2d -no-pcm to tell what the disk's work costs the machine's CPUs from what pcm
-// itself costs (part "disk").
+// optionally fsyncs it, renames it into place and fsyncs the directory. With -inplace it
+// overwrites one of three files written once at the start instead (no block allocation, no
+// rename, fdatasync only), which tells the cost of the file system's metadata from the cost of
+// the bytes. bench/migration runs it beside heat2d -no-pcm to tell what the disk's work costs
+// the machine's CPUs from what pcm itself costs (part "disk").
 package main
 
 import (
@@ -23,6 +25,7 @@ func main() {
 	mib := flag.Float64("mib", 2, "MiB written per round, rounded up to 4 KiB")
 	every := flag.Duration("every", 100*time.Millisecond, "one round every this")
 	fsync := flag.Bool("fsync", true, "fsync the file and the directory (durable), as checkpoints do")
+	inPlace := flag.Bool("inplace", false, "overwrite one of three preallocated files each round (fdatasync only) instead of writing a new one")
 	flag.Parse()
 	if *dir == "" || *mib < 0 || *every <= 0 {
 		log.Fatal("diskload: -dir is required; -mib must be >= 0 and -every > 0")
@@ -31,12 +34,20 @@ func main() {
 		log.Fatal(err)
 	}
 	data := alignedData(int(*mib*(1<<20)+4095) &^ 4095)
+	write := func(round int) error { return writeRound(*dir, round, data, *fsync) }
+	if *inPlace {
+		slots, err := preallocate(*dir, data)
+		if err != nil {
+			log.Fatalf("diskload: %v", err)
+		}
+		write = func(round int) error { return overwrite(slots[round%len(slots)], data, *fsync) }
+	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
 	tick := time.NewTicker(*every)
 	defer tick.Stop()
 	for round := 0; ; round++ {
-		if err := writeRound(*dir, round, data, *fsync); err != nil {
+		if err := write(round); err != nil {
 			log.Fatalf("diskload: %v", err)
 		}
 		select {
@@ -64,10 +75,7 @@ func alignedData(n int) []byte {
 func writeRound(dir string, round int, data []byte, durable bool) error {
 	final := filepath.Join(dir, fmt.Sprintf("piece-%d", round%3))
 	tmp := final + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_DIRECT, 0o600)
-	if errors.Is(err, syscall.EINVAL) { // no direct I/O on this file system
-		f, err = os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	}
+	f, err := openDirect(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY)
 	if err != nil {
 		return err
 	}
@@ -92,6 +100,49 @@ func writeRound(dir string, round int, data []byte, durable bool) error {
 	if !durable {
 		return nil
 	}
+	return syncDir(dir)
+}
+
+// preallocate writes data once to each of three files and makes them durable, so that later
+// rounds overwrite blocks that are already allocated.
+func preallocate(dir string, data []byte) ([]*os.File, error) {
+	slots := make([]*os.File, 3)
+	for i := range slots {
+		f, err := openDirect(filepath.Join(dir, fmt.Sprintf("slot-%d", i)), os.O_CREATE|os.O_RDWR)
+		if err != nil {
+			return nil, err
+		}
+		if err := overwrite(f, data, true); err != nil {
+			return nil, err
+		}
+		slots[i] = f
+	}
+	return slots, syncDir(dir)
+}
+
+// overwrite writes data at the start of f and, if durable, fdatasyncs it.
+func overwrite(f *os.File, data []byte, durable bool) error {
+	if len(data) > 0 {
+		if _, err := f.WriteAt(data, 0); err != nil {
+			return err
+		}
+	}
+	if !durable {
+		return nil
+	}
+	return syscall.Fdatasync(int(f.Fd()))
+}
+
+// openDirect opens name with direct I/O where the file system has it.
+func openDirect(name string, flags int) (*os.File, error) {
+	f, err := os.OpenFile(name, flags|syscall.O_DIRECT, 0o600)
+	if errors.Is(err, syscall.EINVAL) { // no direct I/O on this file system
+		f, err = os.OpenFile(name, flags, 0o600)
+	}
+	return f, err
+}
+
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
