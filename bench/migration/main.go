@@ -21,7 +21,9 @@
 // writes --disk-mib MiB every --disk-every the way a checkpoint's writer does (direct I/O,
 // fsync, rename, directory fsync): (b) as such, (c) without the fsyncs, (d) the fsyncs
 // alone, (f) overwriting preallocated files in place with fdatasync (what is left without
-// the file system's metadata); (e) is pcm's own --ckpt-every checkpoints, for comparison.
+// the file system's metadata); (e) is pcm's own --ckpt-every checkpoints, for comparison,
+// and (g) pcm's checkpoints into a store in memory beside (b)'s writes: about what pcm would
+// cost if its writer disturbed the ranks no more than a separate process does.
 //
 // Part "migration": a nats-server (/usr/sbin/nats-server if installed, else an in-process one)
 // and two pcmd nodes n1 and n2 on loopback (pcmd serve --node nI --nats URL --allow BIN/*
