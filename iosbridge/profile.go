@@ -37,6 +37,9 @@ type NodeProfile struct {
 	MemTotalBytes uint64 `msgpack:"mem_total"`
 	// Load1 is the one-minute load average, kept for operators; no policy depends on it.
 	Load1 float64 `msgpack:"load1"`
+	// LoadSource names the counter Availability was measured with (nodecpu.Source: the
+	// whole machine's /proc/stat, a cgroup's usage or throttling counters), for status pages.
+	LoadSource string `msgpack:"load_source,omitempty"`
 	// Ranks lists the ranks hosted here. A stealer's list lets the giver compute how much a
 	// rank talks to the stealer (S(A,R) in eq. 2.3, c_f in table 2.2).
 	Ranks []RankID `msgpack:"ranks"`

@@ -398,3 +398,7 @@ func (r *Reader) ReadLoadavg() (l Loadavg, ok bool, err error) {
 	l, err = ParseLoadavg(s)
 	return l, err == nil, err
 }
+
+// FS is the file system the Reader reads, for callers that read other files of the node
+// from the same tree.
+func (r *Reader) FS() fs.FS { return r.fsys }

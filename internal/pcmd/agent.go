@@ -125,10 +125,7 @@ func (c *IOSConfig) setDefaults() error {
 		c.Clock = time.Now
 	}
 	if c.Sampler == nil || c.Procs == nil {
-		smp := &iosbridge.Sampler{QuotaOnly: c.QuotaOnly}
-		if dir, ok := iosbridge.OwnCgroupDir(""); ok {
-			smp.CgroupDir = dir
-		}
+		smp := &iosbridge.Sampler{QuotaOnly: c.QuotaOnly} // finds pcmd's own cgroup
 		if c.Sampler == nil {
 			c.Sampler = smp
 		}
