@@ -276,6 +276,9 @@ func (n *Node) Update(now time.Time, local NodeProfile, ranks []RankProfile) err
 			return err
 		}
 	}
+	if n.hasLocal && n.local.Availability < n.cfg.StealThreshold && local.Availability >= n.cfg.StealThreshold {
+		n.loadChanged(now) // this node just became free: look for work now
+	}
 	n.local = local
 	n.local.Ranks = append([]RankID(nil), local.Ranks...)
 	n.ranks = append([]RankProfile(nil), ranks...)
@@ -611,7 +614,27 @@ func (n *Node) touch(now time.Time, m Message) {
 	ps.lastSeen = now
 	if m.Profile != nil && m.Profile.Node == m.From {
 		p := *m.Profile
+		if n.loaded(p) && (ps.profile == nil || !n.loaded(*ps.profile)) {
+			n.loadChanged(now) // a neighbour just became loaded: it may give work now
+		}
 		ps.profile = &p
+	}
+}
+
+// loaded reports whether a node with profile p may give work away: it hosts ranks and has
+// less spare CPU than the steal threshold.
+func (n *Node) loaded(p NodeProfile) bool {
+	return len(p.Ranks) > 0 && p.Availability < n.cfg.StealThreshold
+}
+
+// loadChanged ends the steal back-off: the back-off is for a network with nothing to give,
+// and a load that changed makes earlier failures stale. So a load change is acted on at the
+// next Tick after it is sampled and heard of (a sampling period and a heartbeat), not after
+// up to BackoffMax.
+func (n *Node) loadChanged(now time.Time) {
+	n.backoff = 0
+	if now.Before(n.nextSteal) {
+		n.nextSteal = now
 	}
 }
 

@@ -323,6 +323,9 @@ type RankInfo struct {
 	Rank    int       `msgpack:"rank"`
 	PID     int       `msgpack:"pid"`
 	Started time.Time `msgpack:"started"`
+	// Successor says the process took over a migrated rank (started with EnvMigrate): its
+	// arrival starts the IOS stability cooldown, which a fresh start does not.
+	Successor bool `msgpack:"successor,omitempty"`
 }
 
 // NodeInfo describes a node and its pcmd.

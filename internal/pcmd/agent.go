@@ -475,9 +475,11 @@ func (a *agent) rankProfiles(now time.Time, table []job.RankInfo) []iosbridge.Ra
 		}
 		rp := e.prof.IOS()
 		rp.Node = a.node
-		// The cooldown runs from the rank's arrival here: its start, as a new rank or as
-		// the successor of a migrated one.
-		rp.LastMigration = r.Started
+		// The cooldown runs from a migrated rank's arrival here (its successor's start); a
+		// fresh start is free to move at once, so a job adapts from its first iterations.
+		if r.Successor {
+			rp.LastMigration = r.Started
+		}
 		if pt, err := a.cfg.Procs.Process(r.PID); err == nil {
 			rp.MemoryBytes = pt.RSSBytes
 			if prev, ok := a.procs[r.PID]; ok && prev.start == pt.StartTicks && now.After(prev.at) && pt.CPU >= prev.cpu {
@@ -710,7 +712,7 @@ func (a *agent) state() job.IOSState {
 		Node: a.node, Policy: a.cfg.Policy, StealThreshold: nodeStealThreshold(a.cfg), Period: a.cfg.Period,
 		SampledAt: a.sample.SampledAt, CPUs: a.sample.CPUs, EffectiveCPUs: a.sample.EffectiveCPUs,
 		Availability: a.sample.Availability, MemFreeBytes: a.sample.MemFreeBytes, MemTotalBytes: a.sample.MemTotalBytes,
-		Load1: a.sample.Load1, SampleError: a.sampleErr, Peers: a.n.Peers(),
+		Load1: a.sample.Load1, SampleError: a.sampleErr, Peers: a.n.Peers(), LoadSource: a.sample.LoadSource,
 	}
 	if len(a.jobPolicies) > 0 {
 		st.JobPolicies = maps.Clone(a.jobPolicies)

@@ -282,16 +282,16 @@ func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	}
 }
 
-// "Stability": a rank that just started on a node (a new job, or the successor of a
-// migrated rank) is not moved within the cooldown.
-func TestAgentNewRanksAreInCooldown(t *testing.T) {
+// "Stability": a rank that just arrived on a node as the successor of a migrated rank is
+// not moved within the cooldown.
+func TestAgentMigratedRanksAreInCooldown(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
 	table := loadedRanks("j", 4)
 	for i := range table {
-		table[i].Started = time.Now()
+		table[i].Started, table[i].Successor = time.Now(), true
 	}
 	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
 	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
@@ -304,6 +304,30 @@ func TestAgentNewRanksAreInCooldown(t *testing.T) {
 	})
 	if n := ctl.count(); n != 0 {
 		t.Fatalf("%d migration requests for ranks in cooldown", n)
+	}
+}
+
+// A job adapts from its first iterations: ranks that have just started fresh (not as
+// successors of migrated ones) are moved as soon as a node steals, with no cooldown.
+func TestAgentFreshRanksMoveAtOnce(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
+	table := loadedRanks("j", 4)
+	for i := range table {
+		table[i].Started = time.Now()
+	}
+	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
+	publishProfiles(t, nc, "B", "", table)
+	select {
+	case req := <-ctl.got:
+		if req.Kind != job.ControlMigrate || req.To != "A" {
+			t.Fatalf("control request %+v", req)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("fresh ranks not moved; B's state %+v", iosState(t, nc, "B"))
 	}
 }
 

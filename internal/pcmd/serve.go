@@ -331,7 +331,7 @@ func (s *server) rankTableLocked() []job.RankInfo {
 	var out []job.RankInfo
 	for _, r := range s.ranks {
 		if r.proc != nil {
-			out = append(out, job.RankInfo{Job: r.key.job, Rank: r.key.rank, PID: r.pid, Started: r.started})
+			out = append(out, job.RankInfo{Job: r.key.job, Rank: r.key.rank, PID: r.pid, Started: r.started, Successor: r.successor})
 		}
 	}
 	slices.SortFunc(out, func(a, b job.RankInfo) int {

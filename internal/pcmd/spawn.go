@@ -34,6 +34,7 @@ type rank struct {
 	started   time.Time
 	leased    bool   // counted in its job's lease
 	reason    string // why pcmd stopped it, if it did
+	successor bool   // took over a migrated rank (job.RankInfo.Successor)
 
 	sent   atomic.Uint64 // output messages published
 	warned atomic.Bool   // a publish error was logged
@@ -112,6 +113,7 @@ func (s *server) spawn(data []byte) job.SpawnReply {
 
 	key := rankKey{req.Job, req.Rank}
 	r := &rank{key: key, out: req.Out, exit: req.Exit}
+	_, r.successor = lookupEnv(req.Env, job.EnvMigrate)
 	if r.out == "" {
 		r.out = job.RankOutSubject(req.Job, req.Rank)
 	}

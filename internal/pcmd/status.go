@@ -69,6 +69,7 @@ type IOSStatus struct {
 	MemTotalBytes  uint64            `json:"mem_total_bytes"`
 	Load1          float64           `json:"load1"`
 	SampleError    string            `json:"sample_error,omitempty"`
+	LoadSource     string            `json:"load_source,omitempty"` // what Availability is measured with
 	// Steal is the outstanding steal request (null: none).
 	Steal *job.IOSSteal `json:"steal"`
 	Peers []string      `json:"peers"`
@@ -199,7 +200,7 @@ func (st *Status) AttachIOS(states []job.IOSState) {
 				Policy: s.Policy, JobPolicies: s.JobPolicies, StealThreshold: s.StealThreshold,
 				PeriodSeconds: s.Period.Seconds(), SampledAt: s.SampledAt, CPUs: s.CPUs,
 				EffectiveCPUs: s.EffectiveCPUs, Availability: s.Availability, FreeCPUs: s.EffectiveCPUs * s.Availability,
-				MemFreeBytes: s.MemFreeBytes, MemTotalBytes: s.MemTotalBytes, Load1: s.Load1, SampleError: s.SampleError,
+				MemFreeBytes: s.MemFreeBytes, MemTotalBytes: s.MemTotalBytes, Load1: s.Load1, SampleError: s.SampleError, LoadSource: s.LoadSource,
 				Steal: s.Steal, Peers: s.Peers, Stats: s.Stats, Decisions: s.Events,
 				Profiles: []profiler.RankProfile{}, ProfilesOmitted: s.ProfilesOmitted,
 			}
@@ -366,7 +367,7 @@ func (st Status) writeIOS(w io.Writer) bool {
 			continue
 		}
 		if !any {
-			fmt.Fprintln(w, "NODE\tPOLICY\tFREE CPUS\tSTEAL\tPEERS\tGIVEN/OK/FAILED\tLAST DECISION")
+			fmt.Fprintln(w, "NODE\tPOLICY\tFREE CPUS\tLOAD FROM\tSTEAL\tPEERS\tGIVEN/OK/FAILED\tLAST DECISION")
 			any = true
 		}
 		is := n.IOS
@@ -399,7 +400,11 @@ func (st Status) writeIOS(w io.Writer) bool {
 			}
 			last = fmt.Sprintf("%s ago %s: %s", time.Since(e.At).Round(time.Second), what, short(e.Reason, 80))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%s\n", n.Name, policy, free, steal, len(is.Peers),
+		source := is.LoadSource
+		if source == "" {
+			source = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%s\n", n.Name, policy, free, source, steal, len(is.Peers),
 			is.Stats.RanksGiven, is.Stats.MigrationsOK, is.Stats.MigrationsFailed, last)
 	}
 	return any
