@@ -127,8 +127,10 @@ type RankProfile struct {
 	Window time.Duration `msgpack:"window"`
 	// MessagesProcessed is P(A) of eq. 2.2: messages received and processed in Window.
 	MessagesProcessed int64 `msgpack:"messages_processed"`
-	// FlopsPerMessage is F(A) of eq. 2.3: average floating point work per processed message.
-	FlopsPerMessage float64 `msgpack:"flops_per_message"`
+	// ComputePerMessage is F(A) of eq. 2.3, the work per processed message, measured as the
+	// time computed (outside MPI calls) per message received on the rank's current node:
+	// its FLOPs over the node's speed for it. 0 means unknown.
+	ComputePerMessage time.Duration `msgpack:"compute_per_message"`
 	// Peers is the per-peer traffic this rank sent during Window, sorted by Rank.
 	Peers []PeerComm `msgpack:"peers"`
 	// LastMigration is when this rank last arrived on a node; zero if never moved.
@@ -157,7 +159,7 @@ func (r RankProfile) Validate() error {
 		return fmt.Errorf("iosbridge: rank profile %s: CPU use %v out of range", r.ID(), r.CPUUse)
 	case r.CommTime < 0 || r.CompTime < 0 || r.Window < 0:
 		return fmt.Errorf("iosbridge: rank profile %s: negative duration", r.ID())
-	case r.MessagesProcessed < 0 || !finite(r.FlopsPerMessage) || r.FlopsPerMessage < 0:
+	case r.MessagesProcessed < 0 || r.ComputePerMessage < 0:
 		return fmt.Errorf("iosbridge: rank profile %s: negative message counters", r.ID())
 	}
 	if r.Policy != "" && !validPolicyName(r.Policy) {
