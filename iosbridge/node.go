@@ -172,7 +172,6 @@ type Node struct {
 	local    NodeProfile
 	hasLocal bool
 	ranks    []RankProfile
-	links    map[string]LinkProfile
 
 	outgoing map[RankID]pending // given away, still listed locally until PCM finishes
 	incoming map[RankID]pending // promised to us, not yet listed locally
@@ -197,7 +196,6 @@ func NewNode(cfg Config) (*Node, error) {
 		cfg:      cfg,
 		policy:   Stabilize(PerRank(cfg.Policy), cfg.Stability),
 		peers:    map[string]*peerState{},
-		links:    map[string]LinkProfile{},
 		outgoing: map[RankID]pending{},
 		incoming: map[RankID]pending{},
 		arrived:  map[RankID]time.Time{},
@@ -295,19 +293,6 @@ func (n *Node) Update(now time.Time, local NodeProfile, ranks []RankProfile) err
 		}
 	}
 	n.expire(now)
-	return nil
-}
-
-// SetLink records the measured path from this node to l.To (see LinkProfile.Observe); the
-// policy uses it to price migrations to that stealer.
-func (n *Node) SetLink(l LinkProfile) error {
-	if l.From != n.cfg.ID {
-		return fmt.Errorf("iosbridge: node %s: link from %s", n.cfg.ID, l.From)
-	}
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	n.links[l.To] = l
 	return nil
 }
 
@@ -428,9 +413,6 @@ func (n *Node) Step(now time.Time, m Message) error {
 func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
 		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand}
-		if l, ok := n.links[m.Origin]; ok {
-			in.Link = &l
-		}
 		d := n.policy.Decide(in)
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
 			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})

@@ -242,8 +242,8 @@ type LinkProfile struct {
 const DefaultLinkAlpha = 0.3
 
 // Observe folds one transfer of bytes that took d into the bandwidth estimate (EWMA with
-// weight alpha; the first sample is taken as is). pcmd calls it after every checkpoint
-// transfer so migration cost estimates follow the real network.
+// weight alpha; the first sample is taken as is), for a caller that measures transfers (see
+// DecisionInput.Link).
 func (l *LinkProfile) Observe(bytes int64, d time.Duration, now time.Time, alpha float64) error {
 	if bytes <= 0 || d <= 0 {
 		return fmt.Errorf("iosbridge: link %s->%s: need positive bytes and duration, got %d in %v", l.From, l.To, bytes, d)
