@@ -48,40 +48,35 @@ func backedOff(t *testing.T) (*Node, time.Time) {
 	return a, now
 }
 
-// "A load change is acted on within a few sampling periods": an idle node that backed off
-// to BackoffMax after a run of failed steals steals at its next Tick once a neighbour's
-// heartbeat shows that neighbour loaded, instead of waiting out the back-off.
+// "A load change is acted on within a few sampling periods": an idle node A that backed
+// off to BackoffMax after a run of failed steals steals at its next Tick once the load
+// changes, instead of waiting out the back-off: when a neighbour's heartbeat shows it loaded,
+// or when A itself becomes free (a rank left, a load ended).
 func TestLoadChangeIsActedOnWithinASamplingPeriod(t *testing.T) {
-	a, now := backedOff(t)
-	now = now.Add(time.Second)
-	a.Tick(now)
-	if n := stealsSent(a); n != 0 {
-		t.Fatalf("precondition: %d steals sent during the back-off", n)
-	}
-	if err := a.Step(now, Message{Kind: KindHeartbeat, From: "B", To: "A", Profile: ptr(node("B", 2, 0, ids("j", 0, 1, 2)...))}); err != nil {
-		t.Fatal(err)
-	}
-	a.Tick(now.Add(500 * time.Millisecond))
-	if n := stealsSent(a); n != 1 {
-		t.Fatalf("%d steal requests after B became loaded, want 1 at the next tick", n)
-	}
-}
-
-// The same for this node: one that becomes free (a rank left, a load ended) steals at its
-// next Tick, not after the back-off its busy time left.
-func TestNodeThatBecomesFreeStealsAtOnce(t *testing.T) {
-	a, now := backedOff(t)
-	// A gets busy, then free again.
-	if err := a.Update(now, node("A", 2, 0.1, ids("k", 0, 1)...), nil); err != nil {
-		t.Fatal(err)
-	}
-	now = now.Add(2 * time.Second)
-	if err := a.Update(now, node("A", 2, 1), nil); err != nil {
-		t.Fatal(err)
-	}
-	a.Tick(now.Add(500 * time.Millisecond))
-	if n := stealsSent(a); n != 1 {
-		t.Fatalf("%d steal requests after A became free, want 1 at the next tick", n)
+	for name, change := range map[string]func(a *Node, now time.Time) error{
+		"a neighbour becomes loaded": func(a *Node, now time.Time) error {
+			return a.Step(now, Message{Kind: KindHeartbeat, From: "B", To: "A", Profile: ptr(node("B", 2, 0, ids("j", 0, 1, 2)...))})
+		},
+		"this node becomes free": func(a *Node, now time.Time) error {
+			if err := a.Update(now, node("A", 2, 0.1, ids("k", 0, 1)...), nil); err != nil {
+				return err
+			}
+			return a.Update(now.Add(time.Second), node("A", 2, 1), nil)
+		},
+	} {
+		a, now := backedOff(t)
+		now = now.Add(time.Second)
+		a.Tick(now)
+		if n := stealsSent(a); n != 0 {
+			t.Fatalf("%s: precondition: %d steals sent during the back-off", name, n)
+		}
+		if err := change(a, now); err != nil {
+			t.Fatal(err)
+		}
+		a.Tick(now.Add(2 * time.Second))
+		if n := stealsSent(a); n != 1 {
+			t.Errorf("%s: %d steal requests at the next tick, want 1", name, n)
+		}
 	}
 }
 

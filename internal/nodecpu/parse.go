@@ -150,7 +150,7 @@ func HostUtilization(prev, cur CPUTimes) (float64, error) {
 	if ct <= pt || ci < pi {
 		return 0, fmt.Errorf("nodecpu: cpu utilization: counters did not advance (total %d->%d, idle %d->%d)", pt, ct, pi, ci)
 	}
-	return clamp01(1 - float64(ci-pi)/float64(ct-pt)), nil
+	return min(1, max(0, 1-float64(ci-pi)/float64(ct-pt))), nil
 }
 
 // CPUStat is what mpios reads of a cgroup's cpu.stat: v2 has Usage (usage_usec) and the
@@ -330,14 +330,4 @@ func ParseProcPIDStat(text string, pageSize int) (ProcTimes, error) {
 		StartTicks: v[2],
 		RSSBytes:   int64(v[3]) * int64(pageSize),
 	}, nil
-}
-
-func clamp01(f float64) float64 {
-	switch {
-	case math.IsNaN(f) || f < 0:
-		return 0
-	case f > 1:
-		return 1
-	}
-	return f
 }

@@ -348,7 +348,7 @@ func Measure(prev, cur Counters, quotaOnly bool) (Load, error) {
 	}
 	l.Free = math.Max(0, l.Free)
 	if l.Capacity > 0 {
-		l.Availability = clamp01(l.Free / l.Capacity)
+		l.Availability = min(1, l.Free/l.Capacity) // Free is not negative
 	}
 	return l, nil
 }

@@ -282,24 +282,30 @@ func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	}
 }
 
-// "Stability": a rank that just arrived on a node as the successor of a migrated rank is
-// not moved within the cooldown.
-func TestAgentMigratedRanksAreInCooldown(t *testing.T) {
-	t.Parallel()
+// startLoadedPair starts agents B (four ranks of job j just started on two busy CPUs, as
+// successors of migrated ranks or fresh) and A (idle), and a controller for j.
+func startLoadedPair(t *testing.T, successor bool) (*nats.Conn, *controller) {
+	t.Helper()
 	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
 	table := loadedRanks("j", 4)
 	for i := range table {
-		table[i].Started, table[i].Successor = time.Now(), true
+		table[i].Started, table[i].Successor = time.Now(), successor
 	}
 	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
 	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
 	publishProfiles(t, nc, "B", "", table)
-	var st job.IOSState
+	return nc, ctl
+}
+
+// "Stability": a rank that just arrived on a node as the successor of a migrated rank is
+// not moved within the cooldown.
+func TestAgentMigratedRanksAreInCooldown(t *testing.T) {
+	t.Parallel()
+	nc, ctl := startLoadedPair(t, true)
 	waitFor(t, 10*time.Second, "B to decline steal requests", func() bool {
-		st = iosState(t, nc, "B")
-		d := eventsOf(st, job.IOSDecline)
+		d := eventsOf(iosState(t, nc, "B"), job.IOSDecline)
 		return len(d) >= 2 && strings.Contains(d[len(d)-1].Reason, "4 in cooldown")
 	})
 	if n := ctl.count(); n != 0 {
@@ -311,16 +317,7 @@ func TestAgentMigratedRanksAreInCooldown(t *testing.T) {
 // successors of migrated ones) are moved as soon as a node steals, with no cooldown.
 func TestAgentFreshRanksMoveAtOnce(t *testing.T) {
 	t.Parallel()
-	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
-	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
-	table := loadedRanks("j", 4)
-	for i := range table {
-		table[i].Started = time.Now()
-	}
-	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
-	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
-	publishProfiles(t, nc, "B", "", table)
+	nc, ctl := startLoadedPair(t, false)
 	select {
 	case req := <-ctl.got:
 		if req.Kind != job.ControlMigrate || req.To != "A" {
