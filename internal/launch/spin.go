@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/nodecpu"
 )
 
 // Every rank learns how many ranks run on its node (comm.EnvNodeRanks): a rank polls its
@@ -31,13 +32,7 @@ func placedWith(place []string, rank int) int {
 	if rank < 0 || rank >= len(place) {
 		return 0
 	}
-	n := 0
-	for _, node := range place {
-		if node == place[rank] {
-			n++
-		}
-	}
-	return n
+	return nodecpu.RanksOn(place, place[rank])
 }
 
 // successorNodeRanksEnv is the comm.EnvNodeRanks entry for the successor of rank started on
@@ -54,11 +49,9 @@ func (r *runner) successorNodeRanksEnv(to string, rank int) string {
 
 // ranksOnNode counts the ranks other than rank whose host is node, plus one for rank itself.
 func ranksOnNode(hosts []string, node string, rank int) int {
-	n := 1
-	for i, h := range hosts {
-		if i != rank && h == node {
-			n++
-		}
+	n := nodecpu.RanksOn(hosts, node)
+	if rank >= 0 && rank < len(hosts) && hosts[rank] == node {
+		n-- // its predecessor
 	}
-	return n
+	return n + 1
 }

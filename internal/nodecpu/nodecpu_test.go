@@ -368,3 +368,17 @@ func TestThisMachine(t *testing.T) {
 		s.Close()
 	}
 }
+
+func TestRanksOnANode(t *testing.T) {
+	place := []string{"a", "b", "a", "c", "a"}
+	if n := RanksOn(place, "a"); n != 3 {
+		t.Errorf("RanksOn a = %d, want 3", n)
+	}
+	if n := RanksOn(place, "z"); n != 0 {
+		t.Errorf("RanksOn z = %d, want 0", n)
+	}
+	// mpirun placed 2, 3 run now (one extra arrived), 1 of another job.
+	if n := RanksSharing(2, 3, 1); n != 4 {
+		t.Errorf("RanksSharing = %d, want 4", n)
+	}
+}

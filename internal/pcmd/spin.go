@@ -5,6 +5,7 @@ import (
 
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodecpu"
 )
 
 // nodeRanksEnv is the comm.EnvNodeRanks entry of a rank that req starts on this node (whose
@@ -32,5 +33,5 @@ func (s *server) nodeRanksEnv(req job.SpawnRequest) string {
 // nodeRanks combines mpirun's count of a job's ranks on this node with pcmd's counts of the
 // ranks it runs for the job and for other jobs.
 func nodeRanks(placed, same, other int) int {
-	return max(placed, same) + other
+	return nodecpu.RanksSharing(placed, same, other)
 }
