@@ -382,3 +382,41 @@ func TestRanksOnANode(t *testing.T) {
 		t.Errorf("RanksSharing = %d, want 4", n)
 	}
 }
+
+// When the tightest quota moves to another cgroup (the testbed's emulated load gives the
+// ranks' cgroup a quota of its own), the usage counters of two cgroups are not compared.
+func TestQuotaMovingToAnotherCgroupRestartsTheMeasure(t *testing.T) {
+	m := fstest.MapFS{
+		"proc/self/cgroup":                 {Data: []byte("0::/node/work\n")},
+		"proc/self/mountinfo":              {Data: []byte("1 0 0:1 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")},
+		"proc/stat":                        {Data: []byte("cpu  100 0 0 100 0 0 0 0 0 0\ncpu0 1\ncpu1 1\n")},
+		"sys/fs/cgroup/node/cpu.max":       {Data: []byte("50000 100000\n")},
+		"sys/fs/cgroup/node/cpu.stat":      {Data: []byte("usage_usec 9000000\n")},
+		"sys/fs/cgroup/node/work/cpu.max":  {Data: []byte("max 100000\n")},
+		"sys/fs/cgroup/node/work/cpu.stat": {Data: []byte("usage_usec 1000000\n")},
+	}
+	r, err := New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter := NewMeter(r, true)
+	if _, err := meter.Sample(time.Unix(10, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// The load starts: work gets 0.1 CPU; in 1 s work used 0.1 CPU (9 s below node's count).
+	m["sys/fs/cgroup/node/work/cpu.max"] = &fstest.MapFile{Data: []byte("10000 100000\n")}
+	m["sys/fs/cgroup/node/work/cpu.stat"] = &fstest.MapFile{Data: []byte("usage_usec 1100000\n")}
+	m["proc/stat"] = &fstest.MapFile{Data: []byte("cpu  300 0 0 100 0 0 0 0 0 0\ncpu0 1\ncpu1 1\n")}
+	l, err := meter.Sample(time.Unix(11, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Source != SourceNone || l.Capacity != 0.1 {
+		t.Fatalf("first sample after the quota moved: %+v", l)
+	}
+	m["sys/fs/cgroup/node/work/cpu.stat"] = &fstest.MapFile{Data: []byte("usage_usec 1200000\n")}
+	m["proc/stat"] = &fstest.MapFile{Data: []byte("cpu  500 0 0 100 0 0 0 0 0 0\ncpu0 1\ncpu1 1\n")}
+	if l, err = meter.Sample(time.Unix(12, 0)); err != nil || l.Source != SourceCgroupV2 || l.Availability != 0 {
+		t.Fatalf("second sample: %+v, %v", l, err)
+	}
+}

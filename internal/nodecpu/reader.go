@@ -303,7 +303,7 @@ type Load struct {
 // quota × Δnr_throttled / (Δt / period): a period in which the quota ran out used all of it,
 // so the estimate is a lower bound, exact for a cgroup that wants more than its quota, the
 // case a balancer must see. Without a usable previous snapshot under a quota (the first one,
-// or a source that changed) the host term alone decides, as without a quota.
+// a source or a quota cgroup that changed) the host term alone decides, as without a quota.
 func Measure(prev, cur Counters, quotaOnly bool) (Load, error) {
 	l := Load{Source: cur.Source, Online: cur.Online, Capacity: capacity(cur.Online, cur.Affinity, cur.Quota)}
 	if l.Online <= 0 {
@@ -321,7 +321,9 @@ func Measure(prev, cur Counters, quotaOnly bool) (Load, error) {
 	hostFree := float64(l.Online) * (1 - util)
 	l.Used = float64(l.Online) * util
 	l.Free = math.Min(l.Capacity, hostFree)
-	if cur.Source != SourceProcStat && prev.Source == cur.Source && cur.At.After(prev.At) {
+	// The counters compare only when they are of the same cgroup: the tightest quota moves
+	// to another one when a quota is set or lifted (the testbed does so to emulate load).
+	if cur.Source != SourceProcStat && prev.Source == cur.Source && prev.Quota.Dir == cur.Quota.Dir && cur.At.After(prev.At) {
 		dt := cur.At.Sub(prev.At)
 		used, ok := 0.0, false
 		switch cur.Source {
