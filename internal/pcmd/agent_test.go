@@ -507,7 +507,7 @@ func TestServeIOSAgentsAndStatus(t *testing.T) {
 			len(a.Profiles) == 1 && a.JobPolicies["j"] == "sras"
 	})
 	a := st.Nodes[0].IOS
-	if a.Policy != "mpiios" || st.Nodes[1].IOS.Policy != "flcras" || a.EffectiveCPUs <= 0 || a.SampledAt.IsZero() ||
+	if a.Policy != "mpiios" || st.Nodes[1].IOS.Policy != "flcras" || a.EffectiveCPUs <= 0 || a.SampledAt.IsZero() || a.LoadSource == "" ||
 		a.Profiles[0].PID != rep.PID || a.Profiles[0].Iteration != 10 {
 		t.Errorf("n1's agent %+v", a)
 	}
@@ -515,7 +515,7 @@ func TestServeIOSAgentsAndStatus(t *testing.T) {
 	if err := st.WriteJSON(&js); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"ios": {`, `"policy": "mpiios"`, `"decisions": [`, `"profiles": [`, `"planned_iterations": 1000`, `"steal":`} {
+	for _, want := range []string{`"ios": {`, `"policy": "mpiios"`, `"decisions": [`, `"profiles": [`, `"planned_iterations": 1000`, `"steal":`, `"load_source": "`} {
 		if !strings.Contains(js.String(), want) {
 			t.Errorf("status JSON lacks %q:\n%s", want, js.String())
 		}
@@ -524,7 +524,7 @@ func TestServeIOSAgentsAndStatus(t *testing.T) {
 	if err := st.WriteText(&txt); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"POLICY", "mpiios (j=sras)", "flcras", "ITERATION", "10/1000", "0.5", "10%"} {
+	for _, want := range []string{"POLICY", "mpiios (j=sras)", "flcras", "ITERATION", "10/1000", "0.5", "10%", "LOAD FROM", a.LoadSource} {
 		if !strings.Contains(txt.String(), want) {
 			t.Errorf("status text lacks %q:\n%s", want, txt.String())
 		}
