@@ -91,3 +91,12 @@ func ExampleSampler() {
 	fmt.Println(p.CPUs, p.EffectiveCPUs, p.Availability, p.MemFreeBytes, err)
 	// Output: 2 1 1 1048576 <nil>
 }
+
+func ExampleATSRASRemoteEstimate() {
+	// A rank processed 100 messages in 10 s (M(L) = 10/s), computing 50 ms per message at
+	// half a CPU; of the 7 messages it sent, 6 went to the stealer's ranks and 1 to a rank
+	// here. With a whole CPU free there, it would process about 25 messages per second.
+	m, ok := iosbridge.ATSRASRemoteEstimate(0.05, 100, 10, 7, 1, 6, 0.5, 1)
+	fmt.Printf("%.2f %v\n", m, ok)
+	// Output: 25.45 true
+}
