@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/nodecpu"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -491,16 +491,15 @@ func (s *server) signalAll(ranks []*rank, sig syscall.Signal) {
 
 // loadAvg reads the 1, 5 and 15 minute load averages; zeros where /proc/loadavg is missing.
 func loadAvg() [3]float64 {
-	var l [3]float64
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return l
+		return [3]float64{}
 	}
-	f := strings.Fields(string(b))
-	for i := 0; i < 3 && i < len(f); i++ {
-		l[i], _ = strconv.ParseFloat(f[i], 64)
+	l, err := nodecpu.ParseLoadavg(string(b))
+	if err != nil {
+		return [3]float64{}
 	}
-	return l
+	return [3]float64{l.Load1, l.Load5, l.Load15}
 }
 
 // Version is pcmd's version: the module version, or the VCS revision of a development build.
