@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/nats-io/nats.go"
 )
@@ -368,7 +369,7 @@ func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 				}
 				j.waitLog(`migration of rank 1 to `+tc.to+` aborted, it continues on n2: .*`+regexp.QuoteMeta(tc.aborted), 1, 90*time.Second)
 				info := c.jobInfo(id)
-				if len(info.Migrations) != 1 || info.Migrations[0].State != "failed" || info.Migrations[0].Error == "" {
+				if len(info.Migrations) != 1 || info.Migrations[0].State != reconf.Aborted || info.Migrations[0].Error == "" {
 					t.Fatalf("job info migrations %+v, want one failed with a reason", info.Migrations)
 				}
 			}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/mpios/mpios/internal/reconf"
 )
 
 // Environment variables set by the launcher for every rank.
@@ -209,6 +211,15 @@ func Decode(data []byte, v any) error {
 		return fmt.Errorf("job: decode %T: %w", v, err)
 	}
 	return nil
+}
+
+// TrimPrefix drops this package's "job: " from err's message, for messages that already
+// say where they come from. Errors.Is and As no longer see through the result.
+func TrimPrefix(err error) error {
+	if s, ok := strings.CutPrefix(err.Error(), "job: "); ok {
+		return errors.New(s)
+	}
+	return err
 }
 
 // Validate checks a Hello against the job size.
@@ -718,20 +729,23 @@ type Migration struct {
 	From      string        `msgpack:"from"`
 	To        string        `msgpack:"to"`
 	Reason    string        `msgpack:"reason,omitempty"`
-	State     string        `msgpack:"state"` // requested, spawning, done, failed
+	State     reconf.State  `msgpack:"state"` // proposed, prepared (successor running), committed, aborted
 	Error     string        `msgpack:"error,omitempty"`
 	Iteration int           `msgpack:"iteration,omitempty"`
 	Pause     time.Duration `msgpack:"pause,omitempty"`
 	At        time.Time     `msgpack:"at"`
 }
 
-// JobInfo describes a running job: its ranks and its migrations.
+// JobInfo describes a running job: its ranks, its migrations rank by rank, and its
+// reconfiguration log.
 type JobInfo struct {
 	Job        string      `msgpack:"job"`
 	Size       int         `msgpack:"size"`
 	Policy     string      `msgpack:"policy,omitempty"`
 	Ranks      []JobRank   `msgpack:"ranks"`
 	Migrations []Migration `msgpack:"migrations"`
+	// Reconfigurations is the job's log: every accepted request, in order, with its state.
+	Reconfigurations []reconf.Reconfiguration `msgpack:"reconfigurations,omitempty"`
 }
 
 // Checkpoint pieces on other nodes. A rank restarting on a node that does not hold its piece

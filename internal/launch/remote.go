@@ -75,7 +75,7 @@ func ParseHostfile(r io.Reader) ([]HostSlots, error) {
 func parseHost(s string) (HostSlots, error) {
 	name, slots, hasSlots := strings.Cut(s, ":")
 	if err := job.ValidateNode(name); err != nil {
-		return HostSlots{}, fmt.Errorf("launch: host %q: %w", s, trimJob(err))
+		return HostSlots{}, fmt.Errorf("launch: host %q: %w", s, job.TrimPrefix(err))
 	}
 	h := HostSlots{Node: name}
 	if hasSlots {
@@ -354,7 +354,7 @@ func (r *Remote) Start(spec Spec) (Process, error) {
 // and watched from then on.
 func (r *Remote) CheckNode(name string) error {
 	if err := job.ValidateNode(name); err != nil {
-		return fmt.Errorf("launch: %w", trimJob(err))
+		return fmt.Errorf("launch: %w", job.TrimPrefix(err))
 	}
 	r.mu.Lock()
 	node := r.nodes[name]
@@ -451,7 +451,7 @@ func (r *Remote) start(name string, spec Spec) (Process, error) {
 	}
 	var rep job.SpawnReply
 	if err := job.Decode(msg.Data, &rep); err != nil {
-		return fail(&SpawnError{Node: name, Rank: spec.Rank, Reason: fmt.Sprintf("node %s: malformed spawn reply: %v", name, trimJob(err))})
+		return fail(&SpawnError{Node: name, Rank: spec.Rank, Reason: fmt.Sprintf("node %s: malformed spawn reply: %v", name, job.TrimPrefix(err))})
 	}
 	if rep.Error != "" || rep.Refusal != "" || rep.PID <= 0 {
 		reason := rep.Error
@@ -595,9 +595,8 @@ func (r *Remote) nodeGone(name, reason string) {
 
 // probeNodes asks the nodes other than except that still run ranks whether their pcmd is
 // there, and declares gone those that NATS says nobody listens for (a dead pcmd's
-// subscriptions vanish with its connection, long before its heartbeats are missed). It
-// reports whether it found one.
-func (r *Remote) probeNodes(except string) bool {
+// subscriptions vanish with its connection, long before its heartbeats are missed).
+func (r *Remote) probeNodes(except string) {
 	r.mu.Lock()
 	var names []string
 	for _, n := range r.nodes {
@@ -606,11 +605,7 @@ func (r *Remote) probeNodes(except string) bool {
 		}
 	}
 	r.mu.Unlock()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		found bool
-	)
+	var wg sync.WaitGroup
 	for _, name := range names {
 		wg.Add(1)
 		go func() {
@@ -618,14 +613,10 @@ func (r *Remote) probeNodes(except string) bool {
 			_, err := r.nc.Request(job.NodeInfoSubject(name), nil, 250*time.Millisecond)
 			if errors.Is(err, nats.ErrNoResponders) {
 				r.nodeGone(name, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeInfoSubject(name)))
-				mu.Lock()
-				found = true
-				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	return found
 }
 
 func joinInts(v []int) string {
@@ -734,7 +725,7 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 	}
 	var rep job.SignalReply
 	if err := job.Decode(msg.Data, &rep); err != nil {
-		return fmt.Errorf("launch: signal rank %d on node %s: %w", p.rank, p.node, trimJob(err))
+		return fmt.Errorf("launch: signal rank %d on node %s: %w", p.rank, p.node, job.TrimPrefix(err))
 	}
 	if rep.Error != "" && !rep.NotFound {
 		return fmt.Errorf("launch: signal rank %d on node %s: %s", p.rank, p.node, rep.Error)
@@ -789,10 +780,11 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 		if e.Error != "" {
 			err = fmt.Errorf("launch: node %s: %s", p.node, e.Error)
 		}
-		if (err != nil || !ex.Success()) && p.r.probeNodes(p.node) {
+		if err != nil || !ex.Success() {
 			// A dead node is the likelier cause of this failure (its ranks' peers fail
-			// first): let mpirun see the lost ranks before this exit.
-			time.Sleep(50 * time.Millisecond)
+			// first): its ranks are finished, with a NodeGoneError, before this exit, and the
+			// supervisor blames them among the failures that arrive together.
+			p.r.probeNodes(p.node)
 		}
 		p.finish(ex, err)
 	}

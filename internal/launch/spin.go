@@ -43,13 +43,7 @@ func placedWith(place []string, rank int) int {
 // successorNodeRanksEnv is the comm.EnvNodeRanks entry for the successor of rank started on
 // node to: the other ranks of the job running there now, plus the successor.
 func (r *runner) successorNodeRanksEnv(to string, rank int) string {
-	hosts := make([]string, len(r.ranks))
-	for i, st := range r.ranks {
-		if st.running && st.proc != nil {
-			hosts[i] = st.proc.Host()
-		}
-	}
-	return comm.EnvNodeRanks + "=" + strconv.Itoa(ranksOnNode(hosts, to, rank))
+	return comm.EnvNodeRanks + "=" + strconv.Itoa(ranksOnNode(r.sup.Hosts(), to, rank))
 }
 
 // ranksOnNode counts the ranks other than rank whose host is node, plus one for rank itself.
