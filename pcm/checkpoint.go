@@ -3,7 +3,7 @@ package pcm
 import (
 	"errors"
 	"fmt"
-	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
 	"math"
 	"os"
 	"path/filepath"
@@ -94,7 +94,7 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 			return Continue, err
 		}
 	}
-	var entries []job.Reconf
+	var entries []reconf.Reconfiguration
 	if p.ctl != nil {
 		// Every rank knows at least -out[agreeNegHave] entries: act on those, all alike.
 		known := uint64(-out[agreeNegHave])
@@ -103,7 +103,7 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 	}
 	asked := out[agreeWant] > 0
 	for _, e := range entries {
-		if e.Kind == job.ControlCheckpoint {
+		if e.Kind == reconf.Checkpoint {
 			asked = true
 		}
 	}

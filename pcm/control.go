@@ -8,18 +8,19 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
 	"github.com/nats-io/nats.go"
 )
 
 // control is a launched rank's link to its launcher's reconfiguration log (see
-// job.ReconfLog): it collects the entries as they are published.
+// reconf.Log): it collects the entries as they are published.
 type control struct {
 	env job.Env
 	nc  *nats.Conn
 	log io.Writer
 
 	mu      sync.Mutex
-	entries []job.Reconf // entries[i].Seq == i+1
+	entries []reconf.Reconfiguration // entries[i].Seq == i+1
 }
 
 // startControl connects to the job's control plane and fetches the log so far.
@@ -48,7 +49,7 @@ func startControl(env job.Env, log io.Writer) (*control, error) {
 
 // take merges a published log.
 func (c *control) take(data []byte) {
-	var l job.ReconfLog
+	var l reconf.Log
 	if err := job.Decode(data, &l); err != nil {
 		fmt.Fprintf(c.log, "pcm: rank %d: ignoring a malformed reconfiguration log: %v\n", c.env.Rank, err)
 		return
@@ -72,14 +73,14 @@ func (c *control) have() uint64 {
 }
 
 // between returns the entries numbered lo+1 to hi.
-func (c *control) between(lo, hi uint64) []job.Reconf {
+func (c *control) between(lo, hi uint64) []reconf.Reconfiguration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	hi = min(hi, uint64(len(c.entries)))
 	if lo >= hi {
 		return nil
 	}
-	return append([]job.Reconf(nil), c.entries[lo:hi]...)
+	return append([]reconf.Reconfiguration(nil), c.entries[lo:hi]...)
 }
 
 // spawnTimeout bounds the launcher's answer to a migrate request (it asks the target node).

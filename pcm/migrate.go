@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/internal/rewire"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/state"
@@ -57,10 +58,10 @@ type migrationMeta struct {
 
 // movesOf returns, in rank order, the ranks that entries move and their targets; a rank
 // named twice goes where the first entry sends it.
-func movesOf(entries []job.Reconf, size int) (ranks []int, to map[int]job.Reconf) {
-	to = make(map[int]job.Reconf)
+func movesOf(entries []reconf.Reconfiguration, size int) (ranks []int, to map[int]reconf.Reconfiguration) {
+	to = make(map[int]reconf.Reconfiguration)
 	for _, e := range entries {
-		if e.Kind != job.ControlMigrate {
+		if e.Kind != reconf.Migrate {
 			continue
 		}
 		for _, r := range e.Ranks {
@@ -78,7 +79,7 @@ func movesOf(entries []job.Reconf, size int) (ranks []int, to map[int]job.Reconf
 }
 
 // migrate runs the protocol above for the agreed moves. It is collective.
-func (p *Process) migrate(iter int, moving []int, to map[int]job.Reconf) (Action, error) {
+func (p *Process) migrate(iter int, moving []int, to map[int]reconf.Reconfiguration) (Action, error) {
 	me := p.world.Rank()
 	member, merr := rewire.MemberOf(p.world)
 	if merr != nil {
@@ -162,7 +163,7 @@ func (p *Process) migrate(iter int, moving []int, to map[int]job.Reconf) (Action
 // handOverState starts the successor through the launcher and gives it the state. On
 // failure the predecessor is returned (if the successor connected) so it can be told to
 // give up.
-func (p *Process) handOverState(iter int, entry job.Reconf) (*rewire.Predecessor, string, error) {
+func (p *Process) handOverState(iter int, entry reconf.Reconfiguration) (*rewire.Predecessor, string, error) {
 	env := p.ctl.env
 	pred, err := rewire.Listen(env.Bind, env.Secret, env.Rank)
 	if err != nil {
