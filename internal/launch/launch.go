@@ -1,12 +1,16 @@
-// Package launch runs an mpios job: it provides the control plane (an embedded or external
-// NATS server), starts the ranks through a Starter, forwards their output line by line,
-// answers the rendezvous (internal/job), and stops the whole job when one rank fails, a rank
-// aborts, the job times out or mpirun is interrupted.
+// Package launch runs an mpios job: it is the loop around the job's supervisor.Machine. It
+// provides the control plane (an embedded NATS server, internal/natsembed, or an external
+// one), builds the program if it is a package directory (internal/gobuild), writes the job
+// record (internal/jobrecord), starts processes through a rankproc.Starter (this machine, or
+// pcmd nodes through internal/nodeclient), forwards their output line by line, and turns
+// their exits and the job's NATS requests into the Machine's events. Every decision — the
+// rendezvous, which failure ends the job, reconfigurations — is the Machine's.
 package launch
 
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +23,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/jobrecord"
+	"github.com/mpios/mpios/internal/natsembed"
 	"github.com/mpios/mpios/internal/profilewriter"
+	"github.com/mpios/mpios/internal/rankproc"
 	"github.com/mpios/mpios/internal/supervisor"
 )
 
@@ -66,8 +74,8 @@ type Config struct {
 	// (job.ProfileSubject), one JSON object per line.
 	ProfileOut string
 
-	Starter    Starter // nil = Local{}
-	RuntimeDir string  // where the job Record is written; "" = RuntimeDir()
+	Starter    rankproc.Starter // nil = rankproc.Local{}
+	RuntimeDir string           // where the job's jobrecord.Record is written; "" = jobrecord.RuntimeDir()
 }
 
 // FailureKind says why a job failed.
@@ -102,9 +110,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
-	prog, err := resolveProgram(cfg.Program)
+	prog, err := gobuild.Resolve(cfg.Program)
 	if err != nil {
-		return err
+		return fmt.Errorf("launch: %w", err)
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
@@ -118,14 +126,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
-		srv, err := startEmbeddedNATS("127.0.0.1", cfg.JobID)
+		srv, err := natsembed.Start("127.0.0.1", "mpirun-"+cfg.JobID)
 		if err != nil {
 			return err
 		}
-		defer srv.shutdown()
-		natsURL = srv.url
+		defer srv.Shutdown()
+		natsURL = srv.URL()
 	}
-	r.stderr.logf("job %s nats %s", cfg.JobID, RedactURL(natsURL))
+	r.stderr.logf("job %s nats %s", cfg.JobID, natsembed.RedactURL(natsURL))
 
 	if err := r.connect(natsURL); err != nil {
 		return err
@@ -139,25 +147,25 @@ func Run(ctx context.Context, cfg Config) error {
 		defer pw.Stop(r.nc)
 	}
 
-	recPath, err := writeRecord(cfg.RuntimeDir, Record{
+	recPath, err := jobrecord.Write(cfg.RuntimeDir, jobrecord.Record{
 		JobID: cfg.JobID, NATSURL: natsURL, PID: os.Getpid(), Started: time.Now().UTC(),
 		NP: cfg.NP, Program: cfg.Program,
 	})
 	switch {
-	case errors.Is(err, ErrJobIDInUse):
-		return err
+	case errors.Is(err, jobrecord.ErrJobIDInUse):
+		return fmt.Errorf("launch: %w", trimLaunch(err))
 	case err != nil:
 		// The record only lets other tools find the job; the job itself does not need it.
 		r.stderr.logf("warning: %v (other tools will not find this job)", trimLaunch(err))
 	default:
 		defer func() {
-			if err := removeRecord(recPath); err != nil {
+			if err := jobrecord.Remove(recPath); err != nil {
 				r.stderr.logf("%v", trimLaunch(err))
 			}
 		}()
 	}
 
-	if prog.buildDir != "" {
+	if prog.PackageDir != "" {
 		tmp, err := os.MkdirTemp("", "mpirun-build-")
 		if err != nil {
 			return fmt.Errorf("launch: build dir: %w", err)
@@ -174,7 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// are missing, is the one to report a rendezvous timeout.
 		Bind: cfg.Bind, Timeout: cfg.RendezvousTimeout + rendezvousSlack,
 	}
-	return r.run(ctx, prog.path, env)
+	return r.run(ctx, prog.Path, env)
 }
 
 func (c *Config) setDefaults() error {
@@ -185,10 +193,11 @@ func (c *Config) setDefaults() error {
 		return errors.New("launch: no program given")
 	}
 	if c.JobID == "" {
-		suffix, err := randomHex(3)
-		if err != nil {
-			return err
+		b := make([]byte, 3)
+		if _, err := rand.Read(b); err != nil {
+			return fmt.Errorf("launch: random: %w", err)
 		}
+		suffix := hex.EncodeToString(b)
 		c.JobID = time.Now().Format("0102-150405") + "-" + suffix
 	} else if err := job.ValidateID(c.JobID); err != nil {
 		return fmt.Errorf("launch: %w", err)
@@ -215,10 +224,10 @@ func (c *Config) setDefaults() error {
 		c.Stderr = os.Stderr
 	}
 	if c.Starter == nil {
-		c.Starter = Local{}
+		c.Starter = rankproc.Local{}
 	}
 	if c.RuntimeDir == "" {
-		c.RuntimeDir = RuntimeDir()
+		c.RuntimeDir = jobrecord.RuntimeDir()
 	}
 	return nil
 }
@@ -236,7 +245,7 @@ type runner struct {
 	sup   *supervisor.Machine
 	path  string  // the program
 	env   job.Env // the ranks' job environment
-	procs map[supervisor.ProcID]Process
+	procs map[supervisor.ProcID]rankproc.Process
 	exits chan supervisor.Exited
 	// Work done off the loop (node checks, successor starts) hands its result back here; the
 	// function runs on the loop and returns the Event for the Machine.
@@ -259,14 +268,14 @@ func (r *runner) connect(url string) error {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			r.stderr.logf("reconnected to NATS at %s", RedactURL(nc.ConnectedUrl()))
+			r.stderr.logf("reconnected to NATS at %s", natsembed.RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			r.stderr.logf("NATS: %v", err)
 		}),
 	)
 	if err != nil {
-		return fmt.Errorf("launch: connect to NATS at %s: %w", RedactURL(url), err)
+		return fmt.Errorf("launch: connect to NATS at %s: %w", natsembed.RedactURL(url), err)
 	}
 	r.nc = nc
 	// One channel for every subject the supervisor takes: the reader goroutine queues them in
@@ -291,14 +300,17 @@ func (r *runner) connect(url string) error {
 }
 
 // build compiles the program package, giving up if a stop signal arrives meanwhile.
-func (r *runner) build(ctx context.Context, prog *program, tmp string) error {
+func (r *runner) build(ctx context.Context, prog *gobuild.Program, tmp string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- prog.build(ctx, r.cfg.Program, tmp) }()
+	go func() { done <- prog.Build(ctx, r.cfg.Program, tmp) }()
 	select {
 	case err := <-done:
-		return err
+		if err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
+		return nil
 	case sig := <-r.cfg.Signals:
 		cancel()
 		<-done
@@ -323,17 +335,17 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	_, migrations := r.cfg.Starter.(NodeStarter)
+	_, migrations := r.cfg.Starter.(rankproc.NodeStarter)
 	sup, err := supervisor.New(supervisor.Config{
 		JobID: r.cfg.JobID, NP: r.cfg.NP, RendezvousTimeout: r.cfg.RendezvousTimeout,
 		KillGrace: r.cfg.KillGrace, Timeout: r.cfg.Timeout, Migrations: migrations,
-		Checkpoints: envValue(r.cfg.Env, job.EnvCkptEvery) != "", Policy: envValue(r.cfg.Env, job.EnvPolicy),
+		Checkpoints: rankproc.EnvValue(r.cfg.Env, job.EnvCkptEvery) != "", Policy: rankproc.EnvValue(r.cfg.Env, job.EnvPolicy),
 	})
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
 	r.sup, r.path, r.env = sup, path, env
-	r.procs = make(map[supervisor.ProcID]Process)
+	r.procs = make(map[supervisor.ProcID]rankproc.Process)
 	r.exits = make(chan supervisor.Exited, 2*r.cfg.NP+8)
 	r.inbox = make(chan func() supervisor.Event, 16)
 
@@ -427,7 +439,7 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 	case supervisor.StartRank:
 		return r.start(a)
 	case supervisor.CheckNode:
-		ns := r.cfg.Starter.(NodeStarter) // the Machine migrates only with one
+		ns := r.cfg.Starter.(rankproc.NodeStarter) // the Machine migrates only with one
 		go func() {
 			err := ns.CheckNode(a.Node)
 			if err != nil {
@@ -479,7 +491,7 @@ func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 	spec.Incarnation = a.Incarnation
 	spec.Env = append(spec.Env, job.EnvMigrate+"="+a.Handover, job.EnvIncarnation+"="+strconv.Itoa(a.Incarnation),
 		r.successorNodeRanksEnv(a.Node, a.Rank))
-	ns := r.cfg.Starter.(NodeStarter) // the Machine migrates only with one
+	ns := r.cfg.Starter.(rankproc.NodeStarter) // the Machine migrates only with one
 	go func() {
 		proc, err := ns.StartOn(a.Node, spec)
 		r.inbox <- func() supervisor.Event { return r.started(a.Proc, proc, err) }
@@ -488,7 +500,7 @@ func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 }
 
 // started registers a started process and waits for its exit.
-func (r *runner) started(id supervisor.ProcID, proc Process, err error) supervisor.Event {
+func (r *runner) started(id supervisor.ProcID, proc rankproc.Process, err error) supervisor.Event {
 	if err != nil {
 		return supervisor.Started{Proc: id, Err: trimLaunch(err)}
 	}
@@ -497,27 +509,27 @@ func (r *runner) started(id supervisor.ProcID, proc Process, err error) supervis
 		ex, err := proc.Wait()
 		e := supervisor.Exited{Proc: id, Status: ex.Status(), Desc: ex.String(), At: ex.At}
 		if err != nil {
-			e.Err, e.NodeGone = trimLaunch(err), errors.Is(err, ErrNodeGone)
+			e.Err, e.NodeGone = trimLaunch(err), errors.Is(err, rankproc.ErrHostGone)
 		}
 		r.exits <- e
 	}()
 	return supervisor.Started{Proc: id, PID: proc.PID(), Node: proc.Host()}
 }
 
-func (r *runner) spec(rank int, path string, env job.Env) Spec {
+func (r *runner) spec(rank int, path string, env job.Env) rankproc.Spec {
 	prefix := ""
 	if r.cfg.TagOutput {
 		prefix = "[" + strconv.Itoa(rank) + "] "
 	}
-	return Spec{
+	return rankproc.Spec{
 		Rank: rank,
 		Path: path,
 		Args: r.cfg.Args,
 		// Appended last so they override stale MPIOS_* variables of a surrounding job.
 		Env: append(append(withGOMAXPROCS(r.cfg.Env, r.cfg.NP), env.Environ()...), r.nodeRanksEnv(rank)),
 		Dir: r.cfg.Dir,
-		Output: func(s Stream, line []byte) {
-			if s == Stderr {
+		Output: func(s rankproc.Stream, line []byte) {
+			if s == rankproc.Stderr {
 				r.stderr.writeLine(prefix, line)
 			} else {
 				r.stdout.writeLine(prefix, line)
@@ -539,10 +551,26 @@ func withGOMAXPROCS(env []string, np int) []string {
 	return append(append([]string(nil), env...), "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/np)))
 }
 
-// trimLaunch drops the package prefix from err's message for mpirun's own messages.
-func trimLaunch(err error) error {
-	if s, ok := strings.CutPrefix(err.Error(), "launch: "); ok {
-		return errors.New(s)
+// mpirunPackages prefix the errors of the packages mpirun is made of.
+var mpirunPackages = []string{"launch: ", "rankproc: ", "nodeclient: ", "jobrecord: ", "natsembed: ", "profilewriter: ", "supervisor: "}
+
+// Message returns err's message without the package prefix of mpirun's own packages
+// ("launch: ", "nodeclient: ", ...), as mpirun shows it after its own "mpirun: ".
+func Message(err error) string {
+	msg := err.Error()
+	for _, p := range mpirunPackages {
+		if rest, ok := strings.CutPrefix(msg, p); ok {
+			return rest
+		}
 	}
-	return err
+	return msg
 }
+
+// unprefixed is an error shown without its package prefix; errors.Is and As see through it.
+type unprefixed struct{ err error }
+
+func (u unprefixed) Error() string { return Message(u.err) }
+func (u unprefixed) Unwrap() error { return u.err }
+
+// trimLaunch drops the package prefix from err's message, for mpirun's own messages.
+func trimLaunch(err error) error { return unprefixed{err} }

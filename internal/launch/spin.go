@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/rankproc"
 )
 
 // Every rank learns how many ranks run on its node (comm.EnvNodeRanks): a rank polls its
@@ -18,7 +19,7 @@ func (r *runner) nodeRanksEnv(rank int) string {
 
 // nodeRanks counts the ranks of a job of np ranks that start on rank's node: all of them
 // when they run on this machine, those placed on the same node by a Remote starter.
-func nodeRanks(s Starter, np, rank int) int {
+func nodeRanks(s rankproc.Starter, np, rank int) int {
 	p, ok := s.(interface{ Placement() []string })
 	if !ok {
 		return np

@@ -1,4 +1,8 @@
-package launch
+// Package nodeclient is mpirun's client of the pcmd node agents: it parses --hosts and
+// --hostfile, discovers the nodes on the control plane, places a job's ranks on them, and is
+// the rankproc.NodeStarter that spawns ranks there, relays their output and exit status, and
+// watches the nodes' heartbeats.
+package nodeclient
 
 import (
 	"bufio"
@@ -16,6 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/rankproc"
 )
 
 // HostSlots is one entry of mpirun's --hosts or --hostfile: a pcmd node and how many ranks
@@ -59,15 +65,15 @@ func ParseHostfile(r io.Reader) ([]HostSlots, error) {
 		}
 		h, err := parseHost(line)
 		if err != nil {
-			return nil, fmt.Errorf("launch: line %d: %s", n, strings.TrimPrefix(err.Error(), "launch: "))
+			return nil, fmt.Errorf("nodeclient: line %d: %s", n, strings.TrimPrefix(err.Error(), "nodeclient: "))
 		}
 		hosts = append(hosts, h)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("launch: hostfile: %w", err)
+		return nil, fmt.Errorf("nodeclient: hostfile: %w", err)
 	}
 	if len(hosts) == 0 {
-		return nil, errors.New("launch: hostfile names no node")
+		return nil, errors.New("nodeclient: hostfile names no node")
 	}
 	return hosts, checkHosts(hosts)
 }
@@ -75,13 +81,13 @@ func ParseHostfile(r io.Reader) ([]HostSlots, error) {
 func parseHost(s string) (HostSlots, error) {
 	name, slots, hasSlots := strings.Cut(s, ":")
 	if err := job.ValidateNode(name); err != nil {
-		return HostSlots{}, fmt.Errorf("launch: host %q: %w", s, job.TrimPrefix(err))
+		return HostSlots{}, fmt.Errorf("nodeclient: host %q: %w", s, job.TrimPrefix(err))
 	}
 	h := HostSlots{Node: name}
 	if hasSlots {
 		n, err := strconv.Atoi(slots)
 		if err != nil || n < 1 || n > job.MaxSlots {
-			return HostSlots{}, fmt.Errorf("launch: host %q: slots %q: want an integer in [1,%d]", s, slots, job.MaxSlots)
+			return HostSlots{}, fmt.Errorf("nodeclient: host %q: slots %q: want an integer in [1,%d]", s, slots, job.MaxSlots)
 		}
 		h.Slots = n
 	}
@@ -92,7 +98,7 @@ func checkHosts(hosts []HostSlots) error {
 	seen := make(map[string]bool, len(hosts))
 	for _, h := range hosts {
 		if seen[h.Node] {
-			return fmt.Errorf("launch: host %s is named twice", h.Node)
+			return fmt.Errorf("nodeclient: host %s is named twice", h.Node)
 		}
 		seen[h.Node] = true
 	}
@@ -102,7 +108,7 @@ func checkHosts(hosts []HostSlots) error {
 // Errors of NewRemote, wrapped with details; test with errors.Is.
 var (
 	ErrUnknownNode    = errors.New("unknown node")
-	ErrNodeGone       = errors.New("node is gone")
+	ErrNodeGone       = rankproc.ErrHostGone
 	ErrNotEnoughSlots = errors.New("not enough slots")
 )
 
@@ -114,8 +120,8 @@ type NodeGoneError struct {
 	Reason string // e.g. "node n1 stopped responding (no heartbeat for 3s)"
 }
 
-// Error returns the reason, prefixed with "launch: ".
-func (e *NodeGoneError) Error() string { return "launch: " + e.Reason }
+// Error returns the reason, prefixed with "nodeclient: ".
+func (e *NodeGoneError) Error() string { return "nodeclient: " + e.Reason }
 
 // Is makes errors.Is(err, ErrNodeGone) true.
 func (e *NodeGoneError) Is(target error) bool { return target == ErrNodeGone }
@@ -128,8 +134,8 @@ type SpawnError struct {
 	Reason  string
 }
 
-// Error returns the reason (the node's own message for a refusal), prefixed with "launch: ".
-func (e *SpawnError) Error() string { return "launch: " + e.Reason }
+// Error returns the reason (the node's own message for a refusal), prefixed with "nodeclient: ".
+func (e *SpawnError) Error() string { return "nodeclient: " + e.Reason }
 
 // RemoteConfig configures NewRemote.
 type RemoteConfig struct {
@@ -183,13 +189,13 @@ type remoteNode struct {
 // not answer or has too few free slots.
 func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if len(cfg.Hosts) == 0 {
-		return nil, errors.New("launch: remote starter: no hosts")
+		return nil, errors.New("nodeclient: remote starter: no hosts")
 	}
 	if err := checkHosts(cfg.Hosts); err != nil {
 		return nil, err
 	}
 	if cfg.NP < 0 {
-		return nil, fmt.Errorf("launch: number of ranks is %d", cfg.NP)
+		return nil, fmt.Errorf("nodeclient: number of ranks is %d", cfg.NP)
 	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(format string, args ...any) {
@@ -214,7 +220,7 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		nats.NoCallbacksAfterClientClose(),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("launch: connect to NATS at %s: %w", RedactURL(cfg.NATSURL), err)
+		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsembed.RedactURL(cfg.NATSURL), err)
 	}
 	r.nc = nc
 	if err := r.setup(); err != nil {
@@ -230,7 +236,7 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 func (r *Remote) setup() error {
 	// Subscribe before asking, so no heartbeat after a node's answer is missed.
 	if _, err := r.nc.Subscribe(job.NodesHeartbeatSubject, r.onHeartbeat); err != nil {
-		return fmt.Errorf("launch: subscribe to %s: %w", job.NodesHeartbeatSubject, err)
+		return fmt.Errorf("nodeclient: subscribe to %s: %w", job.NodesHeartbeatSubject, err)
 	}
 	caps := make([]int, len(r.cfg.Hosts))
 	names := make([]string, len(r.cfg.Hosts))
@@ -242,9 +248,9 @@ func (r *Remote) setup() error {
 		free := max(info.Slots-info.Used, 0)
 		switch {
 		case h.Slots == 0 && free == 0:
-			return fmt.Errorf("launch: node %s has no free slot (%d in use): %w", h.Node, info.Used, ErrNotEnoughSlots)
+			return fmt.Errorf("nodeclient: node %s has no free slot (%d in use): %w", h.Node, info.Used, ErrNotEnoughSlots)
 		case h.Slots > free:
-			return fmt.Errorf("launch: node %s has %d free slots (%d total, %d in use), --hosts asks for %d: %w",
+			return fmt.Errorf("nodeclient: node %s has %d free slots (%d total, %d in use), --hosts asks for %d: %w",
 				h.Node, free, info.Slots, info.Used, h.Slots, ErrNotEnoughSlots)
 		case h.Slots == 0:
 			caps[i] = free
@@ -272,15 +278,15 @@ func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 	msg, err := r.nc.Request(job.NodeInfoSubject(node), nil, r.cfg.RequestTimeout)
 	if err == nil {
 		if err := job.Decode(msg.Data, &info); err != nil {
-			return info, fmt.Errorf("launch: node %s: %w", node, err)
+			return info, fmt.Errorf("nodeclient: node %s: %w", node, err)
 		}
 		if err := info.Validate(); err != nil || info.Name != node {
-			return info, fmt.Errorf("launch: node %s answered with an invalid node description", node)
+			return info, fmt.Errorf("nodeclient: node %s answered with an invalid node description", node)
 		}
 		return info, nil
 	}
 	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
-		return info, fmt.Errorf("launch: ask node %s: %w", node, err)
+		return info, fmt.Errorf("nodeclient: ask node %s: %w", node, err)
 	}
 	views, _ := DiscoverNodes(r.nc, r.cfg.DiscoverWait)
 	var known []string
@@ -294,7 +300,7 @@ func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 		}
 	}
 	if age >= 0 {
-		return info, fmt.Errorf("launch: node %s does not answer, its last heartbeat was %v ago: %w",
+		return info, fmt.Errorf("nodeclient: node %s does not answer, its last heartbeat was %v ago: %w",
 			node, age.Round(100*time.Millisecond), ErrNodeGone)
 	}
 	slices.Sort(known)
@@ -303,15 +309,15 @@ func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 	if len(known) > 0 {
 		list = strings.Join(known, ", ")
 	}
-	return info, fmt.Errorf("launch: node %s: no pcmd serves it on NATS server %s (nodes answering: %s): %w",
-		node, RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
+	return info, fmt.Errorf("nodeclient: node %s: no pcmd serves it on NATS server %s (nodes answering: %s): %w",
+		node, natsembed.RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
 }
 
 // Place assigns np ranks round-robin to nodes, node i taking at most caps[i]; np 0 takes
 // every slot. It returns the node of each rank.
 func Place(nodes []string, caps []int, np int) ([]string, error) {
 	if len(nodes) != len(caps) {
-		return nil, errors.New("launch: place: nodes and capacities differ in length")
+		return nil, errors.New("nodeclient: place: nodes and capacities differ in length")
 	}
 	total := 0
 	for _, c := range caps {
@@ -321,7 +327,7 @@ func Place(nodes []string, caps []int, np int) ([]string, error) {
 		np = total
 	}
 	if np > total || np == 0 {
-		return nil, fmt.Errorf("launch: %d ranks requested, the hosts offer %d slots: %w", np, total, ErrNotEnoughSlots)
+		return nil, fmt.Errorf("nodeclient: %d ranks requested, the hosts offer %d slots: %w", np, total, ErrNotEnoughSlots)
 	}
 	out := make([]string, 0, np)
 	used := make([]int, len(nodes))
@@ -343,9 +349,9 @@ func (r *Remote) NP() int { return len(r.place) }
 func (r *Remote) Placement() []string { return slices.Clone(r.place) }
 
 // Start implements Starter: it asks the rank's node to spawn it.
-func (r *Remote) Start(spec Spec) (Process, error) {
+func (r *Remote) Start(spec rankproc.Spec) (rankproc.Process, error) {
 	if spec.Rank < 0 || spec.Rank >= len(r.place) {
-		return nil, fmt.Errorf("launch: start rank %d: only %d ranks were placed", spec.Rank, len(r.place))
+		return nil, fmt.Errorf("nodeclient: start rank %d: only %d ranks were placed", spec.Rank, len(r.place))
 	}
 	return r.start(r.place[spec.Rank], spec)
 }
@@ -354,7 +360,7 @@ func (r *Remote) Start(spec Spec) (Process, error) {
 // and watched from then on.
 func (r *Remote) CheckNode(name string) error {
 	if err := job.ValidateNode(name); err != nil {
-		return fmt.Errorf("launch: %w", job.TrimPrefix(err))
+		return fmt.Errorf("nodeclient: %w", job.TrimPrefix(err))
 	}
 	r.mu.Lock()
 	node := r.nodes[name]
@@ -367,7 +373,7 @@ func (r *Remote) CheckNode(name string) error {
 		return err
 	}
 	if info.Slots-info.Used <= 0 {
-		return fmt.Errorf("launch: node %s has no free slot (%d of %d in use): %w", name, info.Used, info.Slots, ErrNotEnoughSlots)
+		return fmt.Errorf("nodeclient: node %s has no free slot (%d of %d in use): %w", name, info.Used, info.Slots, ErrNotEnoughSlots)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -378,21 +384,21 @@ func (r *Remote) CheckNode(name string) error {
 }
 
 // StartOn implements NodeStarter.
-func (r *Remote) StartOn(node string, spec Spec) (Process, error) {
+func (r *Remote) StartOn(node string, spec rankproc.Spec) (rankproc.Process, error) {
 	if err := r.CheckNode(node); err != nil {
 		return nil, err
 	}
 	return r.start(node, spec)
 }
 
-func (r *Remote) start(name string, spec Spec) (Process, error) {
+func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error) {
 	if spec.Output == nil {
-		return nil, fmt.Errorf("launch: start rank %d: Spec.Output is nil", spec.Rank)
+		return nil, fmt.Errorf("nodeclient: start rank %d: Spec.Output is nil", spec.Rank)
 	}
 	env := mpiosEnv(spec.Env)
-	jobID := envValue(env, job.EnvJobID)
+	jobID := rankproc.EnvValue(env, job.EnvJobID)
 	if err := job.ValidateID(jobID); err != nil {
-		return nil, fmt.Errorf("launch: start rank %d: environment has no valid %s", spec.Rank, job.EnvJobID)
+		return nil, fmt.Errorf("nodeclient: start rank %d: environment has no valid %s", spec.Rank, job.EnvJobID)
 	}
 	dir := spec.Dir
 	if dir == "" {
@@ -417,8 +423,8 @@ func (r *Remote) start(name string, spec Spec) (Process, error) {
 	}
 	r.mu.Unlock()
 
-	fail := func(err error) (Process, error) {
-		p.finish(Exit{Code: -1}, err)
+	fail := func(err error) (rankproc.Process, error) {
+		p.finish(rankproc.Exit{Code: -1}, err)
 		return nil, err
 	}
 	// One subscription for output and exit keeps them in publication order. Later
@@ -429,7 +435,7 @@ func (r *Remote) start(name string, spec Spec) (Process, error) {
 	}
 	sub, err := r.nc.Subscribe(allSubj, p.onMsg)
 	if err != nil {
-		return fail(fmt.Errorf("launch: start rank %d: subscribe: %w", spec.Rank, err))
+		return fail(fmt.Errorf("nodeclient: start rank %d: subscribe: %w", spec.Rank, err))
 	}
 	p.mu.Lock()
 	p.sub = sub
@@ -439,7 +445,7 @@ func (r *Remote) start(name string, spec Spec) (Process, error) {
 		Out: outSubj, Exit: exitSubj, KeepAlive: r.cfg.KeepAlive,
 	})
 	if err != nil {
-		return fail(fmt.Errorf("launch: start rank %d: %w", spec.Rank, err))
+		return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))
 	}
 	msg, err := r.nc.Request(job.NodeSpawnSubject(name), data, r.cfg.RequestTimeout)
 	if err != nil {
@@ -484,16 +490,6 @@ func mpiosEnv(env []string) []string {
 	return out
 }
 
-func envValue(env []string, name string) string {
-	v := ""
-	for _, kv := range env {
-		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
-			v = val
-		}
-	}
-	return v
-}
-
 // onHeartbeat refreshes a node's liveness; a node that restarted or is leaving is gone.
 func (r *Remote) onHeartbeat(m *nats.Msg) {
 	var info job.NodeInfo
@@ -534,7 +530,7 @@ func (r *Remote) onHeartbeat(m *nats.Msg) {
 	}
 	r.mu.Unlock()
 	for _, p := range lost {
-		p.finish(Exit{Code: -1, At: time.Now()}, fmt.Errorf("launch: node %s no longer runs rank %d and its exit status was lost", p.node, p.rank))
+		p.finish(rankproc.Exit{Code: -1, At: time.Now()}, fmt.Errorf("nodeclient: node %s no longer runs rank %d and its exit status was lost", p.node, p.rank))
 	}
 }
 
@@ -589,7 +585,7 @@ func (r *Remote) nodeGone(name, reason string) {
 		r.cfg.Logf("%s; its ranks %s are lost", reason, joinInts(ranks))
 	}
 	for _, p := range procs {
-		p.finish(Exit{Code: -1, At: time.Now()}, node.gone)
+		p.finish(rankproc.Exit{Code: -1, At: time.Now()}, node.gone)
 	}
 }
 
@@ -661,7 +657,7 @@ func (r *Remote) Close() error {
 		}
 		r.mu.Unlock()
 		for _, p := range procs {
-			p.finish(Exit{Code: -1, At: time.Now()}, errors.New("launch: the remote starter was closed"))
+			p.finish(rankproc.Exit{Code: -1, At: time.Now()}, errors.New("nodeclient: the remote starter was closed"))
 		}
 		r.nc.Close()
 	})
@@ -674,7 +670,7 @@ type remoteProcess struct {
 	node   string
 	rank   int
 	job    string
-	output func(Stream, []byte)
+	output func(rankproc.Stream, []byte)
 
 	mu       sync.Mutex
 	pid      int
@@ -687,7 +683,7 @@ type remoteProcess struct {
 
 	once sync.Once
 	done chan struct{}
-	exit Exit
+	exit rankproc.Exit
 	err  error
 }
 
@@ -699,7 +695,7 @@ func (p *remoteProcess) PID() int {
 
 func (p *remoteProcess) Host() string { return p.node }
 
-func (p *remoteProcess) Wait() (Exit, error) {
+func (p *remoteProcess) Wait() (rankproc.Exit, error) {
 	<-p.done
 	return p.exit, p.err
 }
@@ -712,7 +708,7 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 	}
 	data, err := job.Encode(job.SignalRequest{Job: p.job, Rank: p.rank, Signal: int(sig)})
 	if err != nil {
-		return fmt.Errorf("launch: signal rank %d: %w", p.rank, err)
+		return fmt.Errorf("nodeclient: signal rank %d: %w", p.rank, err)
 	}
 	msg, err := p.r.nc.Request(job.NodeSignalSubject(p.node), data, p.r.cfg.RequestTimeout)
 	if errors.Is(err, nats.ErrNoResponders) {
@@ -721,14 +717,14 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("launch: signal rank %d on node %s: %w", p.rank, p.node, err)
+		return fmt.Errorf("nodeclient: signal rank %d on node %s: %w", p.rank, p.node, err)
 	}
 	var rep job.SignalReply
 	if err := job.Decode(msg.Data, &rep); err != nil {
-		return fmt.Errorf("launch: signal rank %d on node %s: %w", p.rank, p.node, job.TrimPrefix(err))
+		return fmt.Errorf("nodeclient: signal rank %d on node %s: %w", p.rank, p.node, job.TrimPrefix(err))
 	}
 	if rep.Error != "" && !rep.NotFound {
-		return fmt.Errorf("launch: signal rank %d on node %s: %s", p.rank, p.node, rep.Error)
+		return fmt.Errorf("nodeclient: signal rank %d on node %s: %s", p.rank, p.node, rep.Error)
 	}
 	return nil // NotFound: it exited, its exit message is on its way
 }
@@ -746,7 +742,7 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 		}
 		p.received++
 		if o.Partial {
-			if len(p.partial[o.Stream])+len(o.Line) < maxLine {
+			if len(p.partial[o.Stream])+len(o.Line) < rankproc.MaxLine {
 				p.partial[o.Stream] = append(p.partial[o.Stream], o.Line...)
 				return
 			}
@@ -757,7 +753,7 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 			line = append(buf, o.Line...)
 			p.partial[o.Stream] = nil
 		}
-		p.output(Stream(o.Stream), line)
+		p.output(rankproc.Stream(o.Stream), line)
 	case "exit":
 		var e job.RankExit
 		if err := job.Decode(m.Data, &e); err != nil || e.Signal < 0 || e.Signal > 64 {
@@ -766,7 +762,7 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 		}
 		for s, buf := range p.partial {
 			if buf != nil {
-				p.output(Stream(s), buf)
+				p.output(rankproc.Stream(s), buf)
 			}
 		}
 		if e.Sent > p.received {
@@ -775,10 +771,10 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 		if e.Reason != "" {
 			p.r.cfg.Logf("node %s stopped rank %d: %s", p.node, p.rank, e.Reason)
 		}
-		ex := Exit{Code: e.Code, Signal: syscall.Signal(e.Signal), At: time.Now()}
+		ex := rankproc.Exit{Code: e.Code, Signal: syscall.Signal(e.Signal), At: time.Now()}
 		var err error
 		if e.Error != "" {
-			err = fmt.Errorf("launch: node %s: %s", p.node, e.Error)
+			err = fmt.Errorf("nodeclient: node %s: %s", p.node, e.Error)
 		}
 		if err != nil || !ex.Success() {
 			// A dead node is the likelier cause of this failure (its ranks' peers fail
@@ -791,7 +787,7 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 }
 
 // finish records how the rank ended, once, and forgets it.
-func (p *remoteProcess) finish(ex Exit, err error) {
+func (p *remoteProcess) finish(ex rankproc.Exit, err error) {
 	p.once.Do(func() {
 		p.exit, p.err = ex, err
 		p.mu.Lock()
@@ -816,11 +812,11 @@ func DiscoverNodes(nc *nats.Conn, wait time.Duration) ([]job.NodeView, error) {
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		return nil, fmt.Errorf("launch: discover nodes: %w", err)
+		return nil, fmt.Errorf("nodeclient: discover nodes: %w", err)
 	}
 	defer sub.Unsubscribe()
 	if err := nc.PublishRequest(job.NodesDiscoverSubject, inbox, nil); err != nil {
-		return nil, fmt.Errorf("launch: discover nodes: %w", err)
+		return nil, fmt.Errorf("nodeclient: discover nodes: %w", err)
 	}
 	var views []job.NodeView
 	deadline := time.Now().Add(wait)
@@ -834,7 +830,7 @@ func DiscoverNodes(nc *nats.Conn, wait time.Duration) ([]job.NodeView, error) {
 			return views, nil // no (more) nodes; the server reports "no responders" if none listen
 		}
 		if err != nil {
-			return views, fmt.Errorf("launch: discover nodes: %w", err)
+			return views, fmt.Errorf("nodeclient: discover nodes: %w", err)
 		}
 		var v job.NodeView
 		if job.Decode(msg.Data, &v) != nil || v.Self.Validate() != nil {

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package launch
+package rankproc
 
 import (
 	"os"
@@ -21,7 +21,5 @@ func signalGroup(p *os.Process, sig syscall.Signal) error {
 
 func exitOf(st *os.ProcessState) Exit { return Exit{Code: st.ExitCode()} }
 
-// processAlive is conservative where it cannot tell: a record is then never considered stale.
-func processAlive(pid int) bool { return pid > 0 }
-
-func checkOwner(os.FileInfo) error { return nil }
+// Alive is conservative where it cannot tell: a process is then never considered gone.
+func Alive(pid int) bool { return pid > 0 }

@@ -1,10 +1,9 @@
 //go:build unix
 
-package launch
+package rankproc
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 )
@@ -24,19 +23,11 @@ func exitOf(st *os.ProcessState) Exit {
 	return Exit{Code: st.ExitCode()}
 }
 
-// processAlive reports whether pid names a running process (EPERM: alive, not ours).
-func processAlive(pid int) bool {
+// Alive reports whether pid names a running process (EPERM: alive, not ours).
+func Alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// checkOwner fails unless fi belongs to the current user.
-func checkOwner(fi os.FileInfo) error {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("owned by uid %d, not by us", st.Uid)
-	}
-	return nil
 }

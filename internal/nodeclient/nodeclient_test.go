@@ -1,4 +1,4 @@
-package launch
+package nodeclient_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,19 +16,22 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/nodeclient"
+	"github.com/mpios/mpios/internal/rankproc"
 	"github.com/mpios/mpios/internal/testbin"
 )
 
 func TestParseHosts(t *testing.T) {
-	good := map[string][]HostSlots{
+	good := map[string][]nodeclient.HostSlots{
 		"n1":             {{"n1", 0}},
 		"n1:2,n2:3":      {{"n1", 2}, {"n2", 3}},
 		" n1:2 , node-b": {{"n1", 2}, {"node-b", 0}},
 	}
 	for in, want := range good {
-		got, err := ParseHosts(in)
+		got, err := nodeclient.ParseHosts(in)
 		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Errorf("ParseHosts(%q) = %v, %v; want %v", in, got, err, want)
+			t.Errorf("nodeclient.ParseHosts(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
 	bad := map[string]string{
@@ -41,34 +45,34 @@ func TestParseHosts(t *testing.T) {
 		"n1:99999999": "want an integer in",
 	}
 	for in, want := range bad {
-		if _, err := ParseHosts(in); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseHosts(%q) error %v, want one containing %q", in, err, want)
+		if _, err := nodeclient.ParseHosts(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("nodeclient.ParseHosts(%q) error %v, want one containing %q", in, err, want)
 		}
 	}
 }
 
 func TestParseHostfile(t *testing.T) {
-	got, err := ParseHostfile(strings.NewReader("# cluster\nn1:4  # big one\n\n  n2\n"))
-	if want := []HostSlots{{"n1", 4}, {"n2", 0}}; err != nil || !reflect.DeepEqual(got, want) {
+	got, err := nodeclient.ParseHostfile(strings.NewReader("# cluster\nn1:4  # big one\n\n  n2\n"))
+	if want := []nodeclient.HostSlots{{"n1", 4}, {"n2", 0}}; err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, %v; want %v", got, err, want)
 	}
-	if _, err := ParseHostfile(strings.NewReader("n1\nn2:zero\n")); err == nil || !strings.Contains(err.Error(), "line 2:") {
+	if _, err := nodeclient.ParseHostfile(strings.NewReader("n1\nn2:zero\n")); err == nil || !strings.Contains(err.Error(), "line 2:") {
 		t.Errorf("error %v does not name line 2", err)
 	}
-	if _, err := ParseHostfile(strings.NewReader("# nothing\n")); err == nil {
+	if _, err := nodeclient.ParseHostfile(strings.NewReader("# nothing\n")); err == nil {
 		t.Error("an empty hostfile was accepted")
 	}
 }
 
 func ExampleParseHosts() {
-	hosts, err := ParseHosts("n1:2,n2:1,n3")
+	hosts, err := nodeclient.ParseHosts("n1:2,n2:1,n3")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println(hosts)
 	// n3 offers 2 free slots, say: ranks go round-robin, each node up to its slots.
-	place, err := Place([]string{"n1", "n2", "n3"}, []int{2, 1, 2}, 4)
+	place, err := nodeclient.Place([]string{"n1", "n2", "n3"}, []int{2, 1, 2}, 4)
 	fmt.Println(place, err)
 	// Output:
 	// [n1:2 n2:1 n3]
@@ -76,12 +80,12 @@ func ExampleParseHosts() {
 }
 
 func TestPlace(t *testing.T) {
-	got, err := Place([]string{"a", "b"}, []int{3, 1}, 0)
+	got, err := nodeclient.Place([]string{"a", "b"}, []int{3, 1}, 0)
 	if want := []string{"a", "b", "a", "a"}; err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("Place = %v, %v; want %v", got, err, want)
+		t.Errorf("nodeclient.Place = %v, %v; want %v", got, err, want)
 	}
-	if _, err := Place([]string{"a", "b"}, []int{1, 1}, 3); !errors.Is(err, ErrNotEnoughSlots) {
-		t.Errorf("3 ranks on 2 slots: %v, want ErrNotEnoughSlots", err)
+	if _, err := nodeclient.Place([]string{"a", "b"}, []int{1, 1}, 3); !errors.Is(err, nodeclient.ErrNotEnoughSlots) {
+		t.Errorf("3 ranks on 2 slots: %v, want nodeclient.ErrNotEnoughSlots", err)
 	}
 }
 
@@ -212,7 +216,7 @@ func (n *fakeNode) die() {
 	_ = n.nc.Flush()
 }
 
-// logBuffer collects a Remote's messages.
+// logBuffer collects a nodeclient.Remote's messages.
 type logBuffer struct {
 	mu    sync.Mutex
 	lines []string
@@ -230,14 +234,14 @@ func (l *logBuffer) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
-func newRemote(t *testing.T, url string, hosts string, np int) (*Remote, *logBuffer, error) {
+func newRemote(t *testing.T, url string, hosts string, np int) (*nodeclient.Remote, *logBuffer, error) {
 	t.Helper()
-	h, err := ParseHosts(hosts)
+	h, err := nodeclient.ParseHosts(hosts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &logBuffer{}
-	r, err := NewRemote(RemoteConfig{NATSURL: url, Hosts: h, NP: np, Logf: logs.logf,
+	r, err := nodeclient.NewRemote(nodeclient.RemoteConfig{NATSURL: url, Hosts: h, NP: np, Logf: logs.logf,
 		RequestTimeout: 2 * time.Second, DiscoverWait: 200 * time.Millisecond})
 	if err == nil {
 		t.Cleanup(func() { r.Close() })
@@ -250,14 +254,14 @@ func TestRemotePlacementErrors(t *testing.T) {
 	url := testbin.NATSServer(t, "u", "p")
 	startFakeNode(t, url, "n1", 2, fastBeat)
 	_, _, err := newRemote(t, url, "n1,n9", 0)
-	if !errors.Is(err, ErrUnknownNode) || !strings.Contains(err.Error(), "node n9: no pcmd serves it") ||
+	if !errors.Is(err, nodeclient.ErrUnknownNode) || !strings.Contains(err.Error(), "node n9: no pcmd serves it") ||
 		!strings.Contains(err.Error(), "nodes answering: n1") || strings.Contains(err.Error(), "u:p@") {
 		t.Errorf("unknown node: %v (want it named, the nodes answering listed, no credentials)", err)
 	}
-	if _, _, err := newRemote(t, url, "n1:3", 0); !errors.Is(err, ErrNotEnoughSlots) || !strings.Contains(err.Error(), "node n1 has 2 free slots") {
+	if _, _, err := newRemote(t, url, "n1:3", 0); !errors.Is(err, nodeclient.ErrNotEnoughSlots) || !strings.Contains(err.Error(), "node n1 has 2 free slots") {
 		t.Errorf("too many slots: %v", err)
 	}
-	if _, _, err := newRemote(t, url, "n1:2", 3); !errors.Is(err, ErrNotEnoughSlots) {
+	if _, _, err := newRemote(t, url, "n1:2", 3); !errors.Is(err, nodeclient.ErrNotEnoughSlots) {
 		t.Errorf("-np above the slots: %v", err)
 	}
 	r, _, err := newRemote(t, url, "n1", 0)
@@ -275,7 +279,7 @@ func TestRemoteRun(t *testing.T) {
 	for _, n := range nodes {
 		n.onSpawn = func(req job.SpawnRequest) {
 			out := job.RankOutSubject(req.Job, req.Rank)
-			n.publish(out, job.RankOutput{Stream: job.StreamStdout, Seq: 1, Line: []byte(fmt.Sprintf("rank %d on %s bind=%s", req.Rank, n.name, envValue(req.Env, job.EnvBind)))})
+			n.publish(out, job.RankOutput{Stream: job.StreamStdout, Seq: 1, Line: []byte(fmt.Sprintf("rank %d on %s bind=%s", req.Rank, n.name, rankproc.EnvValue(req.Env, job.EnvBind)))})
 			n.publish(out, job.RankOutput{Stream: job.StreamStderr, Seq: 2, Line: []byte("long-"), Partial: true})
 			n.publish(out, job.RankOutput{Stream: job.StreamStderr, Seq: 3, Line: []byte("line")})
 			if err := n.nc.Publish(out, []byte("\xc1garbage")); err != nil {
@@ -299,8 +303,13 @@ func TestRemoteRun(t *testing.T) {
 	if got, want := r.Placement(), []string{"n1", "n2", "n1", "n2"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("placement %v, want %v", got, want)
 	}
+	// The fake nodes run nothing: any executable will do as the program.
+	prog, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var stdout, stderr testbin.Buffer
-	err = Run(context.Background(), Config{NP: r.NP(), Program: fakerank, Starter: r, JobID: "remote-run",
+	err = launch.Run(context.Background(), launch.Config{NP: r.NP(), Program: prog, Starter: r, JobID: "remote-run",
 		Env: []string{"PATH=/bin", "MPIOS_CKPT_EVERY=5", "MPIOS_CKPT_EVERY=7"}, NATSURL: url,
 		Stdout: &stdout, Stderr: &stderr, RuntimeDir: t.TempDir()})
 	if err != nil {
@@ -332,12 +341,12 @@ func TestRemoteSpawnEnvAndRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{"HOME=/root", "LD_PRELOAD=/evil.so", "MPIOS_JOB_ID=stale", "MPIOS_JOB_ID=j1", "MPIOS_RANK=0"}
-	_, err = r.Start(Spec{Rank: 0, Path: "/bin/sh", Env: env, Output: func(Stream, []byte) {}})
-	var se *SpawnError
+	_, err = r.Start(rankproc.Spec{Rank: 0, Path: "/bin/sh", Env: env, Output: func(rankproc.Stream, []byte) {}})
+	var se *nodeclient.SpawnError
 	if !errors.As(err, &se) || se.Refusal != job.RefuseNotAllowed || !strings.Contains(err.Error(), "refuses to run /bin/sh") {
 		t.Fatalf("refused spawn: %v", err)
 	}
-	p, err := r.Start(Spec{Rank: 1, Path: "/opt/prog", Env: env, Output: func(Stream, []byte) {}})
+	p, err := r.Start(rankproc.Spec{Rank: 1, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,11 +382,11 @@ func TestRemoteNodeGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{"MPIOS_JOB_ID=gone"}
-	p0, err := r.Start(Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(Stream, []byte) {}})
+	p0, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1, err := r.Start(Spec{Rank: 1, Path: "/opt/prog", Env: env, Output: func(Stream, []byte) {}})
+	p1, err := r.Start(rankproc.Spec{Rank: 1, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,10 +396,10 @@ func TestRemoteNodeGone(t *testing.T) {
 	go func() { _, err := p0.Wait(); done <- err }()
 	select {
 	case err := <-done:
-		var ge *NodeGoneError
-		if !errors.As(err, &ge) || !errors.Is(err, ErrNodeGone) || ge.Node != "n1" ||
+		var ge *nodeclient.NodeGoneError
+		if !errors.As(err, &ge) || !errors.Is(err, nodeclient.ErrNodeGone) || ge.Node != "n1" ||
 			!strings.Contains(err.Error(), "node n1 stopped responding (no heartbeat for") {
-			t.Errorf("Wait error %v, want a NodeGoneError for n1", err)
+			t.Errorf("Wait error %v, want a nodeclient.NodeGoneError for n1", err)
 		}
 		if took := time.Since(start); took < job.MissedBeats*n1.interval {
 			t.Errorf("declared gone after %v, before %d beats were missed", took, job.MissedBeats)
@@ -402,11 +411,11 @@ func TestRemoteNodeGone(t *testing.T) {
 		t.Errorf("log: %s", logs)
 	}
 	select {
-	case <-p1.(*remoteProcess).done:
+	case <-nodeclient.Finished(p1):
 		t.Error("the rank on the live node was failed too")
 	default:
 	}
-	if _, err := r.Start(Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(Stream, []byte) {}}); err == nil {
+	if _, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}}); err == nil {
 		t.Error("Start on a gone node succeeded")
 	}
 }
@@ -420,7 +429,7 @@ func TestRemoteSignalDeadNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.Start(Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=sig"}, Output: func(Stream, []byte) {}})
+	p, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=sig"}, Output: func(rankproc.Stream, []byte) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +437,14 @@ func TestRemoteSignalDeadNode(t *testing.T) {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Errorf("Signal: %v", err)
 	}
-	if _, err := p.Wait(); !errors.Is(err, ErrNodeGone) {
-		t.Errorf("Wait: %v, want ErrNodeGone", err)
+	if _, err := p.Wait(); !errors.Is(err, nodeclient.ErrNodeGone) {
+		t.Errorf("Wait: %v, want nodeclient.ErrNodeGone", err)
+	}
+}
+
+func wantLine(t *testing.T, out, pattern string) {
+	t.Helper()
+	if !regexp.MustCompile(`(?m)^` + pattern + `$`).MatchString(out) {
+		t.Errorf("no line matching %q in:\n%s", pattern, out)
 	}
 }

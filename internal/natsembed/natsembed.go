@@ -1,4 +1,6 @@
-package launch
+// Package natsembed runs the job-private NATS server mpirun starts when no --nats URL is
+// given, and shows NATS URLs without their credentials.
+package natsembed
 
 import (
 	"crypto/rand"
@@ -13,15 +15,15 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// embeddedNATS is the job-private NATS server mpirun runs when no --nats URL is given.
-type embeddedNATS struct {
+// Server is a job-private NATS server.
+type Server struct {
 	srv *server.Server
 	url string // with credentials
 }
 
-// startEmbeddedNATS starts a server on host:random-port that accepts only a fresh random
+// Start starts a server named name on host:random-port that accepts only a fresh random
 // user/password, so other local users cannot join or disturb the job's control plane.
-func startEmbeddedNATS(host, jobID string) (*embeddedNATS, error) {
+func Start(host, name string) (*Server, error) {
 	user, err := randomHex(8)
 	if err != nil {
 		return nil, err
@@ -31,7 +33,7 @@ func startEmbeddedNATS(host, jobID string) (*embeddedNATS, error) {
 		return nil, err
 	}
 	opts := &server.Options{
-		ServerName:      "mpirun-" + jobID,
+		ServerName:      name,
 		Host:            host,
 		Port:            server.RANDOM_PORT,
 		NoLog:           true,
@@ -42,27 +44,31 @@ func startEmbeddedNATS(host, jobID string) (*embeddedNATS, error) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("launch: embedded NATS server: %w", err)
+		return nil, fmt.Errorf("natsembed: embedded NATS server: %w", err)
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, fmt.Errorf("launch: embedded NATS server on %s did not become ready", host)
+		return nil, fmt.Errorf("natsembed: embedded NATS server on %s did not become ready", host)
 	}
 	addr, ok := srv.Addr().(*net.TCPAddr)
 	if !ok {
 		srv.Shutdown()
-		return nil, fmt.Errorf("launch: embedded NATS server: unexpected listen address %v", srv.Addr())
+		return nil, fmt.Errorf("natsembed: embedded NATS server: unexpected listen address %v", srv.Addr())
 	}
 	u := url.URL{
 		Scheme: "nats",
 		User:   url.UserPassword(user, pass),
 		Host:   net.JoinHostPort(host, strconv.Itoa(addr.Port)),
 	}
-	return &embeddedNATS{srv: srv, url: u.String()}, nil
+	return &Server{srv: srv, url: u.String()}, nil
 }
 
-func (e *embeddedNATS) shutdown() {
+// URL is the server's client URL, with the credentials: give it only to the job.
+func (e *Server) URL() string { return e.url }
+
+// Shutdown stops the server and waits until it has.
+func (e *Server) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
 }
@@ -70,7 +76,7 @@ func (e *embeddedNATS) shutdown() {
 func randomHex(n int) (string, error) {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("launch: random: %w", err)
+		return "", fmt.Errorf("natsembed: random: %w", err)
 	}
 	return hex.EncodeToString(b), nil
 }

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package launch
+package rankproc
 
 import "syscall"
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package launch
+package rankproc
 
 import (
 	"errors"

@@ -1,4 +1,7 @@
-package launch
+// Package rankproc is how a rank's process is started, signalled and waited for: the
+// Starter and Process seams that mpirun's supervisor loop and pcmd use, and Local, which runs
+// ranks as child processes of this machine with their output forwarded line by line.
+package rankproc
 
 import (
 	"bufio"
@@ -8,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -52,7 +56,8 @@ type Spec struct {
 }
 
 // Starter starts the ranks of a job. Local runs them as child processes; a remote starter
-// (pcmd) will ask node agents to spawn them and relay their output and exit status.
+// (internal/nodeclient) asks pcmd node agents to spawn them and relays their output and exit
+// status.
 type Starter interface {
 	Start(spec Spec) (Process, error)
 }
@@ -77,6 +82,23 @@ type Process interface {
 	Signal(sig syscall.Signal) error
 	// Wait blocks until the rank has exited and all its output has been delivered.
 	Wait() (Exit, error)
+}
+
+// ErrHostGone reports that a process's host is gone (its node stopped responding, restarted
+// or shut down): its fate is unknown, and it is presumed dead. Wait errors of such processes
+// match it with errors.Is.
+var ErrHostGone = errors.New("node is gone")
+
+// EnvValue returns the value of the last entry named name in env (KEY=VALUE entries, as in
+// Spec.Env), or "".
+func EnvValue(env []string, name string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
 }
 
 // Exit is how a rank ended.
@@ -107,9 +129,9 @@ func (e Exit) String() string {
 	return "exited with status " + strconv.Itoa(e.Code)
 }
 
-// maxLine bounds how much of an unterminated line is buffered before it is emitted anyway,
+// MaxLine bounds how much of an unterminated line is buffered before it is emitted anyway,
 // so a rank writing endless bytes without a newline cannot exhaust mpirun's memory.
-const maxLine = 16 << 20
+const MaxLine = 16 << 20
 
 // drainTimeout bounds the wait for a rank's output after it exited: a process that left the
 // rank's process group (setsid) may keep the pipes open forever.
@@ -118,23 +140,24 @@ const drainTimeout = 2 * time.Second
 // Local is the Starter for ranks on this machine. Each rank runs in its own process group,
 // which is killed when the rank exits so no stray children survive it. On Linux a rank also
 // gets SIGKILL when the OS thread that started it exits (Pdeathsig), so callers should start
-// ranks from a goroutine locked to its thread (Run does) to make that mean "mpirun died".
+// ranks from a goroutine locked to its thread (launch.Run does) to make that mean "mpirun
+// died".
 type Local struct{}
 
 // Start implements Starter.
 func (Local) Start(spec Spec) (Process, error) {
 	if spec.Output == nil {
-		return nil, fmt.Errorf("launch: start rank %d: Spec.Output is nil", spec.Rank)
+		return nil, fmt.Errorf("rankproc: start rank %d: Spec.Output is nil", spec.Rank)
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("launch: start rank %d: %w", spec.Rank, err)
+		return nil, fmt.Errorf("rankproc: start rank %d: %w", spec.Rank, err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return nil, fmt.Errorf("launch: start rank %d: %w", spec.Rank, err)
+		return nil, fmt.Errorf("rankproc: start rank %d: %w", spec.Rank, err)
 	}
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = spec.Env
@@ -149,7 +172,7 @@ func (Local) Start(spec Spec) (Process, error) {
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return nil, fmt.Errorf("launch: start rank %d: %w", spec.Rank, err)
+		return nil, fmt.Errorf("rankproc: start rank %d: %w", spec.Rank, err)
 	}
 	p := &localProcess{cmd: cmd, done: make(chan struct{})}
 	var fwd sync.WaitGroup
@@ -181,7 +204,7 @@ func (p *localProcess) Signal(sig syscall.Signal) error {
 		return nil
 	}
 	if err := signalGroup(p.cmd.Process, sig); err != nil {
-		return fmt.Errorf("launch: signal pid %d: %w", p.cmd.Process.Pid, err)
+		return fmt.Errorf("rankproc: signal pid %d: %w", p.cmd.Process.Pid, err)
 	}
 	return nil
 }
@@ -225,7 +248,7 @@ func (p *localProcess) wait(fwd *sync.WaitGroup, outR, errR *os.File) {
 	st := p.cmd.ProcessState
 	if st == nil {
 		p.exit = Exit{Code: -1}
-		p.err = fmt.Errorf("launch: wait pid %d: %w", pid, werr)
+		p.err = fmt.Errorf("rankproc: wait pid %d: %w", pid, werr)
 		return
 	}
 	p.exit = exitOf(st)
@@ -249,7 +272,7 @@ func forwardLines(r io.Reader, s Stream, out func(Stream, []byte)) {
 			}
 		case errors.Is(err, bufio.ErrBufferFull):
 			long = append(long, frag...)
-			if len(long) >= maxLine {
+			if len(long) >= MaxLine {
 				out(s, long)
 				long = nil
 			}
