@@ -88,8 +88,8 @@ func (j *fakeJob) takeStart() StartRank {
 	return s
 }
 
-// launch starts every rank (on j.nodes) and completes the rendezvous.
-func (j *fakeJob) launch() {
+// startRanks launches the job and starts every rank (on j.nodes), in order, as pid 1000+rank.
+func (j *fakeJob) startRanks() {
 	j.t.Helper()
 	j.step(Launch{})
 	for i := range j.m.cfg.NP {
@@ -101,6 +101,12 @@ func (j *fakeJob) launch() {
 		j.proc = append(j.proc, s.Proc)
 		j.step(Started{Proc: s.Proc, PID: 1000 + i, Node: j.nodes[i]})
 	}
+}
+
+// launch starts every rank and completes the rendezvous.
+func (j *fakeJob) launch() {
+	j.t.Helper()
+	j.startRanks()
 	for i := range j.m.cfg.NP {
 		j.hello(i)
 	}

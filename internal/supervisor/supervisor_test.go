@@ -142,12 +142,7 @@ func TestAbortArrivingAfterTheExitStatusWins(t *testing.T) {
 
 func TestRendezvousTimeoutNamesTheMissingRanksAndTellsTheWaitingOnes(t *testing.T) {
 	j := newFakeJob(t, Config{RendezvousTimeout: 700 * time.Millisecond}, "", "", "")
-	j.step(Launch{})
-	for i := range 3 {
-		s := j.takeStart()
-		j.proc = append(j.proc, s.Proc)
-		j.step(Started{Proc: s.Proc, PID: 1000 + i})
-	}
+	j.startRanks()
 	if _, ok := j.m.NextDeadline(); ok {
 		t.Error("the rendezvous deadline runs before the first hello")
 	}
@@ -177,12 +172,7 @@ func TestRendezvousTimeoutNamesTheMissingRanksAndTellsTheWaitingOnes(t *testing.
 // a rank said hello.
 func TestCleanExitBeforeTheRendezvous(t *testing.T) {
 	j := newFakeJob(t, Config{}, "", "")
-	j.step(Launch{})
-	for i := range 2 {
-		s := j.takeStart()
-		j.proc = append(j.proc, s.Proc)
-		j.step(Started{Proc: s.Proc, PID: 1000 + i})
-	}
+	j.startRanks()
 	j.exit(j.proc[1], 0)
 	if j.m.Failure() != nil {
 		t.Fatalf("failure %+v", j.m.Failure())
@@ -196,12 +186,7 @@ func TestCleanExitBeforeTheRendezvous(t *testing.T) {
 
 func TestBadHellosAreIgnored(t *testing.T) {
 	j := newFakeJob(t, Config{}, "", "")
-	j.step(Launch{})
-	for i := range 2 {
-		s := j.takeStart()
-		j.proc = append(j.proc, s.Proc)
-		j.step(Started{Proc: s.Proc, PID: 1000 + i})
-	}
+	j.startRanks()
 	j.step(Hello{Reply: "garbage", Data: []byte("not msgpack")})
 	j.step(Hello{Reply: "bad", Data: enc(t, job.Hello{Rank: 7, Addr: "h:1"})})
 	j.hello(0)
