@@ -314,7 +314,7 @@ func hostsOf(c *cli.Context) ([]nodeclient.HostSlots, error) {
 	if c.IsSet("hosts") {
 		h, err := nodeclient.ParseHosts(hosts)
 		if err != nil {
-			return nil, &usageError{"--hosts: " + strings.TrimPrefix(err.Error(), "launch: ")}
+			return nil, &usageError{"--hosts: " + launch.Message(err)}
 		}
 		return h, nil
 	}
@@ -325,7 +325,7 @@ func hostsOf(c *cli.Context) ([]nodeclient.HostSlots, error) {
 	defer f.Close()
 	h, err := nodeclient.ParseHostfile(f)
 	if err != nil {
-		return nil, &usageError{fmt.Sprintf("--hostfile %s: %s", file, strings.TrimPrefix(err.Error(), "launch: "))}
+		return nil, &usageError{fmt.Sprintf("--hostfile %s: %s", file, launch.Message(err))}
 	}
 	return h, nil
 }
