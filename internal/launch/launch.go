@@ -27,6 +27,7 @@ import (
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/internal/profilewriter"
 	"github.com/mpios/mpios/internal/rankproc"
 	"github.com/mpios/mpios/internal/supervisor"
@@ -349,6 +350,10 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 	r.exits = make(chan supervisor.Exited, 2*r.cfg.NP+8)
 	r.inbox = make(chan func() supervisor.Event, 16)
 
+	var goneC <-chan *nodeclient.NodeGoneError
+	if w, ok := r.cfg.Starter.(nodeWatcher); ok {
+		goneC = w.Gone()
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	ctxDone := ctx.Done()
@@ -368,6 +373,8 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 			r.step(r.event(m))
 		case f := <-r.inbox:
 			r.step(f())
+		case g := <-goneC:
+			r.step(supervisor.NodeGone{Node: g.Node, Reason: g.Reason})
 		case sig := <-r.cfg.Signals:
 			s, ok := sig.(syscall.Signal)
 			if !ok {
@@ -394,6 +401,11 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 		return &ExitError{Kind: f.Kind, Rank: f.Rank, Code: f.Code, Reason: f.Reason}
 	}
 	return nil
+}
+
+// nodeWatcher is a Starter that reports the nodes it lost (nodeclient.Remote).
+type nodeWatcher interface {
+	Gone() <-chan *nodeclient.NodeGoneError
 }
 
 // event turns a message on one of the job's subjects into the Machine's Event.

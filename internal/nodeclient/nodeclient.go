@@ -171,6 +171,7 @@ type Remote struct {
 	nodes map[string]*remoteNode
 	jobs  map[string]bool // job ids to send keepalives for
 	quit  chan struct{}
+	gone  chan *NodeGoneError // see Gone
 	wg    sync.WaitGroup
 	close sync.Once
 }
@@ -211,7 +212,8 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if cfg.KeepAlive <= 0 {
 		cfg.KeepAlive = 10 * time.Second
 	}
-	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), quit: make(chan struct{})}
+	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), quit: make(chan struct{}),
+		gone: make(chan *NodeGoneError, goneBacklog)}
 	nc, err := nats.Connect(cfg.NATSURL,
 		nats.Name("mpirun remote starter"),
 		nats.Timeout(5*time.Second),
@@ -341,6 +343,13 @@ func Place(nodes []string, caps []int, np int) ([]string, error) {
 	}
 	return out, nil
 }
+
+// goneBacklog bounds the node losses Gone holds for a slow reader.
+const goneBacklog = 64
+
+// Gone delivers each node the Remote declares gone, once. Reading it is optional: a gone
+// node is refused when asked for anyway.
+func (r *Remote) Gone() <-chan *NodeGoneError { return r.gone }
 
 // NP returns the number of ranks placed.
 func (r *Remote) NP() int { return len(r.place) }
@@ -573,6 +582,11 @@ func (r *Remote) nodeGone(name, reason string) {
 		return
 	}
 	node.gone = &NodeGoneError{Node: name, Reason: reason}
+	select {
+	case r.gone <- node.gone:
+	default:
+		// Nobody reads Gone: the node is refused anyway when it is next asked for.
+	}
 	var procs []*remoteProcess
 	var ranks []int
 	for p := range node.procs {

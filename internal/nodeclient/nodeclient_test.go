@@ -411,6 +411,14 @@ func TestRemoteNodeGone(t *testing.T) {
 		t.Errorf("log: %s", logs)
 	}
 	select {
+	case g := <-r.Gone():
+		if g.Node != "n1" || !strings.Contains(g.Reason, "node n1 stopped responding") {
+			t.Errorf("Gone delivered %+v", g)
+		}
+	default:
+		t.Error("Gone did not deliver the lost node")
+	}
+	select {
 	case <-nodeclient.Finished(p1):
 		t.Error("the rank on the live node was failed too")
 	default:

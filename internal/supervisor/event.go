@@ -92,6 +92,13 @@ type Signal struct {
 // Cancel stops the job because the caller's context ended.
 type Cancel struct{ Cause string }
 
+// NodeGone reports that a node stopped responding, restarted or shut down: it takes no rank
+// any more (its processes' exits are reported on their own).
+type NodeGone struct {
+	Node   string
+	Reason string // e.g. "node n3 stopped responding (no heartbeat for 3s)"
+}
+
 // Tick tells the Machine that time passed; it acts on the deadlines that expired (see
 // Machine.NextDeadline).
 type Tick struct{}
@@ -110,6 +117,7 @@ func (LogRequest) event()       {}
 func (InfoRequest) event()      {}
 func (Signal) event()           {}
 func (Cancel) event()           {}
+func (NodeGone) event()         {}
 func (Tick) event()             {}
 
 // Action is an output of the Machine: something the loop must do.

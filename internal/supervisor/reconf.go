@@ -89,6 +89,9 @@ func (m *Machine) onMigrateControl(reply string, c job.ControlRequest) {
 
 // checkMovable says why ranks cannot move to node now, if they cannot.
 func (m *Machine) checkMovable(ranks []int, node string) error {
+	if why, gone := m.gone[node]; gone {
+		return fmt.Errorf("cannot migrate to %s", why)
+	}
 	for _, r := range ranks {
 		if r < 0 || r >= m.cfg.NP {
 			return fmt.Errorf("rank %d is outside job %s (size %d)", r, m.cfg.JobID, m.cfg.NP)
@@ -243,6 +246,11 @@ func (m *Machine) onSuccessorRequest(e SuccessorRequest) {
 		return
 	case !m.cfg.Migrations:
 		m.refuseSuccessor(e.Reply, req.Seq, req.Rank, "ranks run locally")
+		return
+	}
+	if why, gone := m.gone[st.next.to]; gone {
+		// The target went away after the request was accepted.
+		m.refuseSuccessor(e.Reply, req.Seq, req.Rank, fmt.Sprintf("cannot start the successor on %s: %s", st.next.to, why))
 		return
 	}
 	if h := m.historyOf(req.Seq, req.Rank); h != nil {

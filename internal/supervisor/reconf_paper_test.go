@@ -441,3 +441,28 @@ func TestJobInfoCarriesTypedStates(t *testing.T) {
 		t.Errorf("decoded info %+v", back)
 	}
 }
+
+// The target node goes away: a request for it is refused at once, and a migration accepted
+// before is aborted when the rank reaches its boundary, without trying to start a successor.
+func TestTargetGoneAbortsTheMigrationAtTheBoundary(t *testing.T) {
+	j := migratingJob(t)
+	j.migrate("n3", nil, 1)
+	j.step(NodeGone{Node: "n3", Reason: "node n3 stopped responding (no heartbeat for 3s)"})
+	acts := j.askSuccessor(1, 1, 40)
+	if len(only[StartRank](acts)) != 0 {
+		t.Error("a successor was started on a gone node")
+	}
+	if rep := j.successorReply(1, 1); rep.Error != "mpirun: cannot start the successor on n3: node n3 stopped responding (no heartbeat for 3s)" {
+		t.Errorf("reply %+v", rep)
+	}
+	if h := j.m.Info().Migrations[0]; h.State != reconf.Aborted || h.Error == "" {
+		t.Errorf("history %+v", h)
+	}
+	acts, subj := j.control(job.ControlRequest{Kind: job.ControlMigrate, Rank: 0, To: "n3"})
+	if len(only[CheckNode](acts)) != 0 {
+		t.Error("a gone node was asked")
+	}
+	if rep := j.lastReply(subj); rep.Error != "mpirun: cannot migrate to node n3 stopped responding (no heartbeat for 3s)" {
+		t.Errorf("reply %+v", rep)
+	}
+}

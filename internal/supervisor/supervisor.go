@@ -176,6 +176,7 @@ type Machine struct {
 	history   []job.Migration
 	checks    map[uint64]pendingCheck
 	lastCheck uint64
+	gone      map[string]string // nodes gone, and why
 
 	now time.Time // of the event being stepped
 	out []Action
@@ -192,6 +193,7 @@ func New(cfg Config) (*Machine, error) {
 		ranks:     make([]rank, cfg.NP),
 		firstLost: -1,
 		checks:    make(map[uint64]pendingCheck),
+		gone:      make(map[string]string),
 	}, nil
 }
 
@@ -228,6 +230,10 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	case Cancel:
 		m.fail(now, &Failure{Kind: Cancelled, Rank: -1, Code: StatusFailed, Reason: "job cancelled: " + e.Cause},
 			&job.Event{Kind: job.EventAbort, Rank: -1, Reason: "job cancelled"})
+	case NodeGone:
+		if _, seen := m.gone[e.Node]; !seen {
+			m.gone[e.Node] = e.Reason
+		}
 	case Tick:
 	}
 	m.expire(now)
