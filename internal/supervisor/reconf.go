@@ -153,7 +153,7 @@ func (m *Machine) onNodeChecked(now time.Time, e NodeChecked) {
 
 // propose appends r to the log, Proposed, and publishes the log; it returns r's number.
 func (m *Machine) propose(r reconf.Reconfiguration) uint64 {
-	e := m.log.Propose(r, m.now)
+	e := m.log.Propose(r, m.now.UTC())
 	m.emit(Publish{Subject: job.ReconfSubject(m.cfg.JobID), Msg: m.Log()})
 	return e.Seq
 }
