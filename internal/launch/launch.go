@@ -102,11 +102,12 @@ type ExitError struct {
 	Reason string
 }
 
+// Error returns the reason, prefixed with "launch: ".
 func (e *ExitError) Error() string { return "launch: " + e.Reason }
 
 // Run runs a job to completion. It returns nil if every rank exited with status 0, an
 // *ExitError if the job failed once started, and another error if it could not be started
-// (bad Config, program not found, *BuildError, NATS unreachable).
+// (bad Config, program not found, *gobuild.BuildError, NATS unreachable).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
