@@ -386,6 +386,11 @@ func (m *Machine) onStarted(now time.Time, e Started) {
 	p.pid, p.node, p.running = e.PID, e.Node, true
 	m.live++
 	m.ranks[p.rank].proc, m.ranks[p.rank].running = e.Proc, true
+	if m.stopping {
+		// The job began stopping while this rank was being started.
+		m.emit(SignalProc{Proc: e.Proc, Sig: syscall.SIGTERM})
+		return
+	}
 	m.startNext()
 }
 

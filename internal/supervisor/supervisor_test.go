@@ -287,3 +287,24 @@ func TestNewRejectsBadConfigs(t *testing.T) {
 		}
 	}
 }
+
+// A rank whose start completes after the job began stopping is stopped too, and no further
+// rank is started.
+func TestRankStartedWhileStoppingIsStopped(t *testing.T) {
+	j := newFakeJob(t, Config{}, "", "")
+	j.step(Launch{})
+	s0 := j.takeStart()
+	j.step(Signal{Sig: syscall.SIGTERM})
+	acts := j.step(Started{Proc: s0.Proc, PID: 1000})
+	if got := signalled(acts, syscall.SIGTERM); !slices.Equal(got, []ProcID{s0.Proc}) {
+		t.Errorf("SIGTERM to %v, want the late rank", got)
+	}
+	if len(j.pend) != 0 {
+		t.Errorf("started more ranks while stopping: %+v", j.pend)
+	}
+	j.exit(s0.Proc, 143)
+	if !j.m.Done() {
+		t.Error("not done")
+	}
+	j.wantFailure(Interrupted, -1, 143)
+}
