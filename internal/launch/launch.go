@@ -404,6 +404,9 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 	return nil
 }
 
+// errNoNodes answers a request for a node when the ranks run on this machine.
+var errNoNodes = errors.New("the ranks run on this machine, not on pcmd nodes")
+
 // nodeWatcher is a Starter that reports the nodes it lost (nodeclient.Remote).
 type nodeWatcher interface {
 	Gone() <-chan *nodeclient.NodeGoneError
@@ -452,7 +455,10 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 	case supervisor.StartRank:
 		return r.start(a)
 	case supervisor.CheckNode:
-		ns := r.cfg.Starter.(rankproc.NodeStarter) // the Machine migrates only with one
+		ns, ok := r.cfg.Starter.(rankproc.NodeStarter)
+		if !ok { // the Machine migrates only with one
+			return supervisor.NodeChecked{Check: a.Check, Err: errNoNodes}
+		}
 		go func() {
 			err := ns.CheckNode(a.Node)
 			if err != nil {
@@ -504,7 +510,10 @@ func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 	spec.Incarnation = a.Incarnation
 	spec.Env = append(spec.Env, job.EnvMigrate+"="+a.Handover, job.EnvIncarnation+"="+strconv.Itoa(a.Incarnation),
 		r.successorNodeRanksEnv(a.Node, a.Rank))
-	ns := r.cfg.Starter.(rankproc.NodeStarter) // the Machine migrates only with one
+	ns, ok := r.cfg.Starter.(rankproc.NodeStarter)
+	if !ok { // the Machine migrates only with one
+		return supervisor.Started{Proc: a.Proc, Err: errNoNodes}
+	}
 	go func() {
 		proc, err := ns.StartOn(a.Node, spec)
 		r.inbox <- func() supervisor.Event { return r.started(a.Proc, proc, err) }
