@@ -466,3 +466,30 @@ func TestTargetGoneAbortsTheMigrationAtTheBoundary(t *testing.T) {
 		t.Errorf("reply %+v", rep)
 	}
 }
+
+// Ranks moved by one request move or stay each on its own (the commit point gathers each
+// rank's outcome): the entry is Committed if any moved, and says which stayed.
+func TestRanksOfOneRequestCommitOrAbortEachOnItsOwn(t *testing.T) {
+	j := migratingJob(t)
+	j.migrate("n3", nil, 0, 2)
+	j.successorOf(1, 0, "n3")
+	j.askSuccessor(1, 2, 40)
+	s := j.takeStart()
+	j.step(Started{Proc: s.Proc, Err: errors.New("node n3 has no free slot")})
+	j.report(job.MigrateReport{Seq: 1, Rank: 2, To: "n3", Error: "start successor on n3: no free slot"})
+	if e := j.m.Info().Reconfigurations[0]; e.State != reconf.Prepared {
+		t.Errorf("entry %+v, want prepared while rank 0 hands over", e)
+	}
+	j.report(job.MigrateReport{Seq: 1, Rank: 0, To: "n3", OK: true, StateBytes: 1 << 10})
+	info := j.m.Info()
+	if e := info.Reconfigurations[0]; e.State != reconf.Committed || e.Bytes != 1<<10 ||
+		e.Error != "rank 2 stayed: cannot start the successor on n3: node n3 has no free slot" {
+		t.Errorf("entry %+v", e)
+	}
+	if info.Migrations[0].State != reconf.Committed || info.Migrations[1].State != reconf.Aborted {
+		t.Errorf("history %+v", info.Migrations)
+	}
+	if info.Ranks[0].Node != "n3" || info.Ranks[2].Node != "n1" {
+		t.Errorf("ranks %+v", info.Ranks)
+	}
+}
