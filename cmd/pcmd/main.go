@@ -1,6 +1,7 @@
 // Command pcmd is the mpios node daemon: "pcmd serve" runs on every node of a cluster and
 // starts ranks for "mpirun --hosts"; "pcmd status" shows the nodes and their ranks. See
-// "pcmd --help" and docs/pcmd.md; the work is done by internal/pcmd.
+// "pcmd --help" and docs/pcmd.md; the work is done by internal/pcmd (the daemon) and
+// internal/nodestatus (the client commands).
 package main
 
 import (
@@ -20,8 +21,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
+	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/pcmd"
 	"github.com/mpios/mpios/iosbridge"
 )
@@ -188,7 +191,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.DurationFlag{Name: "heartbeat", Value: pcmd.DefaultHeartbeat, Usage: "send a heartbeat every `DURATION`; the node is gone after 3 missed beats"},
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
 					&cli.StringFlag{Name: "policy", Value: iosbridge.DefaultPolicy, Usage: "IOS decision `POLICY` for this node's ranks: " + policyHelp + "; a job's own (mpirun --policy) overrides it"},
-					&cli.DurationFlag{Name: "ios-period", Value: pcmd.DefaultIOSPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
+					&cli.DurationFlag{Name: "ios-period", Value: agentdriver.DefaultPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
 					&cli.Float64Flag{Name: "steal-threshold", Value: 0.25, Usage: "send steal requests while at least this `FRACTION` (0 to 1) of the node's CPUs is idle"},
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
 					&cli.DurationFlag{Name: "ios-cooldown", Value: iosbridge.DefaultStability().Cooldown, Usage: "never move a rank again within `DURATION` of its arrival"},
@@ -207,7 +210,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
 						Allow: c.StringSlice("allow"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
-						IOS: pcmd.IOSConfig{
+						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
 							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),
 							QuotaOnly: c.Bool("cpu-quota-only"),
@@ -264,7 +267,7 @@ of this user (found in its job record) and says which one.`,
 						return err
 					}
 					defer nc.Close()
-					st, err := pcmd.DiscoverStatus(nc, c.Duration("wait"))
+					st, err := nodestatus.DiscoverStatus(nc, c.Duration("wait"))
 					if err != nil {
 						return err
 					}
@@ -349,7 +352,7 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 			return err
 		}
 		defer nc.Close()
-		rep, err := pcmd.Control(nc, c.String("job"), req, c.Duration("timeout"))
+		rep, err := nodestatus.Control(nc, c.String("job"), req, c.Duration("timeout"))
 		if err != nil {
 			return err
 		}
@@ -369,7 +372,7 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 func clientConn(c *cli.Context, stderr io.Writer) (*nats.Conn, error) {
 	url := c.String("nats")
 	if url == "" {
-		rec, path, err := pcmd.NewestRecord(launch.RuntimeDir())
+		rec, path, err := nodestatus.NewestRecord(launch.RuntimeDir())
 		if err != nil {
 			return nil, &usageError{"no --nats URL given and " + strings.TrimPrefix(err.Error(), "pcmd: ")}
 		}

@@ -9,7 +9,6 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,9 +17,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/testbin"
+	"github.com/mpios/mpios/iosbridge"
+	"github.com/mpios/mpios/profiler"
 )
 
 type node struct {
@@ -163,6 +165,16 @@ func waitExit(t *testing.T, sub *nats.Subscription, limit time.Duration) ([]stri
 			t.Fatal(err)
 		}
 		lines = append(lines, fmt.Sprintf("%d:%s", o.Stream, o.Line))
+	}
+}
+
+// waitFor polls cond until it holds or limit passes.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
 	}
 }
 
@@ -445,7 +457,7 @@ func TestConfigErrors(t *testing.T) {
 		"no NATS URL":                      {Node: "n"},
 		"give only one of":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", Token: "t", User: "u", Password: "p"}},
 		"needs a password":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", User: "u"}},
-		"--policy: unknown policy":         {Node: "n", NATS: NATSOptions{URL: "nats://x"}, IOS: IOSConfig{Policy: "x"}},
+		"--policy: unknown policy":         {Node: "n", NATS: NATSOptions{URL: "nats://x"}, IOS: agentdriver.Config{Policy: "x"}},
 	}
 	for want, cfg := range cases {
 		if err := Serve(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
@@ -461,11 +473,11 @@ func TestDiscoverStatus(t *testing.T) {
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Slots: 3})
 	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, Slots: 1})
 	time.Sleep(150 * time.Millisecond) // a few heartbeats: the nodes know each other
-	st, err := DiscoverStatus(nc, 200*time.Millisecond)
+	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Nodes) != 2 || st.Nodes[0].Name != "n1" || st.Nodes[0].Slots != 3 || st.Nodes[1].State != StateAlive {
+	if len(st.Nodes) != 2 || st.Nodes[0].Name != "n1" || st.Nodes[0].Slots != 3 || st.Nodes[1].State != nodestatus.StateAlive {
 		t.Errorf("status %+v", st)
 	}
 	var text bytes.Buffer
@@ -475,112 +487,83 @@ func TestDiscoverStatus(t *testing.T) {
 	if err := n2.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	st, err = DiscoverStatus(nc, 200*time.Millisecond)
+	st, err = nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
 	if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Name != "n1" {
 		t.Errorf("after n2 deregistered: %+v, %v", st, err)
 	}
 }
 
-func TestCollectGone(t *testing.T) {
-	t.Parallel()
-	beat := time.Second
-	n2 := job.NodeInfo{Name: "n2", Slots: 2, Used: 1, Interval: beat, Ranks: []job.RankInfo{{Job: "j", Rank: 1, PID: 9}}}
-	views := []job.NodeView{
-		{Self: job.NodeInfo{Name: "n1", Slots: 2, Interval: beat}, Peers: []job.PeerInfo{{Info: n2, Age: 10 * time.Second}}},
-		{Self: job.NodeInfo{Name: "n3", Slots: 2, Interval: beat}, Peers: []job.PeerInfo{{Info: n2, Age: 4 * time.Second}}},
-	}
-	st := Collect(views)
-	if len(st.Nodes) != 3 || st.Nodes[1].Name != "n2" || st.Nodes[1].State != StateGone || st.Nodes[1].LastBeat != 4 {
-		t.Errorf("nodes %+v, want n2 gone since 4s", st.Nodes)
-	}
-	if len(st.Ranks) != 0 {
-		t.Errorf("ranks of a gone node are listed: %+v", st.Ranks)
-	}
-	views[1].Peers[0].Age = 2 * time.Second // within 3 beats: alive
-	if st := Collect(views); st.Nodes[1].State != StateAlive || len(st.Ranks) != 1 || st.Ranks[0].Node != "n2" {
-		t.Errorf("n2 heard 2s ago: %+v", st)
-	}
-}
-
-func TestAllowed(t *testing.T) {
-	t.Parallel()
-	pats := []string{"/opt/mpios/bin/*", "/home/*/mpios/heat2d"}
-	cases := map[string]bool{
-		"/opt/mpios/bin/heat2d":                true,
-		"/opt/mpios/bin/sub/heat2d":            false, // '*' does not cross '/'
-		"/opt/mpios/bin/../../../bin/sh":       false,
-		"/opt/mpios/bin/./heat2d":              true,
-		"opt/mpios/bin/heat2d":                 false,
-		"../../opt/mpios/bin/heat2d":           false,
-		"/home/ann/mpios/heat2d":               true,
-		"/home/ann/../../bin/sh":               false,
-		"/opt/mpios/bin/heat2d\x00/../../bash": false,
-	}
-	for path, want := range cases {
-		if got := Allowed(pats, path); got != want {
-			t.Errorf("Allowed(%q) = %v, want %v", path, got, want)
-		}
-	}
-}
-
-func ExampleAllowed() {
-	allow := []string{"/opt/mpios/bin/*"}
-	fmt.Println(Allowed(allow, "/opt/mpios/bin/heat2d"))
-	fmt.Println(Allowed(allow, "/opt/mpios/bin/../../../bin/sh")) // cleaned to /bin/sh
-	fmt.Println(Allowed(allow, "../../bin/sh"))                   // relative: never
-	// Output:
-	// true
-	// false
-	// false
-}
-
-func TestNewestRecord(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	now := time.Now()
-	write := func(id string, pid int, started time.Time) {
-		b, _ := json.Marshal(launch.Record{JobID: id, NATSURL: "nats://" + id, PID: pid, Started: started})
-		if err := os.WriteFile(launch.RecordPath(dir, id), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("old", os.Getpid(), now.Add(-time.Hour))
-	write("new", os.Getpid(), now)
-	write("dead", 1<<22+12345, now.Add(time.Hour)) // newest, but its mpirun is gone
-	if err := os.WriteFile(filepath.Join(dir, "broken.json"), []byte("{"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rec, path, err := NewestRecord(dir)
-	if err != nil || rec.JobID != "new" || path != launch.RecordPath(dir, "new") {
-		t.Errorf("NewestRecord = %+v, %q, %v; want job new", rec, path, err)
-	}
-	if _, _, err := NewestRecord(t.TempDir()); !errors.Is(err, ErrNoRecord) {
-		t.Errorf("empty dir: %v, want ErrNoRecord", err)
-	}
-}
-
-func TestControl(t *testing.T) {
+// Through Serve: the agents of two nodes become neighbours through pcmd's heartbeats, a
+// rank's profile reaches its node's agent, and pcmd status shows both; a node that stops
+// leaves its neighbours' protocol.
+func TestServeIOSAgentsAndStatus(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
-	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: "n2"}
-	if _, err := Control(nc, "j", req, time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {
-		t.Errorf("no responder: %v", err)
+	dir, prog := rankScript(t)
+	// A protocol that runs in milliseconds, on the real /proc: the rank is a real process.
+	ios := agentdriver.Config{Period: 20 * time.Millisecond, Tick: 10 * time.Millisecond, Seed: 7,
+		Protocol: iosbridge.Config{StealTimeout: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+			HeartbeatInterval: 100 * time.Millisecond, PeerTimeout: 2 * time.Second}}
+	n1 := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, IOS: ios})
+	ios.Policy = "flcras"
+	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, IOS: ios})
+	rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 0, Path: prog, Args: []string{"sleep"}})
+	if rep.Error != "" {
+		t.Fatal(rep.Error)
 	}
-	if _, err := Control(nc, "j", job.ControlRequest{Kind: "explode"}, time.Second); err == nil {
-		t.Error("an invalid kind was sent")
-	}
-	// Stand in for the rank side, which is still to be written.
-	var got job.ControlRequest
-	if _, err := nc.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
-		_ = job.Decode(m.Data, &got)
-		b, _ := job.Encode(job.ControlReply{OK: true, Message: "migrating at iteration 12"})
-		_ = m.Respond(b)
-	}); err != nil {
+	// The rank's profile, as it would publish it.
+	prof, err := json.Marshal(profiler.RankProfile{Job: "j", Rank: 0, Node: "n1", PID: rep.PID, Policy: "sras", At: time.Now(),
+		Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 1, CompSeconds: 9,
+		Iteration: 10, Iterations: 10, MeanIterSeconds: 0.5, PlannedIterations: 1000, StateBytes: 1 << 20})
+	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Control(nc, "j", req, 2*time.Second)
-	if err != nil || !rep.OK || rep.Message != "migrating at iteration 12" || !reflect.DeepEqual(got, req) {
-		t.Errorf("Control = %+v, %v; request seen %+v", rep, err, got)
+	if err := nc.Publish(job.ProfileSubject("j"), prof); err != nil {
+		t.Fatal(err)
 	}
+	var st nodestatus.Status
+	waitFor(t, 10*time.Second, "both agents in pcmd status, neighbours, with n1's profile", func() bool {
+		var err error
+		if st, err = nodestatus.DiscoverStatus(nc, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Nodes) != 2 || st.Nodes[0].IOS == nil || st.Nodes[1].IOS == nil {
+			return false
+		}
+		a, b := st.Nodes[0].IOS, st.Nodes[1].IOS
+		return len(a.Peers) == 1 && a.Peers[0] == "n2" && len(b.Peers) == 1 && b.Peers[0] == "n1" &&
+			len(a.Profiles) == 1 && a.JobPolicies["j"] == "sras"
+	})
+	a := st.Nodes[0].IOS
+	if a.Policy != "mpiios" || st.Nodes[1].IOS.Policy != "flcras" || a.EffectiveCPUs <= 0 || a.SampledAt.IsZero() ||
+		a.Profiles[0].PID != rep.PID || a.Profiles[0].Iteration != 10 {
+		t.Errorf("n1's agent %+v", a)
+	}
+	var js bytes.Buffer
+	if err := st.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"ios": {`, `"policy": "mpiios"`, `"decisions": [`, `"profiles": [`, `"planned_iterations": 1000`, `"steal":`} {
+		if !strings.Contains(js.String(), want) {
+			t.Errorf("status JSON lacks %q:\n%s", want, js.String())
+		}
+	}
+	var txt bytes.Buffer
+	if err := st.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"POLICY", "mpiios (j=sras)", "flcras", "ITERATION", "10/1000", "0.5", "10%"} {
+		if !strings.Contains(txt.String(), want) {
+			t.Errorf("status text lacks %q:\n%s", want, txt.String())
+		}
+	}
+	if err := n2.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "n1's agent to drop n2", func() bool {
+		s, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
+		return err == nil && len(s.Nodes) == 1 && s.Nodes[0].IOS != nil && len(s.Nodes[0].IOS.Peers) == 0
+	})
+	_ = n1
 }

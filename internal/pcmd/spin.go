@@ -5,6 +5,7 @@ import (
 
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/spawner"
 )
 
 // nodeRanksEnv is the comm.EnvNodeRanks entry of a rank that req starts on this node (whose
@@ -13,19 +14,10 @@ import (
 // decide whether they may poll their sockets (comm.DecideSpin).
 func (s *server) nodeRanksEnv(req job.SpawnRequest) string {
 	placed := 0
-	if v, ok := lookupEnv(req.Env, comm.EnvNodeRanks); ok {
+	if v, ok := spawner.Lookup(req.Env, comm.EnvNodeRanks); ok {
 		placed, _ = strconv.Atoi(v) // malformed: count what runs here
 	}
-	s.mu.Lock()
-	same, other := 0, 0
-	for k := range s.ranks {
-		if k.job == req.Job {
-			same++
-		} else {
-			other++
-		}
-	}
-	s.mu.Unlock()
+	same, other := s.ranks.Counts(req.Job)
 	return comm.EnvNodeRanks + "=" + strconv.Itoa(nodeRanks(placed, same, other))
 }
 

@@ -1,4 +1,10 @@
-package pcmd
+// Package pieceserver lends the checkpoint pieces of a node's store to ranks restarting
+// on other nodes (job.PieceSubject) and answers which checkpoints of a job the node holds
+// (job.ManifestsSubject). Each piece request gets a one-time listener on the node's
+// advertise address and a random token; the piece's bytes go over that connection, never
+// over NATS. Anyone who may publish on mpios.node.NODE.piece can read this node's
+// checkpoints: restrict that subject with NATS permissions on a shared server.
+package pieceserver
 
 import (
 	"bytes"
@@ -11,17 +17,23 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/pcm/ckptstore"
-	"github.com/nats-io/nats.go"
 )
 
-// pieceServer lends the checkpoint pieces of this node's store to ranks restarting on other
-// nodes (job.PieceSubject). Each request gets a one-time listener on the node's advertise
-// address and a random token; the piece's bytes go over that connection, never over NATS.
-// Anyone who may publish on mpios.node.NODE.piece can read this node's checkpoints: restrict
-// that subject with NATS permissions on a shared server.
-type pieceServer struct {
+// Config configures a Server.
+type Config struct {
+	Node      string // the node's name (job.ValidateNode)
+	Store     string // the node's checkpoint store root; "" = no store, every request is refused
+	Advertise string // host or IP the one-time listeners bind to: an address other nodes reach
+	// Logf receives what went wrong with an offer after it was made; nil = discard.
+	Logf func(format string, args ...any)
+}
+
+// Server answers the piece and manifest requests of one node.
+type Server struct {
 	node, dir, advertise string
 	logf                 func(format string, args ...any)
 	sub, msub            *nats.Subscription
@@ -31,32 +43,40 @@ type pieceServer struct {
 	stopped              bool
 }
 
-// startPieceServer answers piece requests for node until stop is called.
-func startPieceServer(nc *nats.Conn, node, storeDir, advertise string, logf func(string, ...any)) (stop func(), err error) {
-	s := &pieceServer{node: node, dir: storeDir, advertise: advertise, logf: logf, open: make(map[net.Listener]bool)}
-	s.sub, err = nc.Subscribe(job.PieceSubject(node), s.onRequest)
+// Start answers piece and manifest requests for cfg.Node on nc until Stop.
+func Start(nc *nats.Conn, cfg Config) (*Server, error) {
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, logf: cfg.Logf, open: make(map[net.Listener]bool)}
+	if s.logf == nil {
+		s.logf = func(string, ...any) {}
+	}
+	var err error
+	s.sub, err = nc.Subscribe(job.PieceSubject(cfg.Node), s.onRequest)
 	if err != nil {
-		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceSubject(node), err)
+		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceSubject(cfg.Node), err)
 	}
 	s.msub, err = nc.Subscribe(job.ManifestsSubject, s.onManifests)
 	if err != nil {
 		s.sub.Unsubscribe()
 		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.ManifestsSubject, err)
 	}
-	return func() {
-		s.sub.Unsubscribe()
-		s.msub.Unsubscribe()
-		s.mu.Lock()
-		s.stopped = true
-		for ln := range s.open {
-			ln.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	}, nil
+	return s, nil
 }
 
-func (s *pieceServer) onRequest(m *nats.Msg) {
+// Stop stops answering, withdraws the offers not taken yet and waits for the transfers
+// under way.
+func (s *Server) Stop() {
+	s.sub.Unsubscribe()
+	s.msub.Unsubscribe()
+	s.mu.Lock()
+	s.stopped = true
+	for ln := range s.open {
+		ln.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *Server) onRequest(m *nats.Msg) {
 	reply := func(r job.PieceReply) {
 		if data, err := job.Encode(r); err == nil && m.Reply != "" {
 			m.Respond(data)
@@ -115,7 +135,7 @@ func (s *pieceServer) onRequest(m *nats.Msg) {
 }
 
 // onManifests answers with this node's committed manifests of the job, if it has any.
-func (s *pieceServer) onManifests(m *nats.Msg) {
+func (s *Server) onManifests(m *nats.Msg) {
 	var req job.ManifestsRequest
 	if s.dir == "" || m.Reply == "" || job.Decode(m.Data, &req) != nil || job.ValidateID(req.Job) != nil {
 		return
@@ -140,7 +160,7 @@ func (s *pieceServer) onManifests(m *nats.Msg) {
 }
 
 // lend streams one piece to the first connection that presents token.
-func (s *pieceServer) lend(ln net.Listener, token []byte, piece io.Reader) error {
+func (s *Server) lend(ln net.Listener, token []byte, piece io.Reader) error {
 	defer func() {
 		s.mu.Lock()
 		delete(s.open, ln)

@@ -1,4 +1,9 @@
-package pcmd
+// Package nodestatus is the client side of the pcmd nodes: it asks every node and IOS
+// agent on a NATS server for its view (DiscoverStatus), merges the views into one picture
+// of the cluster (Collect) and prints it (Status.WriteText, Status.WriteJSON) for "pcmd
+// status". It also sends a job control requests (Control), as "pcmd migrate" and the IOS
+// agents do, and finds the NATS server of the newest running mpirun (NewestRecord).
+package nodestatus
 
 import (
 	"encoding/json"
@@ -19,6 +24,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/procstate"
 	"github.com/mpios/mpios/profiler"
 )
 
@@ -276,6 +282,12 @@ func (st Status) WriteJSON(w io.Writer) error {
 	return enc.Encode(st)
 }
 
+// rankKey names a rank of a job.
+type rankKey struct {
+	job  string
+	rank int
+}
+
 // WriteText writes st as two aligned tables, nodes then ranks.
 func (st Status) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -440,7 +452,7 @@ func NewestRecord(dir string) (launch.Record, string, error) {
 		}
 		path := filepath.Join(dir, name)
 		rec, err := launch.ReadRecord(path)
-		if err != nil || rec.NATSURL == "" || !processAlive(rec.PID) {
+		if err != nil || rec.NATSURL == "" || !procstate.Alive(rec.PID) {
 			continue // unreadable, or a leftover of an mpirun that was killed
 		}
 		if bestPath == "" || rec.Started.After(best.Started) {
@@ -462,10 +474,10 @@ var ErrNoController = errors.New("nobody answers control requests")
 func Control(nc *nats.Conn, jobID string, req job.ControlRequest, timeout time.Duration) (job.ControlReply, error) {
 	var rep job.ControlReply
 	if err := job.ValidateID(jobID); err != nil {
-		return rep, fmt.Errorf("pcmd: %w", trimJob(err))
+		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
 	}
 	if err := req.Validate(); err != nil {
-		return rep, fmt.Errorf("pcmd: %w", trimJob(err))
+		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
 	}
 	data, err := job.Encode(req)
 	if err != nil {
@@ -483,7 +495,7 @@ func Control(nc *nats.Conn, jobID string, req job.ControlRequest, timeout time.D
 		return rep, fmt.Errorf("pcmd: job %s: %w", jobID, err)
 	}
 	if err := job.Decode(msg.Data, &rep); err != nil {
-		return rep, fmt.Errorf("pcmd: job %s: malformed reply: %w", jobID, trimJob(err))
+		return rep, fmt.Errorf("pcmd: job %s: malformed reply: %s", jobID, strings.TrimPrefix(err.Error(), "job: "))
 	}
 	return rep, nil
 }
