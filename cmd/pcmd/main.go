@@ -78,8 +78,11 @@ misses 3 heartbeats is shown as gone.
 Starts ranks on request (mpios.node.NAME.spawn), at most --slots at once, but only
 programs whose absolute, cleaned path matches an --allow pattern: without --allow
 every request is refused. Each rank runs in its own process group under pcmd's
-user and environment plus the job's MPIOS_* variables, with MPIOS_BIND set to
---advertise and MPIOS_CKPT_DIR to --store. Its output lines and exit status go to
+user. Its environment is minimal: from pcmd's own only PATH, HOME, USER, LOGNAME,
+SHELL, TMPDIR, TZ, LANG, LANGUAGE, LC_*, XDG_RUNTIME_DIR, XDG_STATE_HOME and the
+variables named by --pass-env (never pcmd's NATS credentials), plus the job's
+MPIOS_* variables, with MPIOS_BIND set to --advertise, MPIOS_NODE to --node and
+MPIOS_CKPT_DIR to --store. Its output lines and exit status go to
 mpios.job.JOB.rank.R.out and .exit. Ranks die with pcmd; when pcmd is stopped it
 stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Ranks of
 a job whose mpirun stops sending keepalives (it died) are stopped too.
@@ -185,6 +188,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "node `NAME` (letters, digits, '-', '_'), unique on the NATS server"},
 					&cli.StringSliceFlag{Name: "allow", Usage: "run programs whose absolute path matches `GLOB` ('*' does not match '/'; repeat for more)"},
+					&cli.StringSliceFlag{Name: "pass-env", Usage: "also give the ranks this `VARIABLE` of pcmd's environment (repeat for more; MPIOS_* cannot be passed)"},
 					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once"},
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
 					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
@@ -208,7 +212,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					}
 					cfg := pcmd.Config{
 						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
-						Allow: c.StringSlice("allow"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
+						Allow: c.StringSlice("allow"), PassEnv: c.StringSlice("pass-env"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
 						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),

@@ -103,6 +103,7 @@ func rankScript(t *testing.T) (dir, path string) {
 case "$1" in
 out) echo "bind=$MPIOS_BIND node=$MPIOS_NODE ckpt=$MPIOS_CKPT_DIR job=$MPIOS_JOB_ID pwd=$(pwd)"; echo "to stderr" >&2; exit 3;;
 sleep) exec sleep 30;;
+env) env;;
 esac
 `
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
@@ -218,6 +219,50 @@ func TestSpawnOutputExitAndEnv(t *testing.T) {
 	}
 	if fi, err := os.Stat(store); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("store not created 0700: %v %v", fi, err)
+	}
+}
+
+// TestRankEnvironmentIsMinimal: pcmd's own environment — its NATS token, anything else an
+// operator's shell holds — never reaches a rank; only the variables spawner.PassedEnv and
+// --pass-env name do, besides the job's and the node's MPIOS_* variables.
+func TestRankEnvironmentIsMinimal(t *testing.T) { // not parallel: it sets pcmd's environment
+	t.Setenv("PCMD_NATS_TOKEN", "s3cret-token")
+	t.Setenv("PCMD_NATS_PASS", "s3cret-pass")
+	t.Setenv("OPERATOR_ONLY", "1")
+	t.Setenv("SITE_LICENSE", "42")
+	t.Setenv("MPIOS_SECRET", "pcmd-own")
+	t.Setenv("HOME", "/home/pcmd-test")
+	url := testbin.NATSServer(t, "", "")
+	nc := connect(t, url)
+	dir, prog := rankScript(t)
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PassEnv: []string{"SITE_LICENSE"}})
+	sub := watchRank(t, nc, "j1", 0)
+	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j1", Rank: 0, Path: prog, Args: []string{"env"},
+		Env: []string{"MPIOS_JOB_ID=j1", "MPIOS_RANK=0"}}); rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	lines, exit := waitExit(t, sub, 5*time.Second)
+	if exit.Code != 0 {
+		t.Fatalf("env exited %+v", exit)
+	}
+	got := map[string]string{}
+	for _, l := range lines {
+		k, v, _ := strings.Cut(strings.TrimPrefix(l, "1:"), "=")
+		got[k] = v
+	}
+	for _, leak := range []string{"PCMD_NATS_TOKEN", "PCMD_NATS_PASS", "OPERATOR_ONLY", "MPIOS_SECRET"} {
+		if v, ok := got[leak]; ok {
+			t.Errorf("pcmd's %s=%s reached the rank", leak, v)
+		}
+	}
+	for k, want := range map[string]string{"HOME": "/home/pcmd-test", "SITE_LICENSE": "42", "MPIOS_JOB_ID": "j1",
+		"MPIOS_RANK": "0", "MPIOS_NODE": "n1", "MPIOS_BIND": DefaultAdvertise} {
+		if got[k] != want {
+			t.Errorf("rank's %s = %q, want %q", k, got[k], want)
+		}
+	}
+	if got["PATH"] == "" {
+		t.Error("the rank has no PATH")
 	}
 }
 
@@ -458,6 +503,8 @@ func TestConfigErrors(t *testing.T) {
 		"give only one of":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", Token: "t", User: "u", Password: "p"}},
 		"needs a password":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", User: "u"}},
 		"--policy: unknown policy":         {Node: "n", NATS: NATSOptions{URL: "nats://x"}, IOS: agentdriver.Config{Policy: "x"}},
+		"--pass-env \"MPIOS_SECRET\"":      {Node: "n", PassEnv: []string{"MPIOS_SECRET"}},
+		"--pass-env \"A=B\"":               {Node: "n", PassEnv: []string{"A=B"}},
 	}
 	for want, cfg := range cases {
 		if err := Serve(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {

@@ -40,6 +40,10 @@ type Config struct {
 	Node string      // node name, a NATS subject token (job.ValidateNode)
 	NATS NATSOptions // how to reach the control plane
 
+	// PassEnv names variables of pcmd's environment that the ranks inherit besides
+	// spawner.PassedEnv (pcmd serve --pass-env). MPIOS_* variables cannot be passed.
+	PassEnv []string
+
 	// Allow lists glob patterns (filepath.Match, '*' does not cross '/') of the absolute
 	// program paths this node may run. Empty: the node refuses every spawn request.
 	Allow []string
@@ -88,6 +92,11 @@ func (c *Config) setDefaults() error {
 	if err := (spawner.Config{Slots: c.Slots, Allow: c.Allow, KillGrace: c.KillGrace}).Validate(); err != nil {
 		return err
 	}
+	for _, name := range c.PassEnv {
+		if name == "" || strings.ContainsAny(name, "= \t\n\x00") || strings.HasPrefix(name, "MPIOS_") {
+			return fmt.Errorf("pcmd: --pass-env %q: want the name of a variable, not MPIOS_*", name)
+		}
+	}
 	if c.Log == nil {
 		c.Log = log.New(os.Stderr, "pcmd["+c.Node+"] ", log.LstdFlags)
 	}
@@ -103,7 +112,7 @@ type server struct {
 	log     *log.Logger
 	nc      *nats.Conn
 	store   string   // absolute store root, or ""
-	baseEnv []string // pcmd's environment without MPIOS_* variables
+	baseEnv []string // the variables of pcmd's environment that the ranks inherit
 	ranks   *spawner.Manager
 	agent   *agentdriver.Agent // nil when the IOS agent is disabled
 
@@ -131,11 +140,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		peers: make(map[string]*peer),
 		twins: make(map[int]bool),
 	}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MPIOS_") {
-			s.baseEnv = append(s.baseEnv, kv)
-		}
-	}
+	s.baseEnv = spawner.BaseEnv(os.Environ(), cfg.PassEnv)
 	if cfg.Store != "" {
 		// Opening creates the root (0700) and checks it is usable before any rank needs it.
 		st, err := ckptstore.Open(cfg.Store, &ckptstore.Options{Node: cfg.Node})
