@@ -84,8 +84,9 @@ variables named by --pass-env (never pcmd's NATS credentials), plus the job's
 MPIOS_* variables, with MPIOS_BIND set to --advertise, MPIOS_NODE to --node and
 MPIOS_CKPT_DIR to --store. Its output lines and exit status go to
 mpios.job.JOB.rank.R.out and .exit. Ranks die with pcmd; when pcmd is stopped it
-stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Ranks of
-a job whose mpirun stops sending keepalives (it died) are stopped too.
+stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Every
+rank holds a lease: the ranks of a job whose mpirun sent no keepalive (it died) for
+the lease it asked for, at most --lease, are stopped too.
 
 IOS agent (after MPI/IOS; --no-ios turns it off): every --ios-period it samples
 the node's CPUs (/proc/stat, clipped by pcmd's cgroup CPU quota) and memory, and
@@ -193,6 +194,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
 					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
 					&cli.DurationFlag{Name: "heartbeat", Value: pcmd.DefaultHeartbeat, Usage: "send a heartbeat every `DURATION`; the node is gone after 3 missed beats"},
+					&cli.DurationFlag{Name: "lease", Value: pcmd.DefaultLease, Usage: "stop a job's ranks when its launcher sent no keepalive for `DURATION` (a request's own lease is capped to it)"},
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
 					&cli.StringFlag{Name: "policy", Value: iosbridge.DefaultPolicy, Usage: "IOS decision `POLICY` for this node's ranks: " + policyHelp + "; a job's own (mpirun --policy) overrides it"},
 					&cli.DurationFlag{Name: "ios-period", Value: agentdriver.DefaultPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
@@ -214,6 +216,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
 						Allow: c.StringSlice("allow"), PassEnv: c.StringSlice("pass-env"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
+						Lease: c.Duration("lease"),
 						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
 							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),
@@ -235,8 +238,8 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					if cfg.Slots < 1 {
 						return &usageError{fmt.Sprintf("--slots %d: want at least 1", cfg.Slots)}
 					}
-					if cfg.Heartbeat <= 0 || cfg.KillGrace <= 0 {
-						return &usageError{"--heartbeat and --kill-grace must be positive"}
+					if cfg.Heartbeat <= 0 || cfg.KillGrace <= 0 || cfg.Lease <= 0 {
+						return &usageError{"--heartbeat, --kill-grace and --lease must be positive"}
 					}
 					if err := cfg.NATS.Validate(); err != nil {
 						return &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}

@@ -399,18 +399,19 @@ func TestSlotsDuplicatesAndSignals(t *testing.T) {
 }
 
 // TestKeepAliveLease: ranks of a launcher that stopped sending keepalives are stopped;
-// those of a live one are not.
+// those of a live one are not. Every rank holds a lease: one whose request named none, or
+// a longer one than the node's --lease, is stopped after the node's.
 func TestKeepAliveLease(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
 	nc := connect(t, url)
 	dir, prog := rankScript(t)
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
-	deadSub := watchRank(t, nc, "dead", 0)
-	liveSub := watchRank(t, nc, "live", 0)
-	for _, id := range []string{"dead", "live"} {
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 4, Lease: 400 * time.Millisecond})
+	subs := map[string]*nats.Subscription{}
+	for id, lease := range map[string]time.Duration{"dead": 300 * time.Millisecond, "live": 300 * time.Millisecond, "unleased": 0, "greedy": time.Hour} {
+		subs[id] = watchRank(t, nc, id, 0)
 		if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: id, Rank: 0, Path: prog, Args: []string{"sleep"},
-			KeepAlive: 300 * time.Millisecond}); rep.Error != "" {
+			KeepAlive: lease}); rep.Error != "" {
 			t.Fatal(rep.Error)
 		}
 	}
@@ -425,9 +426,11 @@ func TestKeepAliveLease(t *testing.T) {
 			}
 		}
 	}()
-	_, e := waitExit(t, deadSub, 5*time.Second)
-	if e.Signal != int(syscall.SIGTERM) || !strings.Contains(e.Reason, "no keepalive from the launcher of job dead") {
-		t.Errorf("exit %+v, want SIGTERM for lack of keepalive", e)
+	for _, id := range []string{"dead", "unleased", "greedy"} {
+		_, e := waitExit(t, subs[id], 5*time.Second)
+		if e.Signal != int(syscall.SIGTERM) || !strings.Contains(e.Reason, "no keepalive from the launcher of job "+id) {
+			t.Errorf("job %s: exit %+v, want SIGTERM for lack of keepalive", id, e)
+		}
 	}
 	time.Sleep(500 * time.Millisecond)
 	ni := info(t, nc, "n1")
@@ -435,7 +438,7 @@ func TestKeepAliveLease(t *testing.T) {
 	if len(ni.Ranks) != 1 || ni.Ranks[0].Job != "live" {
 		t.Errorf("ranks %+v, want the live job's rank still running", ni.Ranks)
 	}
-	if _, e := waitExit(t, liveSub, 5*time.Second); e.Signal == 0 {
+	if _, e := waitExit(t, subs["live"], 5*time.Second); e.Signal == 0 {
 		t.Errorf("live job's rank %+v, want it stopped once its keepalives stop", e)
 	}
 }
@@ -499,6 +502,7 @@ func TestConfigErrors(t *testing.T) {
 		"slots: want 1 to":                 {Node: "n", Slots: job.MaxSlots + 1},
 		"advertise address":                {Node: "n", Advertise: "a b"},
 		"heartbeat 1ns":                    {Node: "n", Heartbeat: time.Nanosecond},
+		"lease 2h0m0s":                     {Node: "n", Lease: 2 * time.Hour},
 		"no NATS URL":                      {Node: "n"},
 		"give only one of":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", Token: "t", User: "u", Password: "p"}},
 		"needs a password":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", User: "u"}},

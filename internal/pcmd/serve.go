@@ -28,6 +28,7 @@ import (
 const (
 	DefaultHeartbeat = time.Second
 	DefaultKillGrace = 3 * time.Second
+	DefaultLease     = time.Minute
 	DefaultAdvertise = "127.0.0.1"
 )
 
@@ -53,7 +54,12 @@ type Config struct {
 	Store     string        // checkpoint store root, passed as MPIOS_CKPT_DIR; "" = the ranks' own default
 	Heartbeat time.Duration // heartbeat period; 0 = DefaultHeartbeat
 	KillGrace time.Duration // SIGTERM to SIGKILL delay when stopping ranks; 0 = DefaultKillGrace
-	Log       *log.Logger   // nil = stderr, prefixed with "pcmd[NODE] "
+	// Lease is the longest a job's ranks outlive the last keepalive of its launcher (which
+	// died): a spawn request's lease is capped to it and one that names none gets it;
+	// 0 = DefaultLease.
+	Lease time.Duration
+
+	Log *log.Logger // nil = stderr, prefixed with "pcmd[NODE] "
 
 	// IOS configures the node's IOS agent: resource profiling, random stealing, migration
 	// decisions (pcmd serve --policy ...).
@@ -89,7 +95,10 @@ func (c *Config) setDefaults() error {
 	if c.KillGrace == 0 {
 		c.KillGrace = DefaultKillGrace
 	}
-	if err := (spawner.Config{Slots: c.Slots, Allow: c.Allow, KillGrace: c.KillGrace}).Validate(); err != nil {
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if err := (spawner.Config{Slots: c.Slots, Allow: c.Allow, KillGrace: c.KillGrace, MaxLease: c.Lease}).Validate(); err != nil {
 		return err
 	}
 	for _, name := range c.PassEnv {
@@ -162,7 +171,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	s.ranks, err = spawner.Start(nc, spawner.Config{
-		Node: cfg.Node, Allow: cfg.Allow, Slots: cfg.Slots, KillGrace: cfg.KillGrace,
+		Node: cfg.Node, Allow: cfg.Allow, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
 		Env: s.baseEnv, NodeEnv: s.nodeEnv, Log: s.log,
 	})
 	if err != nil {

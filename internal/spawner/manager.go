@@ -30,6 +30,10 @@ type Config struct {
 	Slots int // ranks run at once, 1 to job.MaxSlots
 
 	KillGrace time.Duration // SIGTERM to SIGKILL delay when stopping ranks; > 0
+	// MaxLease (> 0) is the longest a job's ranks outlive the last keepalive of its
+	// launcher: the lease of a spawn request is capped to it, and a request that names
+	// none gets it. Every rank thus holds a lease.
+	MaxLease time.Duration
 
 	// Env is the base environment of every rank (KEY=VALUE).
 	Env []string
@@ -56,6 +60,9 @@ func (c Config) Validate() error {
 	}
 	if c.KillGrace <= 0 {
 		return errors.New("pcmd: kill grace must be positive")
+	}
+	if c.MaxLease < job.MinInterval || c.MaxLease > job.MaxInterval {
+		return fmt.Errorf("pcmd: lease %v: want %v to %v", c.MaxLease, job.MinInterval, job.MaxInterval)
 	}
 	return nil
 }
@@ -108,7 +115,7 @@ func Start(nc *nats.Conn, cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
-		table: NewTable(cfg.Node, cfg.Slots), ranks: map[RankKey]*rank{}, leases: map[string]*nats.Subscription{},
+		table: NewTable(cfg.Node, cfg.Slots, cfg.MaxLease), ranks: map[RankKey]*rank{}, leases: map[string]*nats.Subscription{},
 	}
 	go m.spawner()
 	var err error

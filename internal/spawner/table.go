@@ -20,10 +20,11 @@ type RankKey struct {
 // no clock (time is passed in), so that each decision is unit-tested. It is not safe for
 // concurrent use; the Manager guards it.
 type Table struct {
-	node   string
-	slots  int
-	ranks  map[RankKey]*entry
-	leases map[string]*lease
+	node     string
+	slots    int
+	maxLease time.Duration
+	ranks    map[RankKey]*entry
+	leases   map[string]*lease
 	// closed says why the node admits no rank ("" = it does); stopReason, if set, is given
 	// to every rank that starts from now on, which is then to be stopped at once.
 	closed, stopReason string
@@ -44,9 +45,10 @@ type lease struct {
 	expired bool
 }
 
-// NewTable is the empty table of node, which runs at most slots ranks at once.
-func NewTable(node string, slots int) *Table {
-	return &Table{node: node, slots: slots, ranks: map[RankKey]*entry{}, leases: map[string]*lease{}}
+// NewTable is the empty table of node, which runs at most slots ranks at once, none of
+// them longer than maxLease (> 0) after the last keepalive of its launcher.
+func NewTable(node string, slots int, maxLease time.Duration) *Table {
+	return &Table{node: node, slots: slots, maxLease: maxLease, ranks: map[RankKey]*entry{}, leases: map[string]*lease{}}
 }
 
 // Admit reserves a slot for rank k, or says why not: the node is closed, already runs k, or
@@ -71,27 +73,36 @@ func (t *Table) Abort(k RankKey) {
 	}
 }
 
-// Started records that admitted rank k runs as pid since now. A positive ttl counts it in
-// its job's lease; watch reports that the lease is new, so the caller must start listening
-// for the job's keepalives. A non-empty stop is why the rank must be stopped at once: the
-// node began shutting down while it started.
+// Started records that admitted rank k runs as pid since now, and counts it in its job's
+// lease: every rank holds one, so that none outlives its launcher. The lease lasts ttl, the
+// one the request asked for, capped to the table's longest; a request that named none
+// (ttl 0) gets the longest. watch reports that the lease is new, so the caller must start
+// listening for the job's keepalives. A non-empty stop is why the rank must be stopped at
+// once: the node began shutting down while it started.
 func (t *Table) Started(k RankKey, pid int, now time.Time, ttl time.Duration) (watch bool, stop string) {
 	e := t.ranks[k]
 	if e == nil {
 		return false, ""
 	}
 	e.pid, e.started = pid, now.UTC()
-	if ttl > 0 {
-		l := t.leases[k.Job]
-		if l == nil {
-			l = &lease{last: now}
-			t.leases[k.Job] = l
-			watch = true
-		}
-		l.ranks++
-		l.ttl = max(l.ttl, ttl)
-		e.leased = true
+	if ttl <= 0 || ttl > t.maxLease {
+		ttl = t.maxLease
 	}
+	l := t.leases[k.Job]
+	switch {
+	case l == nil:
+		l = &lease{last: now}
+		t.leases[k.Job] = l
+		watch = true
+	case l.expired:
+		// A new launcher of the job (mpirun --restart keeps the job id) while the ranks of
+		// the silent one are still being stopped: a fresh lease, or its ranks would never
+		// be reaped.
+		l.expired, l.last, l.ttl = false, now, 0
+	}
+	l.ranks++
+	l.ttl = max(l.ttl, ttl)
+	e.leased = true
 	if t.stopReason != "" {
 		e.reason = t.stopReason
 		stop = e.reason
