@@ -2,7 +2,8 @@
 // on other nodes (job.PieceSubject) and answers which checkpoints of a job the node holds
 // (job.ManifestsSubject). Each piece request gets a one-time listener on the node's
 // advertise address and a random token; the piece's bytes go over that connection, never
-// over NATS. Anyone who may publish on mpios.node.NODE.piece can read this node's
+// over NATS. The offers open at once are capped per requester (a NATS connection) and in
+// total, so that no one exhausts the node's file descriptors. Anyone who may publish on mpios.node.NODE.piece can read this node's
 // checkpoints: restrict that subject with NATS permissions on a shared server.
 package pieceserver
 
@@ -30,6 +31,10 @@ type Config struct {
 	Advertise string // host or IP the one-time listeners bind to: an address other nodes reach
 	// Logf receives what went wrong with an offer after it was made; nil = discard.
 	Logf func(format string, args ...any)
+	// MaxOffers caps the offers not taken yet, in total and per requester (a NATS
+	// connection); further requests are refused until some are taken or expire.
+	// 0 = DefaultMaxOffers and DefaultMaxOffersPerRequester.
+	MaxOffers, MaxOffersPerRequester int
 }
 
 // Server answers the piece and manifest requests of one node.
@@ -40,12 +45,23 @@ type Server struct {
 	wg                   sync.WaitGroup
 	mu                   sync.Mutex
 	open                 map[net.Listener]bool // offers not taken yet
+	offers               *offers
 	stopped              bool
 }
 
 // Start answers piece and manifest requests for cfg.Node on nc until Stop.
 func Start(nc *nats.Conn, cfg Config) (*Server, error) {
-	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, logf: cfg.Logf, open: make(map[net.Listener]bool)}
+	if cfg.MaxOffers == 0 {
+		cfg.MaxOffers = DefaultMaxOffers
+	}
+	if cfg.MaxOffersPerRequester == 0 {
+		cfg.MaxOffersPerRequester = DefaultMaxOffersPerRequester
+	}
+	if cfg.MaxOffers < 0 || cfg.MaxOffersPerRequester < 0 {
+		return nil, errors.New("pcmd: piece offer caps must not be negative")
+	}
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, logf: cfg.Logf, open: make(map[net.Listener]bool),
+		offers: newOffers(cfg.MaxOffers, cfg.MaxOffersPerRequester)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
 	}
@@ -77,38 +93,66 @@ func (s *Server) Stop() {
 }
 
 func (s *Server) onRequest(m *nats.Msg) {
+	if m.Reply == "" {
+		return // nobody could learn where the offer is
+	}
 	reply := func(r job.PieceReply) {
-		if data, err := job.Encode(r); err == nil && m.Reply != "" {
+		if data, err := job.Encode(r); err == nil {
 			m.Respond(data)
 		}
 	}
+	refuse := func(format string, args ...any) {
+		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s", s.node) + fmt.Sprintf(format, args...)})
+	}
 	var req job.PieceRequest
 	if err := job.Decode(m.Data, &req); err != nil {
-		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: malformed piece request", s.node)})
+		refuse(": malformed piece request")
 		return
 	}
 	if err := req.Validate(); err != nil {
-		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: %v", s.node, err)})
+		refuse(": %v", err)
 		return
 	}
 	if s.dir == "" {
-		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s has no checkpoint store (--store)", s.node)})
+		refuse(" has no checkpoint store (--store)")
 		return
 	}
+	who := requesterOf(m.Reply)
+	s.mu.Lock()
+	stopped := s.stopped
+	var err error
+	if !stopped {
+		err = s.offers.take(who)
+	}
+	s.mu.Unlock()
+	switch {
+	case stopped:
+		refuse(" is shutting down")
+		return
+	case err != nil:
+		refuse(": %v", err)
+		return
+	}
+	withdrawn := true // until the offer is handed to lend
+	defer func() {
+		if withdrawn {
+			s.release(who)
+		}
+	}()
 	store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
 	if err != nil {
-		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: %v", s.node, err)})
+		refuse(": %v", err)
 		return
 	}
 	rc, info, err := store.OpenPiece(req.Job, req.Seq, req.Rank)
 	if err != nil {
-		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: %v", s.node, err)})
+		refuse(": %v", err)
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(s.advertise, "0"))
 	if err != nil {
 		rc.Close()
-		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s: listen: %v", s.node, err)})
+		refuse(": listen: %v", err)
 		return
 	}
 	token := make([]byte, 16)
@@ -118,20 +162,29 @@ func (s *Server) onRequest(m *nats.Msg) {
 		s.mu.Unlock()
 		ln.Close()
 		rc.Close()
-		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s is shutting down", s.node)})
+		refuse(" is shutting down")
 		return
 	}
 	s.open[ln] = true
 	s.mu.Unlock()
+	withdrawn = false
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer s.release(who)
 		defer rc.Close()
 		if err := s.lend(ln, token, rc); err != nil {
 			s.logf("piece %s/%d/rank %d: %v", req.Job, req.Seq, req.Rank, err)
 		}
 	}()
 	reply(job.PieceReply{Addr: ln.Addr().String(), Token: token, Size: info.Size})
+}
+
+// release uncounts an offer of who that was taken, expired or withdrawn.
+func (s *Server) release(who string) {
+	s.mu.Lock()
+	s.offers.release(who)
+	s.mu.Unlock()
 }
 
 // onManifests answers with this node's committed manifests of the job, if it has any.
