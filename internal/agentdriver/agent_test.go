@@ -54,16 +54,6 @@ type testAgent struct {
 	log     *testbin.Buffer
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
-
 // fastIOS is an Config whose protocol runs in milliseconds.
 func fastIOS(policy string) Config {
 	return Config{
@@ -77,7 +67,7 @@ func fastIOS(policy string) Config {
 // rank table and peers, until the test ends.
 func startAgentT(t *testing.T, url, node string, cfg Config, avail float64, ranks []job.RankInfo, peers ...string) *testAgent {
 	t.Helper()
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	ta := &testAgent{sampler: &fakeSampler{node: node, avail: avail}, table: &rankTable{ranks: ranks}, log: &testbin.Buffer{}}
 	cfg.Sampler = ta.sampler
 	a, err := Start(cfg, node, nc, log.New(ta.log, node+" ", 0), ta.table.get, func() []string { return peers })
@@ -182,16 +172,6 @@ func iosState(t *testing.T, nc *nats.Conn, node string) job.IOSState {
 	return st
 }
 
-// waitFor polls cond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-	}
-}
-
 func eventsOf(st job.IOSState, kind string) []job.IOSEvent {
 	var out []job.IOSEvent
 	for _, e := range st.Events {
@@ -210,7 +190,7 @@ func eventsOf(st job.IOSState, kind string) []job.IOSEvent {
 func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving at iteration 12"})
 	table := loadedRanks("j", 4)
 	b := startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
@@ -228,7 +208,7 @@ func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 		t.Fatalf("control request %+v", req)
 	}
 	var st job.IOSState
-	waitFor(t, 5*time.Second, "B to record the accepted migration", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "B to record the accepted migration", func() bool {
 		st = iosState(t, nc, "B")
 		return st.Stats.MigrationsOK > 0
 	})
@@ -264,7 +244,7 @@ func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j",
 		job.ControlReply{Error: "rank 1 is checkpointing"},
 		job.ControlReply{OK: true, Message: "moving"})
@@ -272,9 +252,9 @@ func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
 	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
 	publishProfiles(t, nc, "B", "", table)
-	waitFor(t, 15*time.Second, "two migration requests", func() bool { return ctl.count() >= 2 })
+	testbin.WaitFor(t, 15*time.Second, "two migration requests", func() bool { return ctl.count() >= 2 })
 	var st job.IOSState
-	waitFor(t, 5*time.Second, "B to record both outcomes", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "B to record both outcomes", func() bool {
 		st = iosState(t, nc, "B")
 		return st.Stats.MigrationsFailed >= 1 && st.Stats.MigrationsOK >= 1
 	})
@@ -296,7 +276,7 @@ func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 func TestAgentNewRanksAreInCooldown(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
 	table := loadedRanks("j", 4)
 	for i := range table {
@@ -306,7 +286,7 @@ func TestAgentNewRanksAreInCooldown(t *testing.T) {
 	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
 	publishProfiles(t, nc, "B", "", table)
 	var st job.IOSState
-	waitFor(t, 10*time.Second, "B to decline steal requests", func() bool {
+	testbin.WaitFor(t, 10*time.Second, "B to decline steal requests", func() bool {
 		st = iosState(t, nc, "B")
 		d := eventsOf(st, job.IOSDecline)
 		return len(d) >= 2 && strings.Contains(d[len(d)-1].Reason, "4 in cooldown")
@@ -327,14 +307,14 @@ func TestAgentPolicyNoneNeverMigrates(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			url := testbin.NATSServer(t, "", "")
-			nc := connect(t, url)
+			nc := testbin.Connect(t, url)
 			ctl := newController(t, nc, "j", job.ControlReply{OK: true})
 			table := loadedRanks("j", 4)
 			startAgentT(t, url, "B", fastIOS(c.node), 0, table, "A")
 			startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
 			publishProfiles(t, nc, "B", c.job, table)
 			var st job.IOSState
-			waitFor(t, 10*time.Second, "B to decline several steal requests", func() bool {
+			testbin.WaitFor(t, 10*time.Second, "B to decline several steal requests", func() bool {
 				st = iosState(t, nc, "B")
 				return len(eventsOf(st, job.IOSDecline)) >= 3
 			})
@@ -365,7 +345,7 @@ func TestAgentPolicyNoneNeverMigrates(t *testing.T) {
 func TestAgentDropsBadInput(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	table := loadedRanks("j", 1)
 	b := startAgentT(t, url, "B", fastIOS(""), 0, table)
 	send := func(v any) {
@@ -401,7 +381,7 @@ func TestAgentDropsBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st job.IOSState
-	waitFor(t, 5*time.Second, "the bad input to be counted", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "the bad input to be counted", func() bool {
 		st = iosState(t, nc, "B")
 		return st.Stats.BadMessages == 7 && st.Stats.BadProfiles == 4
 	})
@@ -410,7 +390,7 @@ func TestAgentDropsBadInput(t *testing.T) {
 	}
 	// Still working: a good heartbeat makes A a neighbour.
 	send(iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "A", To: "B"})
-	waitFor(t, 5*time.Second, "A to become B's neighbour", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "A to become B's neighbour", func() bool {
 		st = iosState(t, nc, "B")
 		return len(st.Peers) == 1 && st.Peers[0] == "A"
 	})
@@ -429,13 +409,13 @@ func TestAgentDropsBadInput(t *testing.T) {
 func TestAgentSampleError(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	b := startAgentT(t, url, "B", fastIOS("sras"), 0.5, nil)
-	waitFor(t, 5*time.Second, "a sample", func() bool { return !iosState(t, nc, "B").SampledAt.IsZero() })
+	testbin.WaitFor(t, 5*time.Second, "a sample", func() bool { return !iosState(t, nc, "B").SampledAt.IsZero() })
 	b.sampler.mu.Lock()
 	b.sampler.fail = fmt.Errorf("iosbridge: sample: /proc/stat: permission denied")
 	b.sampler.mu.Unlock()
-	waitFor(t, 5*time.Second, "the sample error", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "the sample error", func() bool {
 		st := iosState(t, nc, "B")
 		return st.SampleError == "sample: /proc/stat: permission denied" && st.Availability == 0.5 && st.Policy == "sras"
 	})

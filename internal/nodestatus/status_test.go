@@ -17,16 +17,6 @@ import (
 	"github.com/mpios/mpios/internal/testbin"
 )
 
-func connect(t *testing.T, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
-
 func TestCollectGone(t *testing.T) {
 	t.Parallel()
 	beat := time.Second
@@ -76,7 +66,7 @@ func TestNewestRecord(t *testing.T) {
 func TestControl(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: "n2"}
 	if _, err := Control(nc, "j", req, time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {
 		t.Errorf("no responder: %v", err)

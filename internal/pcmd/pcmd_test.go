@@ -85,16 +85,6 @@ func (n *node) stop(t *testing.T) error {
 	return n.err
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
-
 // rankScript writes the test rank program into a new directory and returns both.
 func rankScript(t *testing.T) (dir, path string) {
 	dir = t.TempDir()
@@ -169,16 +159,6 @@ func waitExit(t *testing.T, sub *nats.Subscription, limit time.Duration) ([]stri
 	}
 }
 
-// waitFor polls cond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-	}
-}
-
 func info(t *testing.T, nc *nats.Conn, node string) job.NodeInfo {
 	t.Helper()
 	m, err := nc.Request(job.NodeInfoSubject(node), nil, 2*time.Second)
@@ -198,7 +178,7 @@ func info(t *testing.T, nc *nats.Conn, node string) job.NodeInfo {
 func TestSpawnOutputExitAndEnv(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	store := filepath.Join(t.TempDir(), "store")
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"},
@@ -233,7 +213,7 @@ func TestRankEnvironmentIsMinimal(t *testing.T) { // not parallel: it sets pcmd'
 	t.Setenv("MPIOS_SECRET", "pcmd-own")
 	t.Setenv("HOME", "/home/pcmd-test")
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PassEnv: []string{"SITE_LICENSE"}})
 	sub := watchRank(t, nc, "j1", 0)
@@ -269,7 +249,7 @@ func TestRankEnvironmentIsMinimal(t *testing.T) { // not parallel: it sets pcmd'
 func TestSpawnRefusals(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
 	startNode(t, nc, Config{Node: "closed", NATS: NATSOptions{URL: url}, Slots: 2})
@@ -328,7 +308,7 @@ func TestSpawnRefusals(t *testing.T) {
 func TestSlotsDuplicatesAndSignals(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
 	sleeper := func(rank int) job.SpawnRequest {
@@ -404,7 +384,7 @@ func TestSlotsDuplicatesAndSignals(t *testing.T) {
 func TestKeepAliveLease(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 4, Lease: 400 * time.Millisecond})
 	subs := map[string]*nats.Subscription{}
@@ -446,7 +426,7 @@ func TestKeepAliveLease(t *testing.T) {
 func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	n := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 1})
 	beats, err := nc.SubscribeSync(job.NodesHeartbeatSubject)
@@ -485,7 +465,7 @@ func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
 func TestNodeNameInUse(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}})
 	err := Serve(context.Background(), Config{Node: "n1", NATS: NATSOptions{URL: url}, Log: log.New(&testbin.Buffer{}, "", 0)})
 	if !errors.Is(err, ErrNodeNameInUse) || !strings.Contains(err.Error(), "node n1 is already served by pcmd pid") {
@@ -520,7 +500,7 @@ func TestConfigErrors(t *testing.T) {
 func TestDiscoverStatus(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Slots: 3})
 	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, Slots: 1})
 	time.Sleep(150 * time.Millisecond) // a few heartbeats: the nodes know each other
@@ -550,7 +530,7 @@ func TestDiscoverStatus(t *testing.T) {
 func TestServeIOSAgentsAndStatus(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	// A protocol that runs in milliseconds, on the real /proc: the rank is a real process.
 	ios := agentdriver.Config{Period: 20 * time.Millisecond, Tick: 10 * time.Millisecond, Seed: 7,
@@ -574,7 +554,7 @@ func TestServeIOSAgentsAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st nodestatus.Status
-	waitFor(t, 10*time.Second, "both agents in pcmd status, neighbours, with n1's profile", func() bool {
+	testbin.WaitFor(t, 10*time.Second, "both agents in pcmd status, neighbours, with n1's profile", func() bool {
 		var err error
 		if st, err = nodestatus.DiscoverStatus(nc, 300*time.Millisecond); err != nil {
 			t.Fatal(err)
@@ -612,7 +592,7 @@ func TestServeIOSAgentsAndStatus(t *testing.T) {
 	if err := n2.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "n1's agent to drop n2", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "n1's agent to drop n2", func() bool {
 		s, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
 		return err == nil && len(s.Nodes) == 1 && s.Nodes[0].IOS != nil && len(s.Nodes[0].IOS.Peers) == 0
 	})

@@ -85,23 +85,13 @@ func startServer(t *testing.T, url string, maxOffers, perRequester int) *Server 
 	if err := st.CommitManifest(m); err != nil {
 		t.Fatal(err)
 	}
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	s, err := Start(nc, Config{Node: "n1", Store: dir, Advertise: "127.0.0.1", MaxOffers: maxOffers, MaxOffersPerRequester: perRequester})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
 	return s
-}
-
-func connect(t *testing.T, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
 }
 
 func request(t *testing.T, nc *nats.Conn, rank int) job.PieceReply {
@@ -147,7 +137,7 @@ func TestPieceOffersAreCapped(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
 	startServer(t, url, 3, 2)
-	greedy, other := connect(t, url), connect(t, url)
+	greedy, other := testbin.Connect(t, url), testbin.Connect(t, url)
 	var open []job.PieceReply
 	for range 2 {
 		rep := request(t, greedy, 0)
@@ -166,17 +156,17 @@ func TestPieceOffersAreCapped(t *testing.T) {
 	}
 	// The other requester's offer was taken: room for one more in total, then none.
 	var third job.PieceReply
-	waitFor(t, 5*time.Second, "the taken offer to be released", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "the taken offer to be released", func() bool {
 		third = request(t, other, 1)
 		return third.Error == ""
 	})
-	if rep := request(t, connect(t, url), 1); !strings.Contains(rep.Error, "3 on this node, at most 3") {
+	if rep := request(t, testbin.Connect(t, url), 1); !strings.Contains(rep.Error, "3 on this node, at most 3") {
 		t.Errorf("an offer beyond the total: %+v", rep)
 	}
 	if got := take(t, open[0]); !bytes.Equal(got, pieceData(0)) {
 		t.Errorf("piece of rank 0: %d bytes", len(got))
 	}
-	waitFor(t, 5*time.Second, "the greedy requester's offer to be released", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "the greedy requester's offer to be released", func() bool {
 		return request(t, greedy, 0).Error == ""
 	})
 }
@@ -186,7 +176,7 @@ func TestPieceRequestRefusals(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
 	startServer(t, url, 1, 1)
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	for range 3 { // refusals do not use up the single offer
 		if rep := request(t, nc, 7); !strings.Contains(rep.Error, "pcmd: node n1: ") || rep.Addr != "" {
 			t.Errorf("a piece that does not exist: %+v", rep)
@@ -202,15 +192,5 @@ func TestPieceRequestRefusals(t *testing.T) {
 	}
 	if rep := request(t, nc, 0); rep.Error != "" {
 		t.Errorf("the one offer after refusals: %+v", rep)
-	}
-}
-
-// waitFor polls cond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
 	}
 }
