@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,10 +30,6 @@ const (
 	DefaultLease     = time.Minute
 	DefaultAdvertise = "127.0.0.1"
 )
-
-// forgetAfter is how long a silent peer stays in the node's view (as gone) before it is
-// dropped, so pcmd status can still name recently lost nodes.
-const forgetAfter = 15 * time.Minute
 
 // Config configures Serve. Zero values select the documented defaults.
 type Config struct {
@@ -126,14 +121,8 @@ type server struct {
 	agent   *agentdriver.Agent // nil when the IOS agent is disabled
 
 	mu    sync.Mutex
-	peers map[string]*peer
+	peers *peerTable
 	seq   uint64
-	twins map[int]bool // pids of other pcmds beating with our name, already reported
-}
-
-type peer struct {
-	info job.NodeInfo
-	last time.Time
 }
 
 // Serve runs the node daemon until ctx is cancelled, then stops its ranks (SIGTERM, SIGKILL
@@ -146,8 +135,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	s := &server{
 		cfg: cfg, log: cfg.Log,
-		peers: make(map[string]*peer),
-		twins: make(map[int]bool),
+		peers: newPeerTable(cfg.Node, os.Getpid()),
 	}
 	s.baseEnv = spawner.BaseEnv(os.Environ(), cfg.PassEnv)
 	if cfg.Store != "" {
@@ -322,27 +310,16 @@ func (s *server) info() job.NodeInfo {
 
 // alivePeers names the peers whose heartbeats are current, sorted.
 func (s *server) alivePeers() []string {
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
-	for name, p := range s.peers {
-		if now.Sub(p.last) <= p.info.GoneAfter() {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return s.peers.alive(time.Now())
 }
 
 // view is the node's answer to discovery: itself and every peer it remembers.
 func (s *server) view() job.NodeView {
 	v := job.NodeView{Self: s.info()}
-	now := time.Now()
 	s.mu.Lock()
-	for _, p := range s.peers {
-		v.Peers = append(v.Peers, job.PeerInfo{Info: p.info, Age: now.Sub(p.last)})
-	}
+	v.Peers = s.peers.view(time.Now())
 	s.mu.Unlock()
 	return v
 }
@@ -358,19 +335,11 @@ func (s *server) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if info.Name == s.cfg.Node {
-		if info.PID != os.Getpid() && !s.twins[info.PID] {
-			s.twins[info.PID] = true
-			s.log.Printf("warning: another pcmd (pid %d, advertise %s) also uses node name %s", info.PID, info.Advertise, info.Name)
-		}
-		return
+	twin := s.peers.heard(info, time.Now())
+	s.mu.Unlock()
+	if twin {
+		s.log.Printf("warning: another pcmd (pid %d, advertise %s) also uses node name %s", info.PID, info.Advertise, info.Name)
 	}
-	if info.Leaving {
-		delete(s.peers, info.Name)
-		return
-	}
-	s.peers[info.Name] = &peer{info: info, last: time.Now()}
 }
 
 func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
@@ -399,12 +368,8 @@ func (s *server) beat() {
 
 func (s *server) forgetPeers() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, p := range s.peers {
-		if time.Since(p.last) > forgetAfter {
-			delete(s.peers, name)
-		}
-	}
+	s.peers.forget(time.Now())
+	s.mu.Unlock()
 }
 
 // loadAvg reads the 1, 5 and 15 minute load averages; zeros where /proc/loadavg is missing.
