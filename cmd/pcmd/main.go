@@ -88,6 +88,10 @@ stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Every
 rank holds a lease: the ranks of a job whose mpirun sent no keepalive (it died) for
 the lease it asked for, at most --lease, are stopped too.
 
+With --store, ranks restarting on other nodes read the checkpoint pieces in it
+through pcmd (mpios.node.NAME.piece): each request gets a one-time TCP offer, at
+most 16 open per requesting connection and 128 per node.
+
 IOS agent (after MPI/IOS; --no-ios turns it off): every --ios-period it samples
 the node's CPUs (/proc/stat, clipped by pcmd's cgroup CPU quota) and memory, and
 keeps the latest profile of each of its ranks (mpios.job.*.profile). While at
