@@ -42,6 +42,7 @@ USAGE:
    pcmd status [--json] [--nats URL]
    pcmd migrate --job JOB --rank R --to NODE [--nats URL]
    pcmd checkpoint --job JOB [--nats URL]
+   pcmd drain [--node NAME] [--nats URL]
 
 COMMANDS:
    serve        run the daemon of this node: register it on NATS (heartbeats),
@@ -52,6 +53,9 @@ COMMANDS:
                 ranks they run
    migrate      ask a running job to move a rank to another node
    checkpoint   ask a running job to take a checkpoint now
+   drain        make a node leave gracefully: it takes no new ranks, asks the
+                jobs to move its ranks to nodes with free slots, and exits
+                once it runs none
 
    "pcmd COMMAND --help" describes each command and its options.
 
@@ -290,6 +294,7 @@ of this user (found in its job record) and says which one.`,
 			},
 			controlCommand(stderr, stdout, job.ControlMigrate, onUsage),
 			controlCommand(stderr, stdout, job.ControlCheckpoint, onUsage),
+			drainCommand(stderr, stdout, onUsage),
 		},
 	}
 }
@@ -377,6 +382,71 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 		}
 	}
 	return cmd
+}
+
+// drainCommand builds "pcmd drain".
+func drainCommand(stderr, stdout io.Writer, onUsage cli.OnUsageErrorFunc) *cli.Command {
+	return &cli.Command{
+		Name:      "drain",
+		Usage:     "make a node leave gracefully",
+		UsageText: "pcmd drain [--node NAME] [--reason TEXT] [--nats URL] [--timeout DURATION]",
+		Description: `Asks the pcmd of node NAME (default: this host's short name) to leave
+(mpios.node.NAME.drain): it places each of its ranks on a free slot of an alive peer,
+each job on as few nodes as possible, and asks the jobs to migrate them there
+(mpios.job.JOB.ctl, as "pcmd migrate"). From then on it takes no new ranks, and it
+exits once it runs none. If some rank finds no free slot the drain is refused, the
+node says which ranks and goes on as before. Prints each move and the job's answer.
+Exit status 0 if every job accepted, 1 otherwise.`,
+		OnUsageError: onUsage,
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "the node `NAME` to drain"},
+			&cli.StringFlag{Name: "reason", Usage: "why, for the logs of the node and the jobs (default: \"by USER\")"},
+			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "wait `DURATION` for the node's reply (it waits for the jobs' answers)"},
+		}, natsFlags(false)...),
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return &usageError{fmt.Sprintf("drain: unexpected argument %q", c.Args().First())}
+			}
+			node := c.String("node")
+			if err := job.ValidateNode(node); err != nil {
+				return &usageError{"--node: " + strings.TrimPrefix(err.Error(), "job: ")}
+			}
+			req := job.DrainRequest{Reason: c.String("reason")}
+			if req.Reason == "" {
+				req.Reason = "by " + userName()
+			}
+			if err := req.Validate(); err != nil {
+				return &usageError{strings.TrimPrefix(err.Error(), "job: ")}
+			}
+			nc, err := clientConn(c, stderr)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rep, err := nodestatus.Drain(nc, node, req, c.Duration("timeout"))
+			if err != nil {
+				return err
+			}
+			if rep.Error != "" {
+				fmt.Fprintf(stderr, "pcmd: %s\n", strings.TrimPrefix(rep.Error, "pcmd: "))
+				return &exitError{1}
+			}
+			ok := true
+			for _, m := range rep.Moves {
+				verdict := "accepted"
+				if !m.Accepted {
+					verdict, ok = "NOT accepted", false
+				}
+				fmt.Fprintf(stdout, "job %s ranks %v to %s: %s: %s\n", m.Job, m.Ranks, m.To, verdict, m.Answer)
+			}
+			if !ok {
+				fmt.Fprintf(stderr, "pcmd: node %s is draining, but some of its ranks stay: it exits once they are gone\n", node)
+				return &exitError{1}
+			}
+			fmt.Fprintf(stdout, "node %s is draining: it takes no new ranks and exits once its ranks have left\n", node)
+			return nil
+		},
+	}
 }
 
 // clientConn connects to --nats, or to the server of the newest running mpirun.

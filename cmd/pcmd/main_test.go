@@ -425,6 +425,53 @@ func TestMpirunHostsErrors(t *testing.T) {
 	}
 }
 
+// TestDrainMovesAJobAway: "pcmd drain" of the node a job runs on moves the job's ranks to
+// the node with free slots; the job's result is bitwise that of an undisturbed run, the
+// drained node takes no new ranks meanwhile and its pcmd exits once its ranks left.
+func TestDrainMovesAJobAway(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	heat2d := filepath.Join(bin, "heat2d")
+	dir := t.TempDir()
+	n1 := startNode(t, url, "n1", "--slots", "2", "--allow", heat2d, "--store", filepath.Join(dir, "s1"), "--no-ios")
+	startNode(t, url, "n2", "--slots", "2", "--allow", heat2d, "--store", filepath.Join(dir, "s2"), "--no-ios")
+	waitStatus(t, url, 10*time.Second, "n1 and n2", func(st nodestatus.Status) bool { return len(st.Nodes) == 2 })
+	env := []string{"XDG_RUNTIME_DIR=" + t.TempDir(), "MPIOS_CKPT_POLL=20"}
+	args := []string{heat2d, "-n", "96", "-iters", "2000"}
+	ref := filepath.Join(dir, "ref.bin")
+	if p := run(t, 120*time.Second, env, "mpirun", append(append([]string{"-np", "2"}, args...), "-dump", ref)...); p.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", p.code, p.stderr.String())
+	}
+	out := filepath.Join(dir, "out.bin")
+	j := startProc(t, env, "mpirun", append(append([]string{"--nats", url, "--hosts", "n1:2"}, args...), "-dump", out, "-pace", "2ms")...)
+	waitStatus(t, url, 20*time.Second, "2 ranks on n1", func(st nodestatus.Status) bool { return len(st.Ranks) == 2 })
+	// The job refuses migrations until its ranks have said hello; the node stays draining
+	// and a second drain asks again.
+	var d *proc
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		d = run(t, 30*time.Second, nil, "pcmd", "drain", "--node", "n1", "--nats", url, "--reason", "test")
+		if d.code == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if d.code != 0 || !strings.Contains(d.stdout.String(), "job ") || !strings.Contains(d.stdout.String(), "ranks [0 1] to n2: accepted") {
+		t.Fatalf("pcmd drain: exit %d\nstdout:\n%s\nstderr:\n%s\nmpirun:\n%s", d.code, d.stdout.String(), d.stderr.String(), j.stderr.String())
+	}
+	if code := n1.wait(t, 60*time.Second); code != 0 || !strings.Contains(n1.stderr.String(), "drained: no rank left, shutting down") {
+		t.Errorf("drained pcmd n1: exit %d\n%s", code, n1.stderr.String())
+	}
+	if code := j.wait(t, 120*time.Second); code != 0 {
+		t.Fatalf("mpirun: exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
+	want, _ := os.ReadFile(ref)
+	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, want) || len(want) == 0 {
+		t.Errorf("the drained job's result (%d bytes, %v) differs from an undisturbed run's (%d bytes)\nmpirun:\n%s",
+			len(got), err, len(want), j.stderr.String())
+	}
+	if n := strings.Count(j.stderr.String(), "mpirun: migrated rank"); n != 2 {
+		t.Errorf("%d migrations reported, want 2:\n%s", n, j.stderr.String())
+	}
+}
+
 // TestCommandLine: usage mistakes exit 2 with one clear line.
 func TestCommandLine(t *testing.T) {
 	var stdout, stderr bytes.Buffer
@@ -442,6 +489,8 @@ func TestCommandLine(t *testing.T) {
 		"--steal-threshold 2: want more than 0":   {"serve", "--nats", "nats://x", "--steal-threshold", "2"},
 		"--steal-ttl 0: want 1 to 64":             {"serve", "--nats", "nats://x", "--steal-ttl", "0"},
 		"--ios-period and --ios-cooldown must be": {"serve", "--nats", "nats://x", "--ios-period", "0s"},
+		"drain: unexpected argument \"n1\"":       {"drain", "n1"},
+		"--node: node name \"a.b\"":               {"drain", "--node", "a.b", "--nats", "nats://x"},
 	}
 	for want, args := range cases {
 		stdout.Reset()

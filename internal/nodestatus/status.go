@@ -499,3 +499,36 @@ func Control(nc *nats.Conn, jobID string, req job.ControlRequest, timeout time.D
 	}
 	return rep, nil
 }
+
+// Drain asks the pcmd of node to leave gracefully (job.NodeDrainSubject) and waits up to
+// timeout for its reply, which it sends once the jobs of its ranks answered.
+func Drain(nc *nats.Conn, node string, req job.DrainRequest, timeout time.Duration) (job.DrainReply, error) {
+	var rep job.DrainReply
+	if err := job.ValidateNode(node); err != nil {
+		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
+	}
+	if err := req.Validate(); err != nil {
+		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
+	}
+	data, err := job.Encode(req)
+	if err != nil {
+		return rep, fmt.Errorf("pcmd: %w", err)
+	}
+	subj := job.NodeDrainSubject(node)
+	msg, err := nc.Request(subj, data, timeout)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return rep, fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj)
+	case errors.Is(err, nats.ErrTimeout):
+		return rep, fmt.Errorf("pcmd: node %s: no reply on %s within %v", node, subj, timeout)
+	case err != nil:
+		return rep, fmt.Errorf("pcmd: node %s: %w", node, err)
+	}
+	if err := job.Decode(msg.Data, &rep); err != nil {
+		return rep, fmt.Errorf("pcmd: node %s: malformed drain reply: %s", node, strings.TrimPrefix(err.Error(), "job: "))
+	}
+	if err := rep.Validate(); err != nil {
+		return rep, fmt.Errorf("pcmd: node %s: invalid drain reply: %s", node, strings.TrimPrefix(err.Error(), "job: "))
+	}
+	return rep, nil
+}

@@ -60,6 +60,15 @@ func (t *peerTable) alive(now time.Time) []string {
 	return out
 }
 
+// aliveInfos is the latest heartbeat of every alive peer at now, sorted by name.
+func (t *peerTable) aliveInfos(now time.Time) []job.NodeInfo {
+	var out []job.NodeInfo
+	for _, name := range t.alive(now) {
+		out = append(out, t.peers[name].info)
+	}
+	return out
+}
+
 // view lists every peer remembered, with the age of its last heartbeat at now.
 func (t *peerTable) view(now time.Time) []job.PeerInfo {
 	out := make([]job.PeerInfo, 0, len(t.peers))

@@ -120,9 +120,12 @@ type server struct {
 	ranks   *spawner.Manager
 	agent   *agentdriver.Agent // nil when the IOS agent is disabled
 
-	mu    sync.Mutex
-	peers *peerTable
-	seq   uint64
+	drained chan struct{} // closed when a drained node runs no rank any more
+
+	mu       sync.Mutex
+	peers    *peerTable
+	seq      uint64
+	draining bool // a drain was asked for (pcmd drain)
 }
 
 // Serve runs the node daemon until ctx is cancelled, then stops its ranks (SIGTERM, SIGKILL
@@ -135,7 +138,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	s := &server{
 		cfg: cfg, log: cfg.Log,
-		peers: newPeerTable(cfg.Node, os.Getpid()),
+		peers:   newPeerTable(cfg.Node, os.Getpid()),
+		drained: make(chan struct{}),
 	}
 	s.baseEnv = spawner.BaseEnv(os.Environ(), cfg.PassEnv)
 	if cfg.Store != "" {
@@ -211,6 +215,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	case <-closed:
 		runErr = ErrConnectionClosed
 		s.log.Printf("%v, stopping", runErr)
+	case <-s.drained:
+		s.log.Printf("drained: no rank left, shutting down")
 	}
 	if s.agent != nil {
 		s.agent.Stop() // leave the peer network first: no migrations of ranks being stopped
@@ -260,6 +266,7 @@ func (s *server) subscribe() error {
 		{job.NodeInfoSubject(name), func(m *nats.Msg) { s.respond(m, s.info()) }},
 		{job.NodesDiscoverSubject, func(m *nats.Msg) { s.respond(m, s.view()) }},
 		{job.NodesHeartbeatSubject, s.onHeartbeat},
+		{job.NodeDrainSubject(name), s.onDrain},
 	}
 	for _, sb := range subs {
 		if _, err := s.nc.Subscribe(sb.subj, sb.fn); err != nil {
@@ -354,6 +361,7 @@ func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 		case <-t.C:
 			s.beat()
 			s.ranks.CheckLeases(time.Now())
+			s.checkDrained()
 			s.forgetPeers()
 		}
 	}

@@ -456,6 +456,13 @@ func (m *Manager) Drain() {
 	m.mu.Unlock()
 }
 
+// Reopen undoes Drain: spawn requests are admitted again (unless the node shuts down).
+func (m *Manager) Reopen() {
+	m.mu.Lock()
+	m.table.Reopen()
+	m.mu.Unlock()
+}
+
 // Shutdown stops accepting spawns and stops every rank: SIGTERM, then SIGKILL after the
 // kill grace. Each rank's exit is still published. It returns once the ranks are gone.
 func (m *Manager) Shutdown() {

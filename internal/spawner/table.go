@@ -183,6 +183,13 @@ func (t *Table) Drain() {
 	}
 }
 
+// Reopen undoes Drain: the node takes new ranks again. It does not undo Shutdown.
+func (t *Table) Reopen() {
+	if t.stopReason == "" {
+		t.closed = ""
+	}
+}
+
 // Shutdown closes the node to new ranks and returns the started ranks, to be stopped
 // because pcmd is shutting down; a rank still starting gets the same reason when it starts
 // (Started).

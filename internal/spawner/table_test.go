@@ -176,8 +176,14 @@ func TestADrainingNodeTakesNoNewRanks(t *testing.T) {
 	if r := tb.Reason(RankKey{"j", 0}); r != "" || len(tb.Running()) != 1 {
 		t.Errorf("draining touched the running rank: reason %q, running %v", r, tb.Running())
 	}
+	tb.Reopen() // the drain could not place the ranks: the node goes on as before
+	if code, _ := tb.Admit(RankKey{"j", 1}); code != "" {
+		t.Errorf("after Reopen: %q", code)
+	}
+	tb.Drain()
 	tb.Shutdown()
-	if _, why := tb.Admit(RankKey{"j", 1}); why != "is shutting down" {
+	tb.Reopen() // does not undo a shutdown
+	if _, why := tb.Admit(RankKey{"j", 2}); why != "is shutting down" {
 		t.Errorf("after drain then shutdown: %q", why)
 	}
 }
