@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -87,4 +88,22 @@ func TestControl(t *testing.T) {
 	if err != nil || !rep.OK || rep.Message != "migrating at iteration 12" || !reflect.DeepEqual(got, req) {
 		t.Errorf("Control = %+v, %v; request seen %+v", rep, err, got)
 	}
+}
+
+func ExampleCollect() {
+	beat := time.Second
+	n2 := job.NodeInfo{Name: "n2", Slots: 4, Used: 1, Interval: beat, Ranks: []job.RankInfo{{Job: "j", Rank: 0, PID: 4242}}}
+	views := []job.NodeView{
+		// n1 answered itself, and last heard n2 five seconds ago: n2 missed 3 beats.
+		{Self: job.NodeInfo{Name: "n1", Slots: 2, Interval: beat}, Peers: []job.PeerInfo{{Info: n2, Age: 5 * time.Second}}},
+	}
+	st := Collect(views)
+	for _, n := range st.Nodes {
+		fmt.Printf("%s %s %d/%d\n", n.Name, n.State, n.Used, n.Slots)
+	}
+	fmt.Println(len(st.Ranks), "ranks on alive nodes")
+	// Output:
+	// n1 alive 0/2
+	// n2 gone 1/4
+	// 0 ranks on alive nodes
 }
