@@ -479,25 +479,34 @@ func Control(nc *nats.Conn, jobID string, req job.ControlRequest, timeout time.D
 	if err := req.Validate(); err != nil {
 		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
 	}
+	subj := job.ControlSubject(jobID)
+	err := ask(nc, subj, req, &rep, timeout, "job "+jobID, func() error {
+		return fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)",
+			jobID, ErrNoController, subj, req.Kind)
+	})
+	return rep, err
+}
+
+// ask sends req on subj and decodes the reply into rep, waiting up to timeout. Its errors
+// name who was asked; noResponders builds the one for a subject nobody listens on.
+func ask(nc *nats.Conn, subj string, req, rep any, timeout time.Duration, who string, noResponders func() error) error {
 	data, err := job.Encode(req)
 	if err != nil {
-		return rep, fmt.Errorf("pcmd: %w", err)
+		return fmt.Errorf("pcmd: %w", err)
 	}
-	subj := job.ControlSubject(jobID)
 	msg, err := nc.Request(subj, data, timeout)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return rep, fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)",
-			jobID, ErrNoController, subj, req.Kind)
+		return noResponders()
 	case errors.Is(err, nats.ErrTimeout):
-		return rep, fmt.Errorf("pcmd: job %s: no reply on %s within %v", jobID, subj, timeout)
+		return fmt.Errorf("pcmd: %s: no reply on %s within %v", who, subj, timeout)
 	case err != nil:
-		return rep, fmt.Errorf("pcmd: job %s: %w", jobID, err)
+		return fmt.Errorf("pcmd: %s: %w", who, err)
 	}
-	if err := job.Decode(msg.Data, &rep); err != nil {
-		return rep, fmt.Errorf("pcmd: job %s: malformed reply: %s", jobID, strings.TrimPrefix(err.Error(), "job: "))
+	if err := job.Decode(msg.Data, rep); err != nil {
+		return fmt.Errorf("pcmd: %s: malformed reply: %s", who, strings.TrimPrefix(err.Error(), "job: "))
 	}
-	return rep, nil
+	return nil
 }
 
 // Drain asks the pcmd of node to leave gracefully (job.NodeDrainSubject) and waits up to
@@ -510,25 +519,14 @@ func Drain(nc *nats.Conn, node string, req job.DrainRequest, timeout time.Durati
 	if err := req.Validate(); err != nil {
 		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
 	}
-	data, err := job.Encode(req)
-	if err != nil {
-		return rep, fmt.Errorf("pcmd: %w", err)
-	}
 	subj := job.NodeDrainSubject(node)
-	msg, err := nc.Request(subj, data, timeout)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return rep, fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj)
-	case errors.Is(err, nats.ErrTimeout):
-		return rep, fmt.Errorf("pcmd: node %s: no reply on %s within %v", node, subj, timeout)
-	case err != nil:
-		return rep, fmt.Errorf("pcmd: node %s: %w", node, err)
+	err := ask(nc, subj, req, &rep, timeout, "node "+node, func() error {
+		return fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj)
+	})
+	if err == nil {
+		if verr := rep.Validate(); verr != nil {
+			err = fmt.Errorf("pcmd: node %s: invalid drain reply: %s", node, strings.TrimPrefix(verr.Error(), "job: "))
+		}
 	}
-	if err := job.Decode(msg.Data, &rep); err != nil {
-		return rep, fmt.Errorf("pcmd: node %s: malformed drain reply: %s", node, strings.TrimPrefix(err.Error(), "job: "))
-	}
-	if err := rep.Validate(); err != nil {
-		return rep, fmt.Errorf("pcmd: node %s: invalid drain reply: %s", node, strings.TrimPrefix(err.Error(), "job: "))
-	}
-	return rep, nil
+	return rep, err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/testbin"
 )
 
@@ -63,13 +64,8 @@ func TestRanksWithoutRoomAreStuck(t *testing.T) {
 
 func drain(t *testing.T, nc *nats.Conn, node string) job.DrainReply {
 	t.Helper()
-	data, _ := job.Encode(job.DrainRequest{Reason: "maintenance"})
-	m, err := nc.Request(job.NodeDrainSubject(node), data, 15*time.Second)
+	rep, err := nodestatus.Drain(nc, node, job.DrainRequest{Reason: "maintenance"}, 15*time.Second)
 	if err != nil {
-		t.Fatalf("drain %s: %v", node, err)
-	}
-	var rep job.DrainReply
-	if err := job.Decode(m.Data, &rep); err != nil {
 		t.Fatal(err)
 	}
 	return rep
