@@ -260,12 +260,12 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 				Usage:     "show the nodes and the ranks they run",
 				UsageText: "pcmd status [--json] [--nats URL] [--wait DURATION]",
 				Description: `Asks every pcmd on the NATS server (mpios.nodes.discover) for itself and the
-peers it hears, and prints each node: alive or gone (no heartbeat for 3 periods),
-slots in use and total, load average, age of the last heartbeat, advertise
-address, pid and version. Then one line per IOS agent (mpios.nodes.ios): its
-policy (and the jobs that chose their own), free CPUs of its effective CPUs, its
-outstanding steal request, its peers, ranks given / migrations the jobs accepted /
-refused, and its last decision with the reason. Then every rank of the alive
+peers it hears, and prints each node: alive, draining (pcmd drain) or gone (no
+heartbeat for 3 periods), slots in use and total, load average, age of the last
+heartbeat, advertise address, pid and version. Then one line per IOS agent
+(mpios.nodes.ios): its policy (and the jobs that chose their own), free CPUs of its
+effective CPUs, its outstanding steal request, its peers, ranks given / migrations
+the jobs accepted / refused, and its last decision with the reason. Then every rank of the alive
 nodes: job, rank, node, pid and, from its latest profile, iteration (of the
 planned total), seconds per iteration and share of time in mpi calls. --json adds
 per node "ios": the agent's state, its recent "decisions" and the ranks' full

@@ -55,6 +55,8 @@ type NodeStatus struct {
 	Advertise string     `json:"advertise"`
 	PID       int        `json:"pid"`
 	Version   string     `json:"version"`
+	// Draining: the node takes no new ranks and leaves once its ranks moved (pcmd drain).
+	Draining bool `json:"draining,omitempty"`
 	// IOS is the node's IOS agent; nil if it did not answer (agent off, or an older pcmd).
 	IOS *IOSStatus `json:"ios,omitempty"`
 }
@@ -253,6 +255,7 @@ func Collect(views []job.NodeView) Status {
 		n := NodeStatus{
 			Name: b.info.Name, State: StateAlive, Slots: b.info.Slots, Used: b.info.Used, Load: b.info.Load,
 			LastBeat: b.age.Seconds(), Advertise: b.info.Advertise, PID: b.info.PID, Version: b.info.Version,
+			Draining: b.info.Draining,
 		}
 		if b.age > b.info.GoneAfter() {
 			n.State = StateGone
@@ -297,7 +300,11 @@ func (st Status) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(tw, "NODE\tSTATE\tSLOTS\tLOAD\tLAST BEAT\tADVERTISE\tPID\tVERSION")
 	for _, n := range st.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.2f %.2f %.2f\t%s\t%s\t%d\t%s\n", n.Name, n.State, n.Used, n.Slots,
+		state := n.State
+		if n.Draining && n.State == StateAlive {
+			state = "draining"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.2f %.2f %.2f\t%s\t%s\t%d\t%s\n", n.Name, state, n.Used, n.Slots,
 			n.Load[0], n.Load[1], n.Load[2], ago(n.LastBeat), n.Advertise, n.PID, n.Version)
 	}
 	fmt.Fprintln(tw)

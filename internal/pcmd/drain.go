@@ -14,7 +14,8 @@ import (
 	"github.com/mpios/mpios/internal/nodestatus"
 )
 
-// planDrain places the ranks of a draining node on the free slots of its alive peers: each
+// planDrain places the ranks of a draining node on the free slots of its alive peers (not
+// those draining themselves): each
 // job's ranks go to the peer with the most free slots (ties: the first by name), as many as
 // fit, then to the next, so that a job is split over as few nodes as possible. It returns
 // one move per job and target, and the ranks that found no slot. Deterministic: the same
@@ -26,7 +27,7 @@ func planDrain(ranks []job.RankInfo, peers []job.NodeInfo) (moves []job.DrainMov
 	}
 	var free []slot
 	for _, p := range peers {
-		if n := p.Slots - p.Used; n > 0 {
+		if n := p.Slots - p.Used; n > 0 && !p.Draining {
 			free = append(free, slot{p.Name, n})
 		}
 	}

@@ -29,6 +29,7 @@ func TestADrainingNodesRanksGoToItsPeersFreeSlots(t *testing.T) {
 		{Name: "n2", Slots: 4, Used: 3},
 		{Name: "n3", Slots: 4, Used: 1},
 		{Name: "n4", Slots: 2, Used: 2},
+		{Name: "n5", Slots: 8, Draining: true}, // leaving too: takes no ranks
 	}
 	ranks := append(ranksOf("b", 0), ranksOf("a", 2, 0, 1)...)
 	moves, stuck := planDrain(ranks, peers)
@@ -122,6 +123,12 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 	}
 	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "k", Rank: 0, Path: prog}); rep.Refusal != job.RefuseStopping || !strings.Contains(rep.Error, "draining") {
 		t.Errorf("a draining node admitted a rank: %+v", rep)
+	}
+	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
+	var text strings.Builder
+	if err != nil || len(st.Nodes) != 2 || !st.Nodes[0].Draining || st.Nodes[1].Draining || st.Nodes[0].Used != 2 ||
+		st.WriteText(&text) != nil || !strings.Contains(text.String(), "n1    draining  2/2") {
+		t.Errorf("status of a draining node: %+v %v\n%s", st.Nodes, err, text.String())
 	}
 	select {
 	case err := <-n1.done:

@@ -306,12 +306,12 @@ func (s *server) publish(subject string, v any) {
 // info describes the node now.
 func (s *server) info() job.NodeInfo {
 	s.mu.Lock()
-	seq := s.seq
+	seq, draining := s.seq, s.draining
 	s.mu.Unlock()
 	return job.NodeInfo{
 		Name: s.cfg.Node, Slots: s.cfg.Slots, Used: s.ranks.Used(), Load: loadAvg(),
 		Advertise: s.cfg.Advertise, PID: os.Getpid(), Version: Version(),
-		Interval: s.cfg.Heartbeat, Seq: seq, Ranks: s.ranks.Ranks(),
+		Interval: s.cfg.Heartbeat, Seq: seq, Draining: draining, Ranks: s.ranks.Ranks(),
 	}
 }
 
