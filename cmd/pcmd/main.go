@@ -81,7 +81,8 @@ misses 3 heartbeats is shown as gone.
 
 Starts ranks on request (mpios.node.NAME.spawn), at most --slots at once, but only
 programs whose absolute, cleaned path matches an --allow pattern: without --allow
-every request is refused. Each rank runs in its own process group under pcmd's
+every request is refused. The request chooses the arguments, unless --pin-args
+fixes them for the program. Each rank runs in its own process group under pcmd's
 user. Its environment is minimal: from pcmd's own only PATH, HOME, USER, LOGNAME,
 SHELL, TMPDIR, TZ, LANG, LANGUAGE, LC_*, XDG_RUNTIME_DIR, XDG_STATE_HOME and the
 variables named by --pass-env (never pcmd's NATS credentials), plus the job's
@@ -197,6 +198,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "node `NAME` (letters, digits, '-', '_'), unique on the NATS server"},
 					&cli.StringSliceFlag{Name: "allow", Usage: "run programs whose absolute path matches `GLOB` ('*' does not match '/'; repeat for more)"},
+					&cli.StringSliceFlag{Name: "pin-args", Usage: "run programs matching `'GLOB ARG...'` only with these arguments, each matching its pattern ('GLOB' alone: none; repeat for more)"},
 					&cli.StringSliceFlag{Name: "pass-env", Usage: "also give the ranks this `VARIABLE` of pcmd's environment (repeat for more; MPIOS_* cannot be passed)"},
 					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once"},
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
@@ -222,7 +224,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					}
 					cfg := pcmd.Config{
 						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
-						Allow: c.StringSlice("allow"), PassEnv: c.StringSlice("pass-env"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
+						Allow: c.StringSlice("allow"), PassEnv: c.StringSlice("pass-env"), PinArgs: c.StringSlice("pin-args"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
 						Lease: c.Duration("lease"),
 						IOS: agentdriver.Config{

@@ -253,6 +253,7 @@ func TestSpawnRefusals(t *testing.T) {
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
 	startNode(t, nc, Config{Node: "closed", NATS: NATSOptions{URL: url}, Slots: 2})
+	startNode(t, nc, Config{Node: "pinned", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PinArgs: []string{prog + " out"}})
 	trick := dir + strings.Repeat("/..", strings.Count(dir, "/")) + "/bin/sh"
 	ok := job.SpawnRequest{Job: "j", Rank: 0, Path: prog}
 	with := func(f func(*job.SpawnRequest)) job.SpawnRequest { r := ok; f(&r); return r }
@@ -284,6 +285,8 @@ func TestSpawnRefusals(t *testing.T) {
 		{"wildcard subject", "n1", with(func(r *job.SpawnRequest) { r.Exit = "mpios.job.j.>" }), job.RefuseInvalid, "reply subject"},
 		{"bad job id", "n1", with(func(r *job.SpawnRequest) { r.Job = "a.b" }), job.RefuseInvalid, "invalid spawn request"},
 		{"negative rank", "n1", with(func(r *job.SpawnRequest) { r.Rank = -1 }), job.RefuseInvalid, "negative"},
+		{"pinned arguments", "pinned", with(func(r *job.SpawnRequest) { r.Args = []string{"out", "-dump", "/etc/passwd"} }), job.RefuseNotAllowed,
+			"pcmd: node pinned refuses to run " + prog + ` with arguments ["out" "-dump" "/etc/passwd"]: --pin-args allows only`},
 	}
 	for _, c := range cases {
 		var rep job.SpawnReply
@@ -295,6 +298,13 @@ func TestSpawnRefusals(t *testing.T) {
 		if rep.Refusal != c.code || !strings.Contains(rep.Error, c.msg) || rep.PID != 0 {
 			t.Errorf("%s: reply %+v, want refusal %q with %q", c.name, rep, c.code, c.msg)
 		}
+	}
+	// The pinned arguments are allowed.
+	sub := watchRank(t, nc, "pin", 0)
+	if rep := spawn(t, nc, "pinned", job.SpawnRequest{Job: "pin", Rank: 0, Path: prog, Args: []string{"out"}}); rep.Error != "" {
+		t.Errorf("pinned arguments refused: %v", rep.Error)
+	} else if _, e := waitExit(t, sub, 5*time.Second); e.Code != 3 {
+		t.Errorf("pinned rank exit %+v", e)
 	}
 	// A request without a reply subject is dropped, and nothing above crashed the node.
 	if err := nc.Publish(job.NodeSpawnSubject("n1"), []byte("junk")); err != nil {
@@ -483,6 +493,7 @@ func TestConfigErrors(t *testing.T) {
 		"advertise address":                {Node: "n", Advertise: "a b"},
 		"heartbeat 1ns":                    {Node: "n", Heartbeat: time.Nanosecond},
 		"lease 2h0m0s":                     {Node: "n", Lease: 2 * time.Hour},
+		"--pin-args \"x\"":                 {Node: "n", PinArgs: []string{"x"}},
 		"no NATS URL":                      {Node: "n"},
 		"give only one of":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", Token: "t", User: "u", Password: "p"}},
 		"needs a password":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", User: "u"}},

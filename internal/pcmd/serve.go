@@ -43,6 +43,9 @@ type Config struct {
 	// Allow lists glob patterns (filepath.Match, '*' does not cross '/') of the absolute
 	// program paths this node may run. Empty: the node refuses every spawn request.
 	Allow []string
+	// PinArgs fixes the arguments of some allowed programs: "PROGRAM_GLOB ARG_GLOB..."
+	// (spawner.Config.PinArgs).
+	PinArgs []string
 
 	Slots     int           // ranks run at once; 0 = runtime.NumCPU()
 	Advertise string        // MPIOS_BIND of the ranks: the address peers on other nodes reach them at; "" = DefaultAdvertise
@@ -93,7 +96,7 @@ func (c *Config) setDefaults() error {
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}
-	if err := (spawner.Config{Slots: c.Slots, Allow: c.Allow, KillGrace: c.KillGrace, MaxLease: c.Lease}).Validate(); err != nil {
+	if err := (spawner.Config{Slots: c.Slots, Allow: c.Allow, PinArgs: c.PinArgs, KillGrace: c.KillGrace, MaxLease: c.Lease}).Validate(); err != nil {
 		return err
 	}
 	for _, name := range c.PassEnv {
@@ -163,7 +166,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	s.ranks, err = spawner.Start(nc, spawner.Config{
-		Node: cfg.Node, Allow: cfg.Allow, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
+		Node: cfg.Node, Allow: cfg.Allow, PinArgs: cfg.PinArgs, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
 		Env: s.baseEnv, NodeEnv: s.nodeEnv, Log: s.log,
 	})
 	if err != nil {
@@ -203,6 +206,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	s.log.Printf("node %s up: %d slots, advertise %s, %s, nats %s, pid %d, version %s",
 		cfg.Node, cfg.Slots, cfg.Advertise, store, launch.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
 	s.log.Print(allow)
+	for _, p := range cfg.PinArgs {
+		s.log.Printf("pins the arguments of %s", p)
+	}
 
 	stopBeat := make(chan struct{})
 	beatDone := make(chan struct{})

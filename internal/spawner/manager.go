@@ -27,7 +27,11 @@ type Config struct {
 	// Allow lists glob patterns (filepath.Match, '*' does not cross '/') of the absolute
 	// program paths the node may run. Empty: every spawn request is refused.
 	Allow []string
-	Slots int // ranks run at once, 1 to job.MaxSlots
+	// PinArgs fixes the arguments of some allowed programs (pcmd serve --pin-args):
+	// "PROGRAM_GLOB ARG_GLOB...", see checkArgs. A program no pin names runs with the
+	// arguments the request gives.
+	PinArgs []string
+	Slots   int // ranks run at once, 1 to job.MaxSlots
 
 	KillGrace time.Duration // SIGTERM to SIGKILL delay when stopping ranks; > 0
 	// MaxLease (> 0) is the longest a job's ranks outlive the last keepalive of its
@@ -58,6 +62,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("pcmd: --allow %q: %w", p, err)
 		}
 	}
+	if _, err := parsePins(c.PinArgs); err != nil {
+		return err
+	}
 	if c.KillGrace <= 0 {
 		return errors.New("pcmd: kill grace must be positive")
 	}
@@ -73,6 +80,7 @@ func (c Config) Validate() error {
 // the Table's.
 type Manager struct {
 	cfg     Config
+	pins    []argPin
 	log     *log.Logger
 	nc      *nats.Conn
 	spawnc  chan spawnOp
@@ -113,8 +121,9 @@ func Start(nc *nats.Conn, cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	pins, _ := parsePins(cfg.PinArgs) // checked by Validate
 	m := &Manager{
-		cfg: cfg, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
+		cfg: cfg, pins: pins, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
 		table: NewTable(cfg.Node, cfg.Slots, cfg.MaxLease), ranks: map[RankKey]*rank{}, leases: map[string]*nats.Subscription{},
 	}
 	go m.spawner()
@@ -211,6 +220,9 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 	path, code, why := checkProgram(m.cfg.Allow, req.Path)
 	if why != "" {
 		return m.refuse(code, "%s", why)
+	}
+	if why := checkArgs(m.pins, path, req.Args); why != "" {
+		return m.refuse(job.RefuseNotAllowed, "%s", why)
 	}
 	if req.Dir != "" {
 		if fi, err := os.Stat(req.Dir); !filepath.IsAbs(req.Dir) || err != nil || !fi.IsDir() {
