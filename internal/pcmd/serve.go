@@ -439,9 +439,10 @@ func trimJob(err error) error {
 
 // nodeEnv is what the node sets in the environment of the rank that req starts, overriding
 // the request: the address the rank listens on, the node's name, its count of ranks here
-// and, with --store, the checkpoint store.
-func (s *server) nodeEnv(req job.SpawnRequest) []string {
-	env := []string{job.EnvBind + "=" + s.cfg.Advertise, job.EnvNode + "=" + s.cfg.Node, s.nodeRanksEnv(req)}
+// (same of its job, other of others) and, with --store, the checkpoint store. It uses
+// only the configuration: the spawner may call it before Serve has all its parts.
+func (s *server) nodeEnv(req job.SpawnRequest, same, other int) []string {
+	env := []string{job.EnvBind + "=" + s.cfg.Advertise, job.EnvNode + "=" + s.cfg.Node, nodeRanksEnv(req, same, other)}
 	if s.store != "" {
 		env = append(env, job.EnvCkptDir+"="+s.store)
 	}

@@ -9,15 +9,15 @@ import (
 )
 
 // nodeRanksEnv is the comm.EnvNodeRanks entry of a rank that req starts on this node (whose
-// slot is already reserved): the ranks of its job on this node as mpirun placed them (or as
-// many as run here now, if more), plus the ranks of other jobs running here. Ranks use it to
-// decide whether they may poll their sockets (comm.DecideSpin).
-func (s *server) nodeRanksEnv(req job.SpawnRequest) string {
+// slot is already reserved), where same ranks of its job and other ranks of other jobs run
+// or start: the ranks of its job on this node as mpirun placed them (or as many as run here
+// now, if more), plus the ranks of other jobs. Ranks use it to decide whether they may poll
+// their sockets (comm.DecideSpin).
+func nodeRanksEnv(req job.SpawnRequest, same, other int) string {
 	placed := 0
 	if v, ok := spawner.Lookup(req.Env, comm.EnvNodeRanks); ok {
 		placed, _ = strconv.Atoi(v) // malformed: count what runs here
 	}
-	same, other := s.ranks.Counts(req.Job)
 	return comm.EnvNodeRanks + "=" + strconv.Itoa(nodeRanks(placed, same, other))
 }
 

@@ -42,9 +42,10 @@ type Config struct {
 	// Env is the base environment of every rank (KEY=VALUE).
 	Env []string
 	// NodeEnv returns the variables the node sets for the rank that req starts, once its
-	// slot is reserved; they override the request's. nil = none. It must not call the
-	// Manager's methods that wait for a rank (Shutdown).
-	NodeEnv func(req job.SpawnRequest) []string
+	// slot is reserved: same and other count the ranks (started or starting, this one
+	// included) of its job and of the other jobs on the node. They override the request's.
+	// nil = none.
+	NodeEnv func(req job.SpawnRequest, same, other int) []string
 
 	Log *log.Logger // not nil
 }
@@ -172,14 +173,6 @@ func (m *Manager) Ranks() []job.RankInfo {
 	return m.table.Ranks()
 }
 
-// Counts is the number of ranks (started or starting) of jobID on the node, and of the
-// other jobs.
-func (m *Manager) Counts(jobID string) (same, other int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.table.Counts(jobID)
-}
-
 func (m *Manager) respond(msg *nats.Msg, v any) {
 	if msg.Reply == "" {
 		return
@@ -252,11 +245,12 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 	}
 	m.ranks[key] = r
 	m.wg.Add(1)
+	same, other := m.table.Counts(req.Job)
 	m.mu.Unlock()
 
 	var nodeEnv []string
 	if m.cfg.NodeEnv != nil {
-		nodeEnv = m.cfg.NodeEnv(req)
+		nodeEnv = m.cfg.NodeEnv(req, same, other)
 	}
 	res := make(chan spawnResult, 1)
 	m.spawnc <- spawnOp{spec: launch.Spec{
