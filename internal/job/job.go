@@ -349,6 +349,9 @@ type NodeInfo struct {
 	Seq       uint64        `msgpack:"seq"`      // heartbeat counter
 	Leaving   bool          `msgpack:"leaving"`  // the last heartbeat of a pcmd shutting down
 	Ranks     []RankInfo    `msgpack:"ranks"`
+
+	// Draining: the node takes no new ranks, it is leaving (pcmd drain).
+	Draining bool `msgpack:"draining,omitempty"`
 }
 
 // MissedBeats is how many heartbeat intervals may pass without one before a node is gone.

@@ -1,7 +1,6 @@
-package pcmd
+package agentdriver
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -49,15 +48,15 @@ func (r *rankTable) get() []job.RankInfo {
 }
 
 type testAgent struct {
-	*agent
+	*Agent
 	sampler *fakeSampler
 	table   *rankTable
 	log     *testbin.Buffer
 }
 
-// fastIOS is an IOSConfig whose protocol runs in milliseconds.
-func fastIOS(policy string) IOSConfig {
-	return IOSConfig{
+// fastIOS is an Config whose protocol runs in milliseconds.
+func fastIOS(policy string) Config {
+	return Config{
 		Policy: policy, Period: 20 * time.Millisecond, Tick: 10 * time.Millisecond, Procs: NoProcesses, Seed: 7,
 		Protocol: iosbridge.Config{StealTimeout: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
 			HeartbeatInterval: 100 * time.Millisecond, PeerTimeout: 2 * time.Second},
@@ -66,19 +65,19 @@ func fastIOS(policy string) IOSConfig {
 
 // startAgentT runs an agent for node with a fake sampler (availability avail), the given
 // rank table and peers, until the test ends.
-func startAgentT(t *testing.T, url, node string, cfg IOSConfig, avail float64, ranks []job.RankInfo, peers ...string) *testAgent {
+func startAgentT(t *testing.T, url, node string, cfg Config, avail float64, ranks []job.RankInfo, peers ...string) *testAgent {
 	t.Helper()
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	ta := &testAgent{sampler: &fakeSampler{node: node, avail: avail}, table: &rankTable{ranks: ranks}, log: &testbin.Buffer{}}
 	cfg.Sampler = ta.sampler
-	a, err := startAgent(cfg, node, nc, log.New(ta.log, node+" ", 0), ta.table.get, func() []string { return peers })
+	a, err := Start(cfg, node, nc, log.New(ta.log, node+" ", 0), ta.table.get, func() []string { return peers })
 	if err != nil {
 		t.Fatal(err)
 	}
-	ta.agent = a
+	ta.Agent = a
 	var once sync.Once
 	t.Cleanup(func() {
-		once.Do(a.stop)
+		once.Do(a.Stop)
 		if t.Failed() {
 			t.Logf("log of agent %s:\n%s", node, ta.log)
 		}
@@ -173,16 +172,6 @@ func iosState(t *testing.T, nc *nats.Conn, node string) job.IOSState {
 	return st
 }
 
-// waitFor polls cond until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-	}
-}
-
 func eventsOf(st job.IOSState, kind string) []job.IOSEvent {
 	var out []job.IOSEvent
 	for _, e := range st.Events {
@@ -201,7 +190,7 @@ func eventsOf(st job.IOSState, kind string) []job.IOSEvent {
 func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving at iteration 12"})
 	table := loadedRanks("j", 4)
 	b := startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
@@ -219,7 +208,7 @@ func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 		t.Fatalf("control request %+v", req)
 	}
 	var st job.IOSState
-	waitFor(t, 5*time.Second, "B to record the accepted migration", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "B to record the accepted migration", func() bool {
 		st = iosState(t, nc, "B")
 		return st.Stats.MigrationsOK > 0
 	})
@@ -255,7 +244,7 @@ func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j",
 		job.ControlReply{Error: "rank 1 is checkpointing"},
 		job.ControlReply{OK: true, Message: "moving"})
@@ -263,9 +252,9 @@ func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
 	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
 	publishProfiles(t, nc, "B", "", table)
-	waitFor(t, 15*time.Second, "two migration requests", func() bool { return ctl.count() >= 2 })
+	testbin.WaitFor(t, 15*time.Second, "two migration requests", func() bool { return ctl.count() >= 2 })
 	var st job.IOSState
-	waitFor(t, 5*time.Second, "B to record both outcomes", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "B to record both outcomes", func() bool {
 		st = iosState(t, nc, "B")
 		return st.Stats.MigrationsFailed >= 1 && st.Stats.MigrationsOK >= 1
 	})
@@ -287,7 +276,7 @@ func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 func TestAgentNewRanksAreInCooldown(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
 	table := loadedRanks("j", 4)
 	for i := range table {
@@ -297,7 +286,7 @@ func TestAgentNewRanksAreInCooldown(t *testing.T) {
 	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
 	publishProfiles(t, nc, "B", "", table)
 	var st job.IOSState
-	waitFor(t, 10*time.Second, "B to decline steal requests", func() bool {
+	testbin.WaitFor(t, 10*time.Second, "B to decline steal requests", func() bool {
 		st = iosState(t, nc, "B")
 		d := eventsOf(st, job.IOSDecline)
 		return len(d) >= 2 && strings.Contains(d[len(d)-1].Reason, "4 in cooldown")
@@ -318,14 +307,14 @@ func TestAgentPolicyNoneNeverMigrates(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			url := testbin.NATSServer(t, "", "")
-			nc := connect(t, url)
+			nc := testbin.Connect(t, url)
 			ctl := newController(t, nc, "j", job.ControlReply{OK: true})
 			table := loadedRanks("j", 4)
 			startAgentT(t, url, "B", fastIOS(c.node), 0, table, "A")
 			startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
 			publishProfiles(t, nc, "B", c.job, table)
 			var st job.IOSState
-			waitFor(t, 10*time.Second, "B to decline several steal requests", func() bool {
+			testbin.WaitFor(t, 10*time.Second, "B to decline several steal requests", func() bool {
 				st = iosState(t, nc, "B")
 				return len(eventsOf(st, job.IOSDecline)) >= 3
 			})
@@ -356,7 +345,7 @@ func TestAgentPolicyNoneNeverMigrates(t *testing.T) {
 func TestAgentDropsBadInput(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	table := loadedRanks("j", 1)
 	b := startAgentT(t, url, "B", fastIOS(""), 0, table)
 	send := func(v any) {
@@ -392,7 +381,7 @@ func TestAgentDropsBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st job.IOSState
-	waitFor(t, 5*time.Second, "the bad input to be counted", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "the bad input to be counted", func() bool {
 		st = iosState(t, nc, "B")
 		return st.Stats.BadMessages == 7 && st.Stats.BadProfiles == 4
 	})
@@ -401,7 +390,7 @@ func TestAgentDropsBadInput(t *testing.T) {
 	}
 	// Still working: a good heartbeat makes A a neighbour.
 	send(iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "A", To: "B"})
-	waitFor(t, 5*time.Second, "A to become B's neighbour", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "A to become B's neighbour", func() bool {
 		st = iosState(t, nc, "B")
 		return len(st.Peers) == 1 && st.Peers[0] == "A"
 	})
@@ -420,20 +409,20 @@ func TestAgentDropsBadInput(t *testing.T) {
 func TestAgentSampleError(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	b := startAgentT(t, url, "B", fastIOS("sras"), 0.5, nil)
-	waitFor(t, 5*time.Second, "a sample", func() bool { return !iosState(t, nc, "B").SampledAt.IsZero() })
+	testbin.WaitFor(t, 5*time.Second, "a sample", func() bool { return !iosState(t, nc, "B").SampledAt.IsZero() })
 	b.sampler.mu.Lock()
 	b.sampler.fail = fmt.Errorf("iosbridge: sample: /proc/stat: permission denied")
 	b.sampler.mu.Unlock()
-	waitFor(t, 5*time.Second, "the sample error", func() bool {
+	testbin.WaitFor(t, 5*time.Second, "the sample error", func() bool {
 		st := iosState(t, nc, "B")
 		return st.SampleError == "sample: /proc/stat: permission denied" && st.Availability == 0.5 && st.Policy == "sras"
 	})
 }
 
-func TestIOSConfigErrors(t *testing.T) {
-	for want, c := range map[string]IOSConfig{
+func TestConfigErrors(t *testing.T) {
+	for want, c := range map[string]Config{
 		"unknown policy":         {Policy: "roundrobin"},
 		"steal-threshold 2":      {StealThreshold: 2},
 		"steal-ttl 100":          {TTL: 100},
@@ -441,79 +430,15 @@ func TestIOSConfigErrors(t *testing.T) {
 		"must not be negative":   {Cooldown: -time.Second},
 		"IOS period 2s and tick": {Tick: time.Nanosecond},
 	} {
-		if err := c.setDefaults(); err == nil || !strings.Contains(err.Error(), want) {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want an error with %q", c, err, want)
 		}
 	}
-	if c := (IOSConfig{Disabled: true, Policy: "roundrobin"}); c.setDefaults() != nil {
+	if c := (Config{Disabled: true, Policy: "roundrobin"}); c.Validate() != nil {
 		t.Error("a disabled agent's config was checked")
 	}
-	c := IOSConfig{Policy: " SRAS "}
-	if err := c.setDefaults(); err != nil || c.Policy != "sras" || c.Period != DefaultIOSPeriod || c.Sampler == nil || c.Procs == nil {
+	c := Config{Policy: " SRAS "}
+	if err := c.Validate(); err != nil || c.Policy != "sras" || c.Period != DefaultPeriod || c.Sampler == nil || c.Procs == nil {
 		t.Errorf("defaults %+v %v", c, err)
 	}
-}
-
-// Through Serve: the agents of two nodes become neighbours through pcmd's heartbeats, a
-// rank's profile reaches its node's agent, and pcmd status shows both; a node that stops
-// leaves its neighbours' protocol.
-func TestServeIOSAgentsAndStatus(t *testing.T) {
-	t.Parallel()
-	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
-	dir, prog := rankScript(t)
-	ios := fastIOS("")
-	ios.Procs = nil // the real /proc: the rank is a real process
-	n1 := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, IOS: ios})
-	ios.Policy = "flcras"
-	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, IOS: ios})
-	rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 0, Path: prog, Args: []string{"sleep"}})
-	if rep.Error != "" {
-		t.Fatal(rep.Error)
-	}
-	publishProfiles(t, nc, "n1", "sras", []job.RankInfo{{Job: "j", Rank: 0, PID: rep.PID}})
-	var st Status
-	waitFor(t, 10*time.Second, "both agents in pcmd status, neighbours, with n1's profile", func() bool {
-		var err error
-		if st, err = DiscoverStatus(nc, 300*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		if len(st.Nodes) != 2 || st.Nodes[0].IOS == nil || st.Nodes[1].IOS == nil {
-			return false
-		}
-		a, b := st.Nodes[0].IOS, st.Nodes[1].IOS
-		return len(a.Peers) == 1 && a.Peers[0] == "n2" && len(b.Peers) == 1 && b.Peers[0] == "n1" &&
-			len(a.Profiles) == 1 && a.JobPolicies["j"] == "sras"
-	})
-	a := st.Nodes[0].IOS
-	if a.Policy != "mpiios" || st.Nodes[1].IOS.Policy != "flcras" || a.EffectiveCPUs <= 0 || a.SampledAt.IsZero() ||
-		a.Profiles[0].PID != rep.PID || a.Profiles[0].Iteration != 10 {
-		t.Errorf("n1's agent %+v", a)
-	}
-	var js bytes.Buffer
-	if err := st.WriteJSON(&js); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`"ios": {`, `"policy": "mpiios"`, `"decisions": [`, `"profiles": [`, `"planned_iterations": 1000`, `"steal":`} {
-		if !strings.Contains(js.String(), want) {
-			t.Errorf("status JSON lacks %q:\n%s", want, js.String())
-		}
-	}
-	var txt bytes.Buffer
-	if err := st.WriteText(&txt); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"POLICY", "mpiios (j=sras)", "flcras", "ITERATION", "10/1000", "0.5", "10%"} {
-		if !strings.Contains(txt.String(), want) {
-			t.Errorf("status text lacks %q:\n%s", want, txt.String())
-		}
-	}
-	if err := n2.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "n1's agent to drop n2", func() bool {
-		s, err := DiscoverStatus(nc, 200*time.Millisecond)
-		return err == nil && len(s.Nodes) == 1 && s.Nodes[0].IOS != nil && len(s.Nodes[0].IOS.Peers) == 0
-	})
-	_ = n1
 }

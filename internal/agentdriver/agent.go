@@ -1,4 +1,9 @@
-package pcmd
+// Package agentdriver runs a node's IOS agent: the thin I/O loop around iosbridge.Node,
+// which makes the decisions (after MPI/IOS and Desell's IOS). One goroutine owns the Node;
+// it samples the node's resources, feeds it the node's ranks and their latest profiles,
+// carries its protocol messages over NATS (mpios.node.NODE.ios) and asks jobs to migrate
+// the ranks it gives away (job.ControlSubject). pcmd serve starts one per node.
+package agentdriver
 
 import (
 	"encoding/json"
@@ -18,30 +23,31 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/iosbridge"
 	"github.com/mpios/mpios/profiler"
 )
 
-// Defaults of IOSConfig.
+// Defaults of Config.
 const (
-	DefaultIOSPeriod      = 2 * time.Second
-	DefaultIOSTick        = 500 * time.Millisecond
+	DefaultPeriod         = 2 * time.Second
+	DefaultTick           = 500 * time.Millisecond
 	DefaultControlTimeout = 10 * time.Second
 )
 
-// IOSConfig configures the node's IOS agent (see iosbridge): profiling, random stealing and
+// Config configures the node's IOS agent (see iosbridge): profiling, random stealing and
 // decisions. Zero values select the defaults.
-type IOSConfig struct {
+type Config struct {
 	// Disabled turns the agent off: no profiling, no stealing, no migrations.
 	Disabled bool
 	// Policy is the node's decision policy (iosbridge.PolicyNames); "" = iosbridge.DefaultPolicy.
 	// A job that names its own (mpirun --policy) is decided by that one on every node.
 	Policy string
 	// Period is how often the node's resources are sampled and the protocol learns the
-	// ranks' latest profiles; 0 = DefaultIOSPeriod.
+	// ranks' latest profiles; 0 = DefaultPeriod.
 	Period time.Duration
 	// Tick drives the protocol's timers (heartbeats, steal timeouts, new steals);
-	// 0 = DefaultIOSTick.
+	// 0 = DefaultTick.
 	Tick time.Duration
 	// StealThreshold: the node sends steal requests while its availability (idle fraction of
 	// its CPUs, quota included) is at least this; 0 = 0.25.
@@ -91,7 +97,9 @@ func (noProcs) Process(pid int) (iosbridge.ProcTimes, error) {
 	return iosbridge.ProcTimes{}, fmt.Errorf("process %d: not measured", pid)
 }
 
-func (c *IOSConfig) setDefaults() error {
+// Validate checks the configuration and fills in the defaults of fields left zero. A
+// disabled agent's configuration is not checked.
+func (c *Config) Validate() error {
 	if c.Disabled {
 		return nil
 	}
@@ -108,8 +116,8 @@ func (c *IOSConfig) setDefaults() error {
 			*d = v
 		}
 	}
-	def(&c.Period, DefaultIOSPeriod)
-	def(&c.Tick, DefaultIOSTick)
+	def(&c.Period, DefaultPeriod)
+	def(&c.Tick, DefaultTick)
 	def(&c.ControlTimeout, DefaultControlTimeout)
 	switch {
 	case c.Period < job.MinInterval || c.Tick < job.MinInterval || c.Period > job.MaxInterval || c.Tick > job.MaxInterval:
@@ -148,6 +156,12 @@ const (
 	maxReasonBytes = 1024 // job.ControlRequest.Reason
 )
 
+// rankKey names a rank of a job.
+type rankKey struct {
+	job  string
+	rank int
+}
+
 type profEntry struct {
 	raw  []byte
 	prof profiler.RankProfile
@@ -166,11 +180,11 @@ type migResult struct {
 	err error
 }
 
-// agent is the node's IOS agent. One goroutine (run) owns the iosbridge.Node and everything
+// Agent is a running IOS agent of a node. One goroutine (run) owns the iosbridge.Node and everything
 // below "loop-owned"; NATS callbacks hand it their input through channels, except the ranks'
 // profiles, which they keep in a map under pmu.
-type agent struct {
-	cfg   IOSConfig
+type Agent struct {
+	cfg   Config
 	node  string
 	nc    *nats.Conn
 	log   *log.Logger
@@ -206,9 +220,11 @@ type agent struct {
 	migFailed   uint64
 }
 
-// startAgent validates cfg, subscribes to the agent's subjects and starts its goroutine.
-func startAgent(cfg IOSConfig, node string, nc *nats.Conn, logger *log.Logger, ranks func() []job.RankInfo, peers func() []string) (*agent, error) {
-	if err := cfg.setDefaults(); err != nil {
+// Start validates cfg, subscribes to the agent's subjects on nc and starts the agent of
+// node. ranks returns the node's rank table, peers the nodes whose heartbeats are current;
+// both are called from the agent's goroutine and must be safe for concurrent use.
+func Start(cfg Config, node string, nc *nats.Conn, logger *log.Logger, ranks func() []job.RankInfo, peers func() []string) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	policy, _ := iosbridge.PolicyByName(cfg.Policy)
@@ -229,7 +245,7 @@ func startAgent(cfg IOSConfig, node string, nc *nats.Conn, logger *log.Logger, r
 	if err != nil {
 		return nil, fmt.Errorf("pcmd: IOS agent: %s", strings.TrimPrefix(err.Error(), "iosbridge: "))
 	}
-	a := &agent{
+	a := &Agent{
 		cfg: cfg, node: node, nc: nc, log: logger, ranks: ranks, peers: peers,
 		inbox: make(chan []byte, agentInbox), results: make(chan migResult, 16),
 		stateReq: make(chan chan job.IOSState), quit: make(chan struct{}), done: make(chan struct{}),
@@ -263,7 +279,7 @@ func startAgent(cfg IOSConfig, node string, nc *nats.Conn, logger *log.Logger, r
 	return a, nil
 }
 
-func nodeStealThreshold(c IOSConfig) float64 {
+func nodeStealThreshold(c Config) float64 {
 	if c.StealThreshold == 0 {
 		return 0.25
 	}
@@ -277,22 +293,22 @@ func ttlOrDefault(ttl int) int {
 	return ttl
 }
 
-func (a *agent) unsubscribe() {
+func (a *Agent) unsubscribe() {
 	for _, s := range a.subs {
 		_ = s.Unsubscribe()
 	}
 	a.subs = nil
 }
 
-// stop leaves the peer network (telling the neighbours) and stops the agent.
-func (a *agent) stop() {
+// Stop leaves the peer network (telling the neighbours) and stops the agent.
+func (a *Agent) Stop() {
 	a.unsubscribe()
 	close(a.quit)
 	<-a.done
 }
 
 // warn logs a problem with input from the network, at most once per warnEvery per kind.
-func (a *agent) warn(kind, format string, args ...any) {
+func (a *Agent) warn(kind, format string, args ...any) {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	now := time.Now()
@@ -309,7 +325,7 @@ func (a *agent) warn(kind, format string, args ...any) {
 }
 
 // onProtocol queues a protocol message for the agent's goroutine.
-func (a *agent) onProtocol(m *nats.Msg) {
+func (a *Agent) onProtocol(m *nats.Msg) {
 	select {
 	case a.inbox <- m.Data:
 	default:
@@ -319,7 +335,7 @@ func (a *agent) onProtocol(m *nats.Msg) {
 }
 
 // onState answers a status request with the agent's state.
-func (a *agent) onState(m *nats.Msg) {
+func (a *Agent) onState(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
@@ -342,7 +358,7 @@ func (a *agent) onState(m *nats.Msg) {
 }
 
 // onProfile keeps the latest profile of every rank of this node.
-func (a *agent) onProfile(m *nats.Msg) {
+func (a *Agent) onProfile(m *nats.Msg) {
 	tok := strings.Split(m.Subject, ".")
 	if len(tok) != 4 {
 		return
@@ -382,7 +398,7 @@ func (a *agent) onProfile(m *nats.Msg) {
 	a.pmu.Unlock()
 }
 
-func (a *agent) run() {
+func (a *Agent) run() {
 	defer close(a.done)
 	sample := time.NewTicker(a.cfg.Period)
 	defer sample.Stop()
@@ -414,7 +430,7 @@ func (a *agent) run() {
 }
 
 // resample feeds the node a fresh resource sample and its ranks' latest profiles.
-func (a *agent) resample() {
+func (a *Agent) resample() {
 	now := a.cfg.Clock()
 	table := a.ranks()
 	ids := make([]iosbridge.RankID, len(table))
@@ -442,13 +458,13 @@ func (a *agent) resample() {
 
 // staleAfter is how old a profile may be and still describe a rank: a few of the ranks'
 // default publication periods, or of ours if longer.
-func (a *agent) staleAfter() time.Duration {
+func (a *Agent) staleAfter() time.Duration {
 	return max(5*profiler.DefaultEvery, 3*a.cfg.Period)
 }
 
 // rankProfiles converts the latest profile of every rank in table, completed with its
 // process's CPU use and memory, and forgets what no longer runs here.
-func (a *agent) rankProfiles(now time.Time, table []job.RankInfo) []iosbridge.RankProfile {
+func (a *Agent) rankProfiles(now time.Time, table []job.RankInfo) []iosbridge.RankProfile {
 	inTable := make(map[rankKey]job.RankInfo, len(table))
 	for _, r := range table {
 		inTable[rankKey{r.Job, r.Rank}] = r
@@ -510,7 +526,7 @@ func (a *agent) rankProfiles(now time.Time, table []job.RankInfo) []iosbridge.Ra
 // syncPeers follows pcmd's peer table: a node whose heartbeats are current and that the
 // protocol does not know is sent a Join (again after a PeerTimeout without answer); a node
 // that left the table leaves the protocol's neighbours too.
-func (a *agent) syncPeers() {
+func (a *Agent) syncPeers() {
 	now := a.cfg.Clock()
 	cur := map[string]bool{}
 	for _, p := range a.peers() {
@@ -549,10 +565,10 @@ func (a *agent) syncPeers() {
 }
 
 // step hands one protocol message to the node; bad ones are counted, logged and dropped.
-func (a *agent) step(data []byte) {
+func (a *Agent) step(data []byte) {
 	var m iosbridge.Message
 	if err := job.Decode(data, &m); err != nil {
-		a.drop("a malformed protocol message: %v", trimJob(err))
+		a.drop("a malformed protocol message: %v", strings.TrimPrefix(err.Error(), "job: "))
 		return
 	}
 	for _, name := range append([]string{m.From, m.To, m.Origin}, m.Peers...) {
@@ -560,13 +576,13 @@ func (a *agent) step(data []byte) {
 			continue
 		}
 		if err := job.ValidateNode(name); err != nil {
-			a.drop("a %s message from %q: %v", m.Kind, m.From, trimJob(err))
+			a.drop("a %s message from %q: %v", m.Kind, m.From, strings.TrimPrefix(err.Error(), "job: "))
 			return
 		}
 	}
 	if m.Profile != nil {
 		if err := job.ValidateNode(m.Profile.Node); err != nil {
-			a.drop("a %s message from %q: %v", m.Kind, m.From, trimJob(err))
+			a.drop("a %s message from %q: %v", m.Kind, m.From, strings.TrimPrefix(err.Error(), "job: "))
 			return
 		}
 	}
@@ -593,7 +609,7 @@ func (a *agent) step(data []byte) {
 	}
 }
 
-func (a *agent) drop(format string, args ...any) {
+func (a *Agent) drop(format string, args ...any) {
 	a.badMessages.Add(1)
 	a.warn("protocol", "dropping "+format, args...)
 }
@@ -601,7 +617,7 @@ func (a *agent) drop(format string, args ...any) {
 // event records a decision or an outcome for status: key events (gives, arrivals,
 // migrations) and routine ones (declines, failed steals) are kept in separate rings so that
 // frequent declines cannot push the migrations out.
-func (a *agent) event(key bool, e job.IOSEvent) {
+func (a *Agent) event(key bool, e job.IOSEvent) {
 	ring, limit := &a.minor, routineEvents
 	if key {
 		ring, limit = &a.key, keyEvents
@@ -616,7 +632,7 @@ func (a *agent) event(key bool, e job.IOSEvent) {
 }
 
 // flush carries out what the node wants: messages to their nodes, migrations to the jobs.
-func (a *agent) flush() {
+func (a *Agent) flush() {
 	rd := a.n.Ready()
 	for _, d := range rd.Decisions {
 		e := job.IOSEvent{At: d.At, Kind: job.IOSDecline, Rank: -1, Peer: d.Origin, Policy: d.Decision.Policy,
@@ -628,7 +644,7 @@ func (a *agent) flush() {
 	}
 	for _, m := range rd.Messages {
 		if err := job.ValidateNode(m.To); err != nil {
-			a.warn("send", "not sending a %s message to %q: %v", m.Kind, m.To, trimJob(err))
+			a.warn("send", "not sending a %s message to %q: %v", m.Kind, m.To, strings.TrimPrefix(err.Error(), "job: "))
 			continue
 		}
 		data, err := job.Encode(m)
@@ -645,7 +661,7 @@ func (a *agent) flush() {
 }
 
 // policyOf is the policy that governs a rank: its job's, or the node's.
-func (a *agent) policyOf(r iosbridge.RankID) string {
+func (a *Agent) policyOf(r iosbridge.RankID) string {
 	a.pmu.Lock()
 	defer a.pmu.Unlock()
 	if e := a.profiles[rankKey{r.Job, r.Rank}]; e != nil && e.prof.Policy != "" {
@@ -656,7 +672,7 @@ func (a *agent) policyOf(r iosbridge.RankID) string {
 
 // migrate asks the rank's job to move it, in the background; the answer comes back to the
 // loop through results.
-func (a *agent) migrate(m iosbridge.Migration) {
+func (a *Agent) migrate(m iosbridge.Migration) {
 	if p := a.policyOf(m.Rank); p == iosbridge.PolicyNone {
 		// The policies never decide this (iosbridge.PerRank); keep the promise anyway.
 		a.failed(a.cfg.Clock(), m.Rank)
@@ -671,7 +687,7 @@ func (a *agent) migrate(m iosbridge.Migration) {
 	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: m.Rank.Rank, To: m.To, Reason: reason}
 	a.log.Printf("IOS agent: asking job %s to move rank %d to %s (%s)", m.Rank.Job, m.Rank.Rank, m.To, reason)
 	go func() {
-		rep, err := Control(a.nc, m.Rank.Job, req, a.cfg.ControlTimeout)
+		rep, err := nodestatus.Control(a.nc, m.Rank.Job, req, a.cfg.ControlTimeout)
 		select {
 		case a.results <- migResult{m: m, rep: rep, err: err}:
 		case <-a.quit:
@@ -679,7 +695,7 @@ func (a *agent) migrate(m iosbridge.Migration) {
 	}()
 }
 
-func (a *agent) migrationDone(r migResult) {
+func (a *Agent) migrationDone(r migResult) {
 	e := job.IOSEvent{At: a.cfg.Clock(), Kind: job.IOSMigrateOK, Job: r.m.Rank.Job, Rank: r.m.Rank.Rank, Peer: r.m.To, Policy: r.m.Policy, Gain: r.m.Gain}
 	switch {
 	case r.err != nil:
@@ -701,14 +717,14 @@ func (a *agent) migrationDone(r migResult) {
 
 // failed frees a rank whose migration did not happen and starts its cooldown, so that a job
 // that refuses is not asked again at every steal request.
-func (a *agent) failed(now time.Time, rank iosbridge.RankID) {
+func (a *Agent) failed(now time.Time, rank iosbridge.RankID) {
 	a.n.MigrationFailed(rank)
 	a.n.Cooldown(now, rank)
 	a.migFailed++
 }
 
 // state describes the agent for pcmd status.
-func (a *agent) state() job.IOSState {
+func (a *Agent) state() job.IOSState {
 	st := job.IOSState{
 		Node: a.node, Policy: a.cfg.Policy, StealThreshold: nodeStealThreshold(a.cfg), Period: a.cfg.Period,
 		SampledAt: a.sample.SampledAt, CPUs: a.sample.CPUs, EffectiveCPUs: a.sample.EffectiveCPUs,

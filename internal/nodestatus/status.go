@@ -1,4 +1,9 @@
-package pcmd
+// Package nodestatus is the client side of the pcmd nodes: it asks every node and IOS
+// agent on a NATS server for its view (DiscoverStatus), merges the views into one picture
+// of the cluster (Collect) and prints it (Status.WriteText, Status.WriteJSON) for "pcmd
+// status". It also sends a job control requests (Control), as "pcmd migrate" and the IOS
+// agents do, and finds the NATS server of the newest running mpirun (NewestRecord).
+package nodestatus
 
 import (
 	"encoding/json"
@@ -19,6 +24,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/procstate"
 	"github.com/mpios/mpios/profiler"
 )
 
@@ -49,6 +55,8 @@ type NodeStatus struct {
 	Advertise string     `json:"advertise"`
 	PID       int        `json:"pid"`
 	Version   string     `json:"version"`
+	// Draining: the node takes no new ranks and leaves once its ranks moved (pcmd drain).
+	Draining bool `json:"draining,omitempty"`
 	// IOS is the node's IOS agent; nil if it did not answer (agent off, or an older pcmd).
 	IOS *IOSStatus `json:"ios,omitempty"`
 }
@@ -247,6 +255,7 @@ func Collect(views []job.NodeView) Status {
 		n := NodeStatus{
 			Name: b.info.Name, State: StateAlive, Slots: b.info.Slots, Used: b.info.Used, Load: b.info.Load,
 			LastBeat: b.age.Seconds(), Advertise: b.info.Advertise, PID: b.info.PID, Version: b.info.Version,
+			Draining: b.info.Draining,
 		}
 		if b.age > b.info.GoneAfter() {
 			n.State = StateGone
@@ -276,6 +285,12 @@ func (st Status) WriteJSON(w io.Writer) error {
 	return enc.Encode(st)
 }
 
+// rankKey names a rank of a job.
+type rankKey struct {
+	job  string
+	rank int
+}
+
 // WriteText writes st as two aligned tables, nodes then ranks.
 func (st Status) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -285,7 +300,11 @@ func (st Status) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(tw, "NODE\tSTATE\tSLOTS\tLOAD\tLAST BEAT\tADVERTISE\tPID\tVERSION")
 	for _, n := range st.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.2f %.2f %.2f\t%s\t%s\t%d\t%s\n", n.Name, n.State, n.Used, n.Slots,
+		state := n.State
+		if n.Draining && n.State == StateAlive {
+			state = "draining"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%.2f %.2f %.2f\t%s\t%s\t%d\t%s\n", n.Name, state, n.Used, n.Slots,
 			n.Load[0], n.Load[1], n.Load[2], ago(n.LastBeat), n.Advertise, n.PID, n.Version)
 	}
 	fmt.Fprintln(tw)
@@ -440,7 +459,7 @@ func NewestRecord(dir string) (launch.Record, string, error) {
 		}
 		path := filepath.Join(dir, name)
 		rec, err := launch.ReadRecord(path)
-		if err != nil || rec.NATSURL == "" || !processAlive(rec.PID) {
+		if err != nil || rec.NATSURL == "" || !procstate.Alive(rec.PID) {
 			continue // unreadable, or a leftover of an mpirun that was killed
 		}
 		if bestPath == "" || rec.Started.After(best.Started) {
@@ -462,28 +481,59 @@ var ErrNoController = errors.New("nobody answers control requests")
 func Control(nc *nats.Conn, jobID string, req job.ControlRequest, timeout time.Duration) (job.ControlReply, error) {
 	var rep job.ControlReply
 	if err := job.ValidateID(jobID); err != nil {
-		return rep, fmt.Errorf("pcmd: %w", trimJob(err))
+		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
 	}
 	if err := req.Validate(); err != nil {
-		return rep, fmt.Errorf("pcmd: %w", trimJob(err))
-	}
-	data, err := job.Encode(req)
-	if err != nil {
-		return rep, fmt.Errorf("pcmd: %w", err)
+		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
 	}
 	subj := job.ControlSubject(jobID)
+	err := ask(nc, subj, req, &rep, timeout, "job "+jobID, func() error {
+		return fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)",
+			jobID, ErrNoController, subj, req.Kind)
+	})
+	return rep, err
+}
+
+// ask sends req on subj and decodes the reply into rep, waiting up to timeout. Its errors
+// name who was asked; noResponders builds the one for a subject nobody listens on.
+func ask(nc *nats.Conn, subj string, req, rep any, timeout time.Duration, who string, noResponders func() error) error {
+	data, err := job.Encode(req)
+	if err != nil {
+		return fmt.Errorf("pcmd: %w", err)
+	}
 	msg, err := nc.Request(subj, data, timeout)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return rep, fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)",
-			jobID, ErrNoController, subj, req.Kind)
+		return noResponders()
 	case errors.Is(err, nats.ErrTimeout):
-		return rep, fmt.Errorf("pcmd: job %s: no reply on %s within %v", jobID, subj, timeout)
+		return fmt.Errorf("pcmd: %s: no reply on %s within %v", who, subj, timeout)
 	case err != nil:
-		return rep, fmt.Errorf("pcmd: job %s: %w", jobID, err)
+		return fmt.Errorf("pcmd: %s: %w", who, err)
 	}
-	if err := job.Decode(msg.Data, &rep); err != nil {
-		return rep, fmt.Errorf("pcmd: job %s: malformed reply: %w", jobID, trimJob(err))
+	if err := job.Decode(msg.Data, rep); err != nil {
+		return fmt.Errorf("pcmd: %s: malformed reply: %s", who, strings.TrimPrefix(err.Error(), "job: "))
 	}
-	return rep, nil
+	return nil
+}
+
+// Drain asks the pcmd of node to leave gracefully (job.NodeDrainSubject) and waits up to
+// timeout for its reply, which it sends once the jobs of its ranks answered.
+func Drain(nc *nats.Conn, node string, req job.DrainRequest, timeout time.Duration) (job.DrainReply, error) {
+	var rep job.DrainReply
+	if err := job.ValidateNode(node); err != nil {
+		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
+	}
+	if err := req.Validate(); err != nil {
+		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
+	}
+	subj := job.NodeDrainSubject(node)
+	err := ask(nc, subj, req, &rep, timeout, "node "+node, func() error {
+		return fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj)
+	})
+	if err == nil {
+		if verr := rep.Validate(); verr != nil {
+			err = fmt.Errorf("pcmd: node %s: invalid drain reply: %s", node, strings.TrimPrefix(verr.Error(), "job: "))
+		}
+	}
+	return rep, err
 }
