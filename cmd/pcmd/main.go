@@ -23,7 +23,8 @@ import (
 
 	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/jobrecord"
+	"github.com/mpios/mpios/internal/natsembed"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/pcmd"
 	"github.com/mpios/mpios/iosbridge"
@@ -360,10 +361,10 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 			}
 		}
 		if err := job.ValidateID(c.String("job")); err != nil {
-			return &usageError{"--job: " + strings.TrimPrefix(err.Error(), "job: ")}
+			return &usageError{"--job: " + job.TrimPrefix(err).Error()}
 		}
 		if err := req.Validate(); err != nil {
-			return &usageError{strings.TrimPrefix(err.Error(), "job: ")}
+			return &usageError{job.TrimPrefix(err).Error()}
 		}
 		nc, err := clientConn(c, stderr)
 		if err != nil {
@@ -411,14 +412,14 @@ Exit status 0 if every job accepted, 1 otherwise.`,
 			}
 			node := c.String("node")
 			if err := job.ValidateNode(node); err != nil {
-				return &usageError{"--node: " + strings.TrimPrefix(err.Error(), "job: ")}
+				return &usageError{"--node: " + job.TrimPrefix(err).Error()}
 			}
 			req := job.DrainRequest{Reason: c.String("reason")}
 			if req.Reason == "" {
 				req.Reason = "by " + userName()
 			}
 			if err := req.Validate(); err != nil {
-				return &usageError{strings.TrimPrefix(err.Error(), "job: ")}
+				return &usageError{job.TrimPrefix(err).Error()}
 			}
 			nc, err := clientConn(c, stderr)
 			if err != nil {
@@ -455,13 +456,13 @@ Exit status 0 if every job accepted, 1 otherwise.`,
 func clientConn(c *cli.Context, stderr io.Writer) (*nats.Conn, error) {
 	url := c.String("nats")
 	if url == "" {
-		rec, path, err := nodestatus.NewestRecord(launch.RuntimeDir())
+		rec, path, err := nodestatus.NewestRecord(jobrecord.RuntimeDir())
 		if err != nil {
 			return nil, &usageError{"no --nats URL given and " + strings.TrimPrefix(err.Error(), "pcmd: ")}
 		}
 		url = rec.NATSURL
 		fmt.Fprintf(stderr, "pcmd: using NATS %s of mpirun job %s (pid %d, record %s)\n",
-			launch.RedactURL(url), rec.JobID, rec.PID, path)
+			natsembed.RedactURL(url), rec.JobID, rec.PID, path)
 	}
 	opts := natsOptions(c, url)
 	opts.Name = "pcmd " + c.Command.Name

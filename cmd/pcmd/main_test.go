@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/testbin"
 )
@@ -274,7 +274,7 @@ func testCluster(t *testing.T, url string) {
 	if err := os.MkdirAll(filepath.Join(rt, "mpios"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := json.Marshal(launch.Record{JobID: "fake-job", NATSURL: url, PID: os.Getpid(), Started: time.Now()})
+	rec, _ := json.Marshal(jobrecord.Record{JobID: "fake-job", NATSURL: url, PID: os.Getpid(), Started: time.Now()})
 	if err := os.WriteFile(filepath.Join(rt, "mpios", "fake-job.json"), rec, 0o600); err != nil {
 		t.Fatal(err)
 	}

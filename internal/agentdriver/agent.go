@@ -568,7 +568,7 @@ func (a *Agent) syncPeers() {
 func (a *Agent) step(data []byte) {
 	var m iosbridge.Message
 	if err := job.Decode(data, &m); err != nil {
-		a.drop("a malformed protocol message: %v", strings.TrimPrefix(err.Error(), "job: "))
+		a.drop("a malformed protocol message: %v", job.TrimPrefix(err).Error())
 		return
 	}
 	for _, name := range append([]string{m.From, m.To, m.Origin}, m.Peers...) {
@@ -576,13 +576,13 @@ func (a *Agent) step(data []byte) {
 			continue
 		}
 		if err := job.ValidateNode(name); err != nil {
-			a.drop("a %s message from %q: %v", m.Kind, m.From, strings.TrimPrefix(err.Error(), "job: "))
+			a.drop("a %s message from %q: %v", m.Kind, m.From, job.TrimPrefix(err).Error())
 			return
 		}
 	}
 	if m.Profile != nil {
 		if err := job.ValidateNode(m.Profile.Node); err != nil {
-			a.drop("a %s message from %q: %v", m.Kind, m.From, strings.TrimPrefix(err.Error(), "job: "))
+			a.drop("a %s message from %q: %v", m.Kind, m.From, job.TrimPrefix(err).Error())
 			return
 		}
 	}
@@ -644,7 +644,7 @@ func (a *Agent) flush() {
 	}
 	for _, m := range rd.Messages {
 		if err := job.ValidateNode(m.To); err != nil {
-			a.warn("send", "not sending a %s message to %q: %v", m.Kind, m.To, strings.TrimPrefix(err.Error(), "job: "))
+			a.warn("send", "not sending a %s message to %q: %v", m.Kind, m.To, job.TrimPrefix(err).Error())
 			continue
 		}
 		data, err := job.Encode(m)

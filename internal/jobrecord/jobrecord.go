@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/mpios/mpios/internal/rankproc"
+	"github.com/mpios/mpios/internal/procstate"
 )
 
 // Record describes a running job. mpirun writes it to RecordPath while the job runs, so
@@ -85,7 +85,7 @@ func Write(dir string, rec Record) (string, error) {
 		return "", err
 	}
 	path := RecordPath(dir, rec.JobID)
-	if old, err := ReadRecord(path); err == nil && rankproc.Alive(old.PID) {
+	if old, err := ReadRecord(path); err == nil && procstate.Alive(old.PID) {
 		return "", fmt.Errorf("jobrecord: job %s: %w by mpirun pid %d", rec.JobID, ErrJobIDInUse, old.PID)
 	}
 	b, err := json.MarshalIndent(rec, "", "  ")

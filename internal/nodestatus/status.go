@@ -23,7 +23,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/jobrecord"
+	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/internal/procstate"
 	"github.com/mpios/mpios/profiler"
 )
@@ -109,7 +111,7 @@ func DiscoverStatus(nc *nats.Conn, wait time.Duration) (Status, error) {
 		defer close(done)
 		states, iosErr = DiscoverIOS(nc, wait)
 	}()
-	views, err := launch.DiscoverNodes(nc, wait)
+	views, err := nodeclient.DiscoverNodes(nc, wait)
 	<-done
 	if err != nil {
 		return Status{}, err
@@ -119,7 +121,7 @@ func DiscoverStatus(nc *nats.Conn, wait time.Duration) (Status, error) {
 	}
 	st := Collect(views)
 	st.AttachIOS(states)
-	st.NATS = launch.RedactURL(nc.ConnectedUrl())
+	st.NATS = natsembed.RedactURL(nc.ConnectedUrl())
 	st.Jobs = jobInfos(nc, st.Ranks, wait)
 	return st, nil
 }
@@ -441,15 +443,15 @@ func ago(sec float64) string {
 // ErrNoRecord reports that no running mpirun left a job record to take the NATS URL from.
 var ErrNoRecord = errors.New("no running mpirun found")
 
-// NewestRecord returns the most recently started job record in dir (launch.RuntimeDir) whose
+// NewestRecord returns the most recently started job record in dir (jobrecord.RuntimeDir) whose
 // mpirun is still running, and its path.
-func NewestRecord(dir string) (launch.Record, string, error) {
+func NewestRecord(dir string) (jobrecord.Record, string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return launch.Record{}, "", fmt.Errorf("pcmd: job records: %w", err)
+		return jobrecord.Record{}, "", fmt.Errorf("pcmd: job records: %w", err)
 	}
 	var (
-		best     launch.Record
+		best     jobrecord.Record
 		bestPath string
 	)
 	for _, e := range entries {
@@ -458,7 +460,7 @@ func NewestRecord(dir string) (launch.Record, string, error) {
 			continue
 		}
 		path := filepath.Join(dir, name)
-		rec, err := launch.ReadRecord(path)
+		rec, err := jobrecord.ReadRecord(path)
 		if err != nil || rec.NATSURL == "" || !procstate.Alive(rec.PID) {
 			continue // unreadable, or a leftover of an mpirun that was killed
 		}
@@ -481,10 +483,10 @@ var ErrNoController = errors.New("nobody answers control requests")
 func Control(nc *nats.Conn, jobID string, req job.ControlRequest, timeout time.Duration) (job.ControlReply, error) {
 	var rep job.ControlReply
 	if err := job.ValidateID(jobID); err != nil {
-		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
+		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
 	}
 	if err := req.Validate(); err != nil {
-		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
+		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
 	}
 	subj := job.ControlSubject(jobID)
 	err := ask(nc, subj, req, &rep, timeout, "job "+jobID, func() error {
@@ -511,7 +513,7 @@ func ask(nc *nats.Conn, subj string, req, rep any, timeout time.Duration, who st
 		return fmt.Errorf("pcmd: %s: %w", who, err)
 	}
 	if err := job.Decode(msg.Data, rep); err != nil {
-		return fmt.Errorf("pcmd: %s: malformed reply: %s", who, strings.TrimPrefix(err.Error(), "job: "))
+		return fmt.Errorf("pcmd: %s: malformed reply: %s", who, job.TrimPrefix(err).Error())
 	}
 	return nil
 }
@@ -521,10 +523,10 @@ func ask(nc *nats.Conn, subj string, req, rep any, timeout time.Duration, who st
 func Drain(nc *nats.Conn, node string, req job.DrainRequest, timeout time.Duration) (job.DrainReply, error) {
 	var rep job.DrainReply
 	if err := job.ValidateNode(node); err != nil {
-		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
+		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
 	}
 	if err := req.Validate(); err != nil {
-		return rep, fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "job: "))
+		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
 	}
 	subj := job.NodeDrainSubject(node)
 	err := ask(nc, subj, req, &rep, timeout, "node "+node, func() error {
@@ -532,7 +534,7 @@ func Drain(nc *nats.Conn, node string, req job.DrainRequest, timeout time.Durati
 	})
 	if err == nil {
 		if verr := rep.Validate(); verr != nil {
-			err = fmt.Errorf("pcmd: node %s: invalid drain reply: %s", node, strings.TrimPrefix(verr.Error(), "job: "))
+			err = fmt.Errorf("pcmd: node %s: invalid drain reply: %s", node, job.TrimPrefix(verr).Error())
 		}
 	}
 	return rep, err

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/testbin"
 )
 
@@ -44,8 +44,8 @@ func TestNewestRecord(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
 	write := func(id string, pid int, started time.Time) {
-		b, _ := json.Marshal(launch.Record{JobID: id, NATSURL: "nats://" + id, PID: pid, Started: started})
-		if err := os.WriteFile(launch.RecordPath(dir, id), b, 0o600); err != nil {
+		b, _ := json.Marshal(jobrecord.Record{JobID: id, NATSURL: "nats://" + id, PID: pid, Started: started})
+		if err := os.WriteFile(jobrecord.RecordPath(dir, id), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,7 +56,7 @@ func TestNewestRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, path, err := NewestRecord(dir)
-	if err != nil || rec.JobID != "new" || path != launch.RecordPath(dir, "new") {
+	if err != nil || rec.JobID != "new" || path != jobrecord.RecordPath(dir, "new") {
 		t.Errorf("NewestRecord = %+v, %q, %v; want job new", rec, path, err)
 	}
 	if _, _, err := NewestRecord(t.TempDir()); !errors.Is(err, ErrNoRecord) {

@@ -134,7 +134,7 @@ func (s *server) onDrain(m *nats.Msg) {
 		err = req.Validate()
 	}
 	if err != nil {
-		msg := fmt.Sprintf("pcmd: node %s rejects a drain request: %v", s.cfg.Node, trimJob(err))
+		msg := fmt.Sprintf("pcmd: node %s rejects a drain request: %v", s.cfg.Node, job.TrimPrefix(err))
 		s.log.Print(msg)
 		s.respond(m, job.DrainReply{Node: s.cfg.Node, Error: msg})
 		return

@@ -17,7 +17,7 @@ import (
 
 	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/natsembed"
 	"github.com/mpios/mpios/internal/pieceserver"
 	"github.com/mpios/mpios/internal/spawner"
 	"github.com/mpios/mpios/pcm/ckptstore"
@@ -73,7 +73,7 @@ var ErrConnectionClosed = errors.New("pcmd: NATS connection closed")
 
 func (c *Config) setDefaults() error {
 	if err := job.ValidateNode(c.Node); err != nil {
-		return fmt.Errorf("pcmd: %w", trimJob(err))
+		return fmt.Errorf("pcmd: %w", job.TrimPrefix(err))
 	}
 	if c.Slots == 0 {
 		c.Slots = runtime.NumCPU()
@@ -204,7 +204,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		store = "store " + s.store
 	}
 	s.log.Printf("node %s up: %d slots, advertise %s, %s, nats %s, pid %d, version %s",
-		cfg.Node, cfg.Slots, cfg.Advertise, store, launch.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
+		cfg.Node, cfg.Slots, cfg.Advertise, store, natsembed.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
 	s.log.Print(allow)
 	for _, p := range cfg.PinArgs {
 		s.log.Printf("pins the arguments of %s", p)
@@ -340,11 +340,11 @@ func (s *server) view() job.NodeView {
 func (s *server) onHeartbeat(m *nats.Msg) {
 	var info job.NodeInfo
 	if err := job.Decode(m.Data, &info); err != nil {
-		s.log.Printf("ignoring a malformed heartbeat: %v", trimJob(err))
+		s.log.Printf("ignoring a malformed heartbeat: %v", job.TrimPrefix(err))
 		return
 	}
 	if err := info.Validate(); err != nil {
-		s.log.Printf("ignoring an invalid heartbeat: %v", trimJob(err))
+		s.log.Printf("ignoring an invalid heartbeat: %v", job.TrimPrefix(err))
 		return
 	}
 	s.mu.Lock()
@@ -427,14 +427,6 @@ func Version() string {
 		return "devel"
 	}
 	return "devel-" + rev + dirty
-}
-
-// trimJob drops the "job: " prefix of internal/job errors for pcmd's messages.
-func trimJob(err error) error {
-	if s, ok := strings.CutPrefix(err.Error(), "job: "); ok {
-		return errors.New(s)
-	}
-	return err
 }
 
 // nodeEnv is what the node sets in the environment of the rank that req starts, overriding

@@ -20,6 +20,3 @@ func signalGroup(p *os.Process, sig syscall.Signal) error {
 }
 
 func exitOf(st *os.ProcessState) Exit { return Exit{Code: st.ExitCode()} }
-
-// Alive is conservative where it cannot tell: a process is then never considered gone.
-func Alive(pid int) bool { return pid > 0 }

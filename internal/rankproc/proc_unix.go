@@ -22,12 +22,3 @@ func exitOf(st *os.ProcessState) Exit {
 	}
 	return Exit{Code: st.ExitCode()}
 }
-
-// Alive reports whether pid names a running process (EPERM: alive, not ours).
-func Alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/rankproc"
 )
 
 // Config configures a Manager.
@@ -99,7 +99,7 @@ type Manager struct {
 type rank struct {
 	key       RankKey
 	out, exit string // subjects
-	proc      launch.Process
+	proc      rankproc.Process
 	pid       int
 
 	sent   atomic.Uint64 // output messages published
@@ -107,12 +107,12 @@ type rank struct {
 }
 
 type spawnOp struct {
-	spec launch.Spec
+	spec rankproc.Spec
 	res  chan<- spawnResult
 }
 
 type spawnResult struct {
-	proc launch.Process
+	proc rankproc.Process
 	err  error
 }
 
@@ -154,7 +154,7 @@ func (m *Manager) unsubscribe() {
 func (m *Manager) spawner() {
 	runtime.LockOSThread()
 	for op := range m.spawnc {
-		p, err := launch.Local{}.Start(op.spec)
+		p, err := rankproc.Local{}.Start(op.spec)
 		op.res <- spawnResult{p, err}
 	}
 }
@@ -205,10 +205,10 @@ func (m *Manager) refuse(code job.SpawnRefusal, format string, args ...any) job.
 func (m *Manager) spawn(data []byte) job.SpawnReply {
 	var req job.SpawnRequest
 	if err := job.Decode(data, &req); err != nil {
-		return m.refuse(job.RefuseInvalid, "rejects a malformed spawn request: %s", strings.TrimPrefix(err.Error(), "job: "))
+		return m.refuse(job.RefuseInvalid, "rejects a malformed spawn request: %s", job.TrimPrefix(err).Error())
 	}
 	if err := req.Validate(); err != nil {
-		return m.refuse(job.RefuseInvalid, "rejects an invalid spawn request: %s", strings.TrimPrefix(err.Error(), "job: "))
+		return m.refuse(job.RefuseInvalid, "rejects an invalid spawn request: %s", job.TrimPrefix(err).Error())
 	}
 	path, code, why := checkProgram(m.cfg.Allow, req.Path)
 	if why != "" {
@@ -253,13 +253,13 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 		nodeEnv = m.cfg.NodeEnv(req, same, other)
 	}
 	res := make(chan spawnResult, 1)
-	m.spawnc <- spawnOp{spec: launch.Spec{
+	m.spawnc <- spawnOp{spec: rankproc.Spec{
 		Rank:   req.Rank,
 		Path:   path,
 		Args:   req.Args,
 		Env:    RankEnv(m.cfg.Env, req.Env, nodeEnv),
 		Dir:    req.Dir,
-		Output: func(st launch.Stream, line []byte) { m.publishOutput(r, st, line) },
+		Output: func(st rankproc.Stream, line []byte) { m.publishOutput(r, st, line) },
 	}, res: res}
 	sr := <-res
 	if sr.err != nil {
@@ -336,7 +336,7 @@ func Allowed(patterns []string, path string) bool {
 }
 
 // publishOutput relays one output line, split into pieces that fit a NATS message.
-func (m *Manager) publishOutput(r *rank, st launch.Stream, line []byte) {
+func (m *Manager) publishOutput(r *rank, st rankproc.Stream, line []byte) {
 	limit := max(int(m.nc.MaxPayload())-1024, 1024)
 	for {
 		piece, partial := line, false
@@ -511,15 +511,15 @@ func (m *Manager) onSignal(msg *nats.Msg) {
 		m.respond(msg, rep)
 	}
 	if err := job.Decode(msg.Data, &req); err != nil {
-		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s rejects a malformed signal request: %s", m.cfg.Node, strings.TrimPrefix(err.Error(), "job: "))})
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s rejects a malformed signal request: %s", m.cfg.Node, job.TrimPrefix(err).Error())})
 		return
 	}
 	if err := req.Validate(); err != nil {
-		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s rejects an invalid signal request: %s", m.cfg.Node, strings.TrimPrefix(err.Error(), "job: "))})
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s rejects an invalid signal request: %s", m.cfg.Node, job.TrimPrefix(err).Error())})
 		return
 	}
 	m.mu.Lock()
-	var proc launch.Process
+	var proc rankproc.Process
 	if r := m.ranks[RankKey{req.Job, req.Rank}]; r != nil {
 		proc = r.proc
 	}
