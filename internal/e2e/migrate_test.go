@@ -336,7 +336,7 @@ func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 
 	cases := []struct {
 		name    string
-		hook    string // MPIOS_TESTHOOK_SUCCESSOR for the job's successors
+		fail    string // the job's successors fail so (testdata/failsucc)
 		to      string
 		refused string // the control request is refused with this
 		aborted string // or the migration is aborted with this in mpirun's log
@@ -344,18 +344,18 @@ func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 		{name: "unknown-node", to: "nowhere", refused: "no pcmd serves it"},
 		{name: "same-node", to: "n2", refused: "already runs on n2"},
 		{name: "target-refuses", to: "n3", aborted: "not allowed by --allow"},
-		{name: "successor-fails-to-start", hook: "exit-at-start", to: "n1", aborted: "ended before taking over: exited with status 3"},
-		{name: "successor-dies-mid-transfer", hook: "exit-mid-state", to: "n1", aborted: "hand state to the successor on n1"},
+		{name: "successor-fails-to-start", fail: "exit-at-start", to: "n1", aborted: "ended before taking over: exited with status 3"},
+		{name: "successor-dies-mid-transfer", fail: "exit-mid-state", to: "n1", aborted: "hand state to the successor on n1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var env []string
-			if tc.hook != "" {
-				env = append(env, "MPIOS_TESTHOOK_SUCCESSOR="+tc.hook)
+			run := []string{"--hosts", "n1:2,n2:2"}
+			if tc.fail != "" {
+				run = append(run, prog("failsucc"), tc.fail)
 			}
 			id := "fail-" + tc.name
 			dump := filepath.Join(t.TempDir(), "out.bin")
-			j := c.start(t, id, env, "--hosts", "n1:2,n2:2", prog(args[0]), args[1], args[2], args[3], args[4], "-dump", dump, "-pace", "2ms")
+			j := c.start(t, id, nil, append(run, prog(args[0]), args[1], args[2], args[3], args[4], "-dump", dump, "-pace", "2ms")...)
 			c.waitRunning(t, j.id)
 			rep := c.control(id, job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: tc.to, Reason: "test"})
 			if tc.refused != "" {

@@ -593,54 +593,16 @@ type ControlReply struct {
 	Error   string `msgpack:"error,omitempty"`
 }
 
-// Reconfiguration log. The launcher turns accepted ControlRequests into numbered entries and
-// publishes the whole log on ReconfSubject whenever it grows; a rank that subscribed late
+// Reconfiguration log (reconf.Log). The launcher turns accepted ControlRequests into numbered
+// entries and publishes the whole log on ReconfSubject whenever it grows; a rank that subscribed late
 // asks for it on ReconfGetSubject. At their next agreement point the ranks act on the
 // entries every one of them has (the smallest prefix), so all act at the same boundary.
 
-// ReconfSubject carries the ReconfLog of a job, published by its launcher.
+// ReconfSubject carries the reconf.Log of a job, published by its launcher.
 func ReconfSubject(jobID string) string { return subject(jobID, "reconf") }
 
-// ReconfGetSubject: request (empty), the launcher replies with the ReconfLog.
+// ReconfGetSubject: request (empty), the launcher replies with the reconf.Log.
 func ReconfGetSubject(jobID string) string { return subject(jobID, "reconf.get") }
-
-// Reconf is one accepted reconfiguration: a checkpoint, or ranks moving to node To.
-type Reconf struct {
-	Seq    uint64      `msgpack:"seq"` // 1, 2, ...
-	Kind   ControlKind `msgpack:"kind"`
-	Ranks  []int       `msgpack:"ranks,omitempty"`
-	To     string      `msgpack:"to,omitempty"`
-	Reason string      `msgpack:"reason,omitempty"`
-}
-
-// ReconfLog is every Reconf of a job so far, in order.
-type ReconfLog struct {
-	Entries []Reconf `msgpack:"entries"`
-}
-
-// Validate checks a log received from the network: consecutive numbers from 1, known kinds.
-func (l ReconfLog) Validate() error {
-	for i, e := range l.Entries {
-		if e.Seq != uint64(i+1) {
-			return fmt.Errorf("job: reconfiguration log: entry %d has number %d", i+1, e.Seq)
-		}
-		switch e.Kind {
-		case ControlCheckpoint:
-		case ControlMigrate:
-			if len(e.Ranks) == 0 || ValidateNode(e.To) != nil {
-				return fmt.Errorf("job: reconfiguration log: entry %d: migration without ranks or with a bad node %q", e.Seq, e.To)
-			}
-			for _, r := range e.Ranks {
-				if r < 0 {
-					return fmt.Errorf("job: reconfiguration log: entry %d: rank %d", e.Seq, r)
-				}
-			}
-		default:
-			return fmt.Errorf("job: reconfiguration log: entry %d: kind %q", e.Seq, e.Kind)
-		}
-	}
-	return nil
-}
 
 // MigrateSubject: a migrating rank asks its launcher to start its successor (request
 // MigrateRequest, reply MigrateReply).

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
 	"github.com/nats-io/nats.go"
 )
 
@@ -38,7 +39,7 @@ type sideProc struct {
 type reconfState struct {
 	path    string
 	env     job.Env
-	log     []job.Reconf
+	log     reconf.Log
 	history []job.Migration
 	side    map[Process]sideProc // processes of a rank other than its current one, still running
 
@@ -115,7 +116,7 @@ func (r *runner) onControl(m *nats.Msg) {
 			ctlError(m, "job %s does not checkpoint: start it with --ckpt-every K (0: on request only)", r.cfg.JobID)
 			return
 		}
-		e := r.appendReconf(job.Reconf{Kind: job.ControlCheckpoint, Reason: c.Reason})
+		e := r.appendReconf(reconf.Reconfiguration{Kind: reconf.Checkpoint, Reason: c.Reason})
 		r.stderr.logf("checkpoint requested (request %d%s)", e.Seq, reasonSuffix(c.Reason))
 		respond(m, job.ControlReply{OK: true, Message: fmt.Sprintf("checkpoint of job %s requested (request %d): it is taken at the next agreement point", r.cfg.JobID, e.Seq)})
 	case job.ControlMigrate:
@@ -166,7 +167,7 @@ func (r *runner) onMigrateControl(m *nats.Msg, c job.ControlRequest) {
 				ctlError(m, "job %s is stopping", r.cfg.JobID)
 				return
 			}
-			e := r.appendReconf(job.Reconf{Kind: job.ControlMigrate, Ranks: ranks, To: c.To, Reason: c.Reason})
+			e := r.appendReconf(reconf.Reconfiguration{Kind: reconf.Migrate, Ranks: ranks, To: c.To, Reason: c.Reason})
 			for _, rank := range ranks {
 				st := &r.ranks[rank]
 				st.next = &successor{seq: e.Seq, to: c.To}
@@ -205,15 +206,14 @@ func (r *runner) checkMovable(ranks []int, node string) error {
 }
 
 // appendReconf adds an entry to the log and publishes the log.
-func (r *runner) appendReconf(e job.Reconf) job.Reconf {
-	e.Seq = uint64(len(r.rc.log) + 1)
-	r.rc.log = append(r.rc.log, e)
+func (r *runner) appendReconf(e reconf.Reconfiguration) reconf.Reconfiguration {
+	e = r.rc.log.Propose(e, time.Now().UTC())
 	r.publishReconf()
 	return e
 }
 
 func (r *runner) publishReconf() {
-	data, err := job.Encode(job.ReconfLog{Entries: r.rc.log})
+	data, err := job.Encode(r.rc.log)
 	if err == nil {
 		err = r.nc.Publish(job.ReconfSubject(r.cfg.JobID), data)
 	}
@@ -223,7 +223,7 @@ func (r *runner) publishReconf() {
 }
 
 func (r *runner) onReconfGet(m *nats.Msg) {
-	respond(m, job.ReconfLog{Entries: r.rc.log})
+	respond(m, r.rc.log)
 }
 
 // historyOf returns the newest record of request seq for rank.
