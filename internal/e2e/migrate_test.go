@@ -262,7 +262,7 @@ func referenceDump(t *testing.T, args ...string) []byte {
 	return b
 }
 
-// TestMigrationsKeepResultsBitwise is the migration test: two pcmd nodes and a real
+// TestMigrationsKeepResultsBitwise is the migration test of record: two pcmd nodes and a real
 // nats-server; heat2d and jacobi on 4 ranks move back and forth, two ranks in one boundary,
 // rank 0 included, and the results are bitwise those of an undisturbed run; heat2d also
 // checkpoints in the background meanwhile.
@@ -325,7 +325,7 @@ func TestMigrationAtCheckpointBoundary(t *testing.T) {
 	}
 }
 
-// TestFailedMigrationsLeaveTheRankInPlace covers the failure cases: each migration is
+// TestFailedMigrationsLeaveTheRankInPlace covers the failure cases of a migration: each one is
 // aborted, the old process continues, the job's result is unchanged, and mpirun says why.
 func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 	args := []string{"heat2d", "-n", "64", "-iters", "1500"}

@@ -1,7 +1,8 @@
 package rankreconf
 
-// Tests named after the MPI/IOS reconfiguration scenario (seed 004, "reconfiguration scenario
-// mpi ios application") and the failure cases mpios handles, in the style of etcd's
+// Tests named after the reconfiguration scenario of the MPI/IOS paper (K. El Maghraoui,
+// B. Szymanski, C. Varela: "An architecture for reconfigurable iterative MPI applications in
+// dynamic environments") and the failure cases mpios handles, in the style of etcd's
 // raft_paper_test.go: each statement of the paper is one test over the protocol with fake
 // effects — no sockets, NATS, clocks or sleeps.
 

@@ -1,5 +1,7 @@
-// Package rankreconf is one rank's side of a reconfiguration, the part of the MPI/IOS
-// reconfiguration scenario (seed 004) that runs in every rank at an iteration boundary:
+// Package rankreconf is one rank's side of a reconfiguration: the part of the reconfiguration
+// scenario of the MPI/IOS paper (El Maghraoui, Szymanski, Varela: "An architecture for
+// reconfigurable iterative MPI applications in dynamic environments") that runs in every rank
+// at an iteration boundary:
 //
 //   - Decide: which reconfiguration-log entries the ranks apply at an agreement point (the
 //     prefix every rank has, so that all enter the reconfiguration at the same boundary),
