@@ -1,7 +1,10 @@
 // Package rewire carries a rank from one process to another during a live migration: the
 // hand-over connection between the old process (the predecessor) and the new one (the
-// successor), and the seam through which package pcm, which runs the migration protocol,
-// reaches the parts of package mpi it must change (the address table, the matching engine).
+// successor), and the seam through which package pcm, which runs the migration protocol
+// (internal/rankreconf), reaches what it needs of package mpi: Launched, which mpi.Launched
+// returns for a world that mpi.Init made, carries the job, the process's control-plane
+// connection, the world's Member (the address table, the matching engine) and, in a
+// successor, its Inheritance. Nothing here is process-global.
 //
 // The hand-over is a direct, authenticated TCP connection between the two processes; bulk
 // state never travels over NATS. Its exchange, in order:
