@@ -1,7 +1,6 @@
 package mpi
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rankreconf"
 	"github.com/mpios/mpios/internal/rewire"
 )
 
@@ -97,6 +97,13 @@ func (m member) Retire(timeout time.Duration) (rewire.Snapshot, error) {
 	return snap, nil
 }
 
+// successorLink is a rewire.Successor that waits successorWait for the final word.
+type successorLink struct{ s *rewire.Successor }
+
+func (l successorLink) ReceiveState() ([]byte, error)       { return l.s.ReceiveState() }
+func (l successorLink) Ack(err error) error                 { return l.s.Ack(err) }
+func (l successorLink) ReceiveFinal() (rewire.Final, error) { return l.s.ReceiveFinal(successorWait) }
+
 // inject puts a predecessor's unreceived messages into a fresh engine, before it starts.
 func (e *engine) inject(s rewire.Snapshot) error {
 	e.mu.Lock()
@@ -135,44 +142,29 @@ func joinAsSuccessor(env job.Env, spec string) (joined, error) {
 		return fail(err)
 	}
 	defer succ.Close()
-	blob, err := succ.ReceiveState()
+	var world *Comm
+	t := rankreconf.TakeOver{
+		Rank: env.Rank, Size: env.Size, Self: ln.Addr().String(), Link: successorLink{succ}, Log: os.Stderr,
+		Join: func(addrs []string, snap rewire.Snapshot) error {
+			ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: addrs, Listener: ln, Secret: env.Secret})
+			if err != nil {
+				return err
+			}
+			e := newEngine(ep)
+			if err := e.inject(snap); err != nil {
+				return err
+			}
+			e.onPeerLost = lostReporter(env, nc)
+			if world, err = attach(e); err != nil {
+				return err
+			}
+			holder.set(world.e)
+			return nil
+		},
+	}
+	blob, err := t.Run()
 	if err != nil {
 		return fail(err)
-	}
-	if err := succ.Ack(nil); err != nil {
-		return fail(fmt.Errorf("rewire: acknowledge state: %w", err))
-	}
-	final, err := succ.ReceiveFinal(successorWait)
-	if err != nil {
-		return fail(err)
-	}
-	if final.Abort != "" {
-		return fail(fmt.Errorf("migration aborted by the predecessor: %s", final.Abort))
-	}
-	if len(final.Addrs) != env.Size {
-		succ.Ack(errors.New("address table of the wrong size"))
-		return fail(fmt.Errorf("rewire: address table has %d entries for %d ranks", len(final.Addrs), env.Size))
-	}
-	final.Addrs[env.Rank] = ln.Addr().String()
-	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: final.Addrs, Listener: ln, Secret: env.Secret})
-	if err != nil {
-		succ.Ack(err)
-		return fail(err)
-	}
-	e := newEngine(ep)
-	if err := e.inject(final.Snap); err != nil {
-		succ.Ack(err)
-		return fail(err)
-	}
-	e.onPeerLost = lostReporter(env, nc)
-	world, err := attach(e)
-	if err != nil {
-		succ.Ack(err)
-		return fail(err)
-	}
-	holder.set(world.e)
-	if err := succ.Ack(nil); err != nil {
-		fmt.Fprintf(os.Stderr, "mpi: rank %d: predecessor did not take the final acknowledgement: %v\n", env.Rank, err)
 	}
 	return joined{world, nc, &rewire.Inheritance{Rank: env.Rank, State: blob, Since: began, Bytes: int64(len(blob))}}, nil
 }
