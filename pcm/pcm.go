@@ -166,7 +166,8 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 }
 
 // Close finishes the checkpoint in flight, if there is one, and releases the process's
-// connection to the control plane. The registered values are untouched.
+// subscriptions on the control plane (the connection is mpi's: mpi.Finalize closes it). The
+// registered values are untouched.
 //
 // A checkpoint is committed a little after the boundary where it was taken (see
 // Options.SyncCheckpoints). When one is still in flight, which is typical after a
