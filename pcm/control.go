@@ -132,5 +132,7 @@ func (c *control) Report(r job.MigrateReport) {
 
 // close stops following the log; the connection stays open for mpi.
 func (c *control) close() {
-	c.sub.Unsubscribe()
+	if c.sub != nil {
+		c.sub.Unsubscribe()
+	}
 }
