@@ -42,6 +42,7 @@ type Control interface {
 
 // Handover opens this rank's end of a hand-over.
 type Handover interface {
+	// Listen opens a one-time listener for this rank's successor.
 	Listen() (Predecessor, error)
 }
 
@@ -59,6 +60,7 @@ type Predecessor interface {
 	// SendFinal commits (the address table and engine snapshot) or, with Abort set,
 	// cancels the hand-over.
 	SendFinal(rewire.Final) error
+	// Close ends the hand-over (and the listener, if the successor never came).
 	Close() error
 }
 
@@ -126,18 +128,20 @@ func (m *Migration) Run() (leave bool, err error) {
 		}
 		return false, fmt.Errorf("migration: agree: %w", err)
 	}
+	all[m.Rank] = out // this rank's own outcome is the one it knows
+	v := Judge(m.Moves, all, m.Rank)
 	var redirectErr error
-	for _, r := range Redirects(m.Moves, all, m.Rank) {
+	for _, r := range v.Redirects {
 		if err := m.World.Redirect(r.Rank, r.Addr); err != nil && redirectErr == nil {
 			redirectErr = fmt.Errorf("redirect rank %d to %s: %w", r.Rank, r.Addr, err)
 		}
 	}
-	if !moving {
-		return false, redirectErr
-	}
-	if failure != nil {
+	if v.Abort {
 		abort(failure)
 		fmt.Fprintf(log, "pcm: rank %d: migration to %s aborted, continuing here: %v\n", m.Rank, mine.To, failure)
+		return false, redirectErr
+	}
+	if !v.Leave {
 		return false, redirectErr
 	}
 
@@ -200,17 +204,32 @@ type Redirect struct {
 	Addr string
 }
 
-// Redirects returns what the agreed outcomes change in rank me's address table: every
-// move that happened, except me's own (a leaving rank sends nothing more).
-func Redirects(moves []Move, outcomes []Outcome, me int) []Redirect {
-	var rs []Redirect
+// Verdict is what the outcomes agreed at the commit point mean for one rank.
+type Verdict struct {
+	// Redirects are the moves that happened, except the rank's own: its address table
+	// points these ranks at their successors from now on.
+	Redirects []Redirect
+	// Leave: the rank's own move happened; it retires and hands over.
+	Leave bool
+	// Abort: the rank's own move did not happen; it releases its successor and goes on.
+	Abort bool
+}
+
+// Judge returns the verdict of the agreed outcomes for rank me.
+func Judge(moves []Move, outcomes []Outcome, me int) Verdict {
+	var v Verdict
 	for _, mv := range moves {
-		if mv.Rank == me || mv.Rank >= len(outcomes) || !outcomes[mv.Rank].Moved {
-			continue
+		moved := mv.Rank < len(outcomes) && outcomes[mv.Rank].Moved
+		switch {
+		case mv.Rank == me && moved:
+			v.Leave = true
+		case mv.Rank == me:
+			v.Abort = true
+		case moved:
+			v.Redirects = append(v.Redirects, Redirect{Rank: mv.Rank, Addr: outcomes[mv.Rank].Addr})
 		}
-		rs = append(rs, Redirect{Rank: mv.Rank, Addr: outcomes[mv.Rank].Addr})
 	}
-	return rs
+	return v
 }
 
 // OutcomeSize is the size of one rank's record in the outcome exchange: a flag, the

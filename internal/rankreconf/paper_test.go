@@ -414,3 +414,20 @@ func TestOutcomeRecords(t *testing.T) {
 		t.Fatal("an address too long for the record was sent as a move")
 	}
 }
+
+// The verdict of the commit point, for each kind of rank: one whose move happened leaves,
+// one whose move failed aborts and stays, the others redirect the moves that happened.
+func TestVerdictOfTheCommitPoint(t *testing.T) {
+	moves := []Move{{0, 1, "n2"}, {2, 1, "n2"}, {3, 2, "n1"}}
+	outcomes := []Outcome{{Moved: true, Addr: "n2:1"}, {}, {}, {Moved: true, Addr: "n1:3"}}
+	for me, want := range []Verdict{
+		{Redirects: []Redirect{{3, "n1:3"}}, Leave: true},
+		{Redirects: []Redirect{{0, "n2:1"}, {3, "n1:3"}}},
+		{Redirects: []Redirect{{0, "n2:1"}, {3, "n1:3"}}, Abort: true},
+		{Redirects: []Redirect{{0, "n2:1"}}, Leave: true},
+	} {
+		if got := Judge(moves, outcomes, me); !reflect.DeepEqual(got, want) {
+			t.Errorf("rank %d: verdict %+v, want %+v", me, got, want)
+		}
+	}
+}

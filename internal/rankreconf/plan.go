@@ -9,9 +9,12 @@
 //     pure function of what the ranks agreed on: every rank computes the same plan.
 //   - Migration.Run: the migration protocol of one boundary. Each moving rank (the
 //     predecessor) has the supervisor start its successor on the target node and hands it
-//     the state; the ranks exchange the outcomes (the commit point); every rank redirects
-//     the moved ranks to their successors; each predecessor retires and leaves, or, if its
-//     hand-over failed before the commit, aborts it and goes on.
+//     the state; the ranks exchange the outcomes (the commit point); Judge, again pure,
+//     says what they mean for each rank: every rank redirects the moved ranks to their
+//     successors; each predecessor whose move happened retires and leaves, one whose
+//     hand-over failed before the commit aborts it and goes on.
+//   - TakeOver.Run: the successor's side: it receives the state, waits for the commit and
+//     joins the data plane in the rank's place.
 //
 // The effects are behind small interfaces — World (the data plane: the agreement, the
 // address table), Control (the link to the supervisor), Handover (the connection between
