@@ -562,6 +562,7 @@ type ControlKind string
 const (
 	ControlMigrate    ControlKind = "migrate"    // move Rank to node To
 	ControlCheckpoint ControlKind = "checkpoint" // take a coordinated checkpoint now
+	ControlResize     ControlKind = "resize"     // change the number of ranks to NP (see resize.go)
 )
 
 // ControlRequest asks a running job to reconfigure, on ControlSubject. The job's launcher
@@ -576,6 +577,10 @@ type ControlRequest struct {
 	// Reason says who asked and why ("pcmd migrate by root", "ios: node n3 steals, gain
 	// 0.4"); mpirun logs it and pcmd status shows it.
 	Reason string `msgpack:"reason,omitempty"`
+	// NP is a resize's new number of ranks; On names the nodes that take the new ranks
+	// (grow) or give theirs up (shrink), empty for the free slots or the highest ranks.
+	NP int         `msgpack:"np,omitempty"`
+	On []NodeSlots `msgpack:"on,omitempty"`
 }
 
 // Validate checks a ControlRequest's form.
@@ -583,6 +588,8 @@ func (c ControlRequest) Validate() error {
 	switch c.Kind {
 	case ControlCheckpoint:
 		return nil
+	case ControlResize:
+		return c.validateResize()
 	case ControlMigrate:
 		if c.Rank < 0 {
 			return fmt.Errorf("job: migrate: rank %d is negative", c.Rank)
@@ -600,7 +607,7 @@ func (c ControlRequest) Validate() error {
 		}
 		return ValidateNode(c.To)
 	}
-	return fmt.Errorf("job: control request kind %q: want %q or %q", c.Kind, ControlMigrate, ControlCheckpoint)
+	return fmt.Errorf("job: control request kind %q: want %q, %q or %q", c.Kind, ControlMigrate, ControlCheckpoint, ControlResize)
 }
 
 // ControlReply answers a ControlRequest.

@@ -118,6 +118,11 @@ type Reconfiguration struct {
 	To     string `msgpack:"to,omitempty" json:"to,omitempty"`       // migrate: the target node
 	From   string `msgpack:"from,omitempty" json:"from,omitempty"`   // migrate: where the ranks ran
 	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+	// NP and OldNP are a resize's new and old numbers of ranks; for a shrink Ranks are the
+	// ranks that leave, for a grow Nodes are where the new ranks start (index NP-OldNP).
+	NP    int      `msgpack:"np,omitempty" json:"np,omitempty"`
+	OldNP int      `msgpack:"old_np,omitempty" json:"old_np,omitempty"`
+	Nodes []string `msgpack:"nodes,omitempty" json:"nodes,omitempty"`
 
 	State     State         `msgpack:"state" json:"state"`
 	Error     string        `msgpack:"error,omitempty" json:"error,omitempty"`         // Aborted: why
@@ -204,6 +209,9 @@ func (l Log) Validate() error {
 			if r < 0 {
 				return fmt.Errorf("reconf: log entry %d: rank %d", e.Seq, r)
 			}
+		}
+		if e.Kind == Resize && (e.NP < 1 || e.OldNP < 1 || e.NP > MaxRanks || e.OldNP > MaxRanks || len(e.Nodes) > MaxRanks) {
+			return fmt.Errorf("reconf: log entry %d: resize from %d to %d ranks", e.Seq, e.OldNP, e.NP)
 		}
 		if e.Kind == Migrate && (len(e.Ranks) == 0 || e.To == "") {
 			return fmt.Errorf("reconf: log entry %d: migration without ranks or target node", e.Seq)

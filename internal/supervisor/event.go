@@ -133,6 +133,10 @@ type StartRank struct {
 	Node        string
 	Incarnation int
 	Handover    string
+	// Join, for a process joining at a resize, is the resize's request number and Size the
+	// new world's size; the process is started where Node says ("" where the starter places it).
+	Join uint64
+	Size int
 }
 
 // CheckNode asks the loop whether Node can take a rank now, and to report it with

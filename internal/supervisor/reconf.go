@@ -59,6 +59,8 @@ func (m *Machine) onControl(e Control) {
 		m.reply(e.Reply, job.ControlReply{OK: true, Message: fmt.Sprintf("checkpoint of job %s requested (request %d): it is taken at the next agreement point", m.cfg.JobID, seq)})
 	case job.ControlMigrate:
 		m.onMigrateControl(e.Reply, c)
+	case job.ControlResize:
+		m.onResizeControl(e.Reply, c)
 	}
 }
 

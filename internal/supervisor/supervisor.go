@@ -111,6 +111,8 @@ type proc struct {
 	killed    bool   // the Machine killed it (its migration was aborted)
 	seq       uint64 // successor: its migration's request
 	reply     string // successor: the rank's request, answered once it started
+	joiner    bool   // started for a resize, not a rank until it commits (resize.go)
+	leaving   bool   // its rank left at a shrink
 }
 
 // successor is a migration of a rank in progress.
@@ -177,6 +179,7 @@ type Machine struct {
 	checks    map[uint64]pendingCheck
 	lastCheck uint64
 	gone      map[string]string // nodes gone, and why
+	rs        *resizing         // the resize under way (resize.go)
 
 	now time.Time // of the event being stepped
 	out []Action
@@ -216,7 +219,13 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	case Control:
 		m.onControl(e)
 	case NodeChecked:
-		m.onNodeChecked(now, e)
+		if !m.onResizeChecked(e) {
+			m.onNodeChecked(now, e)
+		}
+	case ResizeHello:
+		m.onResizeHello(e)
+	case ResizeReport:
+		m.onResizeReport(e)
 	case SuccessorRequest:
 		m.onSuccessorRequest(e)
 	case MigrateReport:
@@ -372,6 +381,10 @@ func (m *Machine) onStarted(now time.Time, e Started) {
 		return // not a start the Machine is waiting for
 	}
 	m.starting--
+	if p.joiner {
+		m.onJoinerStarted(e.Proc, p, e)
+		return
+	}
 	if p.successor {
 		m.onSuccessorStarted(e.Proc, p, e)
 		return
@@ -429,6 +442,9 @@ func (e Exited) failed() bool { return e.Err != nil || e.Status != 0 }
 func (m *Machine) onExited(now time.Time, e Exited) {
 	p := m.procs[e.Proc]
 	if p == nil || !p.running {
+		return
+	}
+	if m.onResizeExit(e.Proc, p, e) {
 		return
 	}
 	p.running = false

@@ -1,0 +1,419 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
+)
+
+// Resizing a running job (Desell's thesis §2.1.2, split and merge), from the supervisor's
+// view. A resize request is checked (a size of at least 1 that differs from the job's, named
+// nodes that are known and can take ranks, no other resize under way) and published as a
+// Proposed entry of the log, naming the ranks that leave (a shrink: the highest ranks, or
+// those on the named nodes) or the nodes of the new ranks (a grow). At the agreed boundary
+// every process of the new world says ResizeHello; the first hello of a grow makes the
+// Machine start the joiners. Once the whole new world said hello, the Machine sends every one
+// the new address table (Prepared); the ranks move the data and rank 0 reports the outcome:
+// Committed, the job has its new size; Aborted, it goes on at its old size. A joiner that
+// cannot start or ends before the table is sent aborts the resize at once.
+
+// ResizeHello is a process of a resize's new world at the boundary (a msgpack
+// job.ResizeHello) with its reply subject.
+type ResizeHello struct {
+	Reply string
+	Data  []byte
+}
+
+// ResizeReport is rank 0's account of a resize (a msgpack job.ResizeReport).
+type ResizeReport struct{ Data []byte }
+
+func (ResizeHello) event()  {}
+func (ResizeReport) event() {}
+
+// resizing is the resize under way.
+type resizing struct {
+	seq        uint64
+	old, np    int
+	leavers    []int    // shrink: old ranks that leave, ascending
+	nodes      []string // grow: node of each new rank (index np-old), "" for the starter's choice
+	reason     string
+	hellos     map[int]resizeHello // by new rank
+	joiners    map[int]ProcID      // grow: new rank -> joiner process
+	startedAt  bool                // joiners were asked for
+	tableSent  bool
+	aborted    string // why, once aborted before the table went out
+	iteration  int
+	checks     map[uint64]bool // node checks not answered yet
+	reply      string          // the control request, answered after the checks
+	checkError string
+}
+
+type resizeHello struct {
+	reply string
+	msg   job.ResizeHello
+}
+
+// onResizeControl checks a resize request and publishes it, or asks the named nodes first.
+func (m *Machine) onResizeControl(reply string, c job.ControlRequest) {
+	n := m.cfg.NP
+	switch {
+	case m.rs != nil:
+		m.ctlError(reply, "job %s is already being resized (request %d)", m.cfg.JobID, m.rs.seq)
+		return
+	case c.NP == n:
+		m.ctlError(reply, "job %s already has %d ranks", m.cfg.JobID, n)
+		return
+	case len(c.On) > 0 && !m.cfg.Migrations:
+		m.ctlError(reply, "job %s runs its ranks locally; naming nodes needs pcmd nodes (start the job with --hosts or --hostfile)", m.cfg.JobID)
+		return
+	}
+	rs := &resizing{old: n, np: c.NP, reason: c.Reason, hellos: map[int]resizeHello{}, joiners: map[int]ProcID{}, reply: reply}
+	var err error
+	if c.NP > n {
+		rs.nodes, err = m.growNodes(c.NP-n, c.On)
+	} else {
+		rs.leavers, err = m.shrinkRanks(n-c.NP, c.On)
+	}
+	if err != nil {
+		m.ctlError(reply, "cannot resize job %s from %d to %d ranks: %v", m.cfg.JobID, n, c.NP, err)
+		return
+	}
+	m.rs = rs
+	var asked []string
+	for _, node := range rs.nodes {
+		if node != "" && !slices.Contains(asked, node) {
+			asked = append(asked, node)
+		}
+	}
+	if len(asked) == 0 {
+		m.proposeResize()
+		return
+	}
+	// Named nodes are asked whether they take ranks; the request waits for every answer.
+	rs.checks = map[uint64]bool{}
+	for _, node := range asked {
+		m.lastCheck++
+		rs.checks[m.lastCheck] = true
+		m.emit(CheckNode{Check: m.lastCheck, Node: node})
+	}
+}
+
+// growNodes places k new ranks on the named nodes, in order, K each (all remaining for K 0).
+func (m *Machine) growNodes(k int, on []job.NodeSlots) ([]string, error) {
+	nodes := make([]string, 0, k)
+	if len(on) == 0 {
+		return make([]string, k), nil
+	}
+	for i, ns := range on {
+		if why, gone := m.gone[ns.Node]; gone {
+			return nil, fmt.Errorf("node %s", why)
+		}
+		slots := ns.Slots
+		if slots == 0 {
+			slots = k - len(nodes)
+			if i < len(on)-1 {
+				slots = 1
+			}
+		}
+		for j := 0; j < slots && len(nodes) < k; j++ {
+			nodes = append(nodes, ns.Node)
+		}
+	}
+	if len(nodes) < k {
+		return nil, fmt.Errorf("%d new ranks but only %d slots named (%s)", k, len(nodes), nodeSlotsText(on))
+	}
+	return nodes, nil
+}
+
+// shrinkRanks picks the k ranks that leave: the highest, or the highest on each named node.
+func (m *Machine) shrinkRanks(k int, on []job.NodeSlots) ([]int, error) {
+	var leavers []int
+	if len(on) == 0 {
+		for r := m.cfg.NP - k; r < m.cfg.NP; r++ {
+			leavers = append(leavers, r)
+		}
+		return leavers, nil
+	}
+	for _, ns := range on {
+		var there []int
+		for r := m.cfg.NP - 1; r >= 0; r-- {
+			if p := m.procs[m.ranks[r].proc]; m.ranks[r].running && p != nil && p.node == ns.Node {
+				there = append(there, r)
+			}
+		}
+		if len(there) == 0 {
+			return nil, fmt.Errorf("no rank of the job runs on %s", ns.Node)
+		}
+		if ns.Slots > 0 {
+			there = there[:min(ns.Slots, len(there))]
+		}
+		leavers = append(leavers, there...)
+	}
+	slices.Sort(leavers)
+	leavers = slices.Compact(leavers)
+	if len(leavers) != k {
+		return nil, fmt.Errorf("%d ranks must leave but %s run %d", k, nodeSlotsText(on), len(leavers))
+	}
+	return leavers, nil
+}
+
+func nodeSlotsText(on []job.NodeSlots) string {
+	s := ""
+	for i, ns := range on {
+		if i > 0 {
+			s += ","
+		}
+		s += ns.String()
+	}
+	return s
+}
+
+// onResizeChecked takes a node's answer to a resize's check; false if the check is not a
+// resize's.
+func (m *Machine) onResizeChecked(e NodeChecked) bool {
+	rs := m.rs
+	if rs == nil || !rs.checks[e.Check] {
+		return false
+	}
+	delete(rs.checks, e.Check)
+	if e.Err != nil && rs.checkError == "" {
+		rs.checkError = e.Err.Error()
+	}
+	if len(rs.checks) > 0 {
+		return true
+	}
+	if rs.checkError != "" || m.stopping || m.failing != nil {
+		why := rs.checkError
+		if why == "" {
+			why = "the job is stopping"
+		}
+		m.rs = nil
+		m.ctlError(rs.reply, "cannot resize job %s from %d to %d ranks: %s", m.cfg.JobID, rs.old, rs.np, why)
+		return true
+	}
+	m.proposeResize()
+	return true
+}
+
+// proposeResize publishes the resize under way.
+func (m *Machine) proposeResize() {
+	rs := m.rs
+	var nodes []string
+	if slices.ContainsFunc(rs.nodes, func(n string) bool { return n != "" }) {
+		nodes = rs.nodes
+	}
+	rs.seq = m.propose(reconf.Reconfiguration{Kind: reconf.Resize, NP: rs.np, OldNP: rs.old, Ranks: rs.leavers, Nodes: nodes, Reason: rs.reason})
+	m.logf("resize %d -> %d ranks requested (request %d%s)", rs.old, rs.np, rs.seq, reasonSuffix(rs.reason))
+	m.reply(rs.reply, job.ControlReply{OK: true, Message: fmt.Sprintf("job %s goes from %d to %d ranks at the next agreement point (request %d)",
+		m.cfg.JobID, rs.old, rs.np, rs.seq)})
+}
+
+// onResizeHello takes a process of the new world at the boundary.
+func (m *Machine) onResizeHello(e ResizeHello) {
+	var h job.ResizeHello
+	if err := job.Decode(e.Data, &h); err != nil {
+		m.reply(e.Reply, job.Table{Error: "mpirun: malformed resize hello"})
+		return
+	}
+	rs := m.rs
+	switch {
+	case rs == nil || rs.seq != h.Seq:
+		m.reply(e.Reply, job.Table{Error: fmt.Sprintf("mpirun: no resize under way for request %d", h.Seq)})
+		return
+	case rs.aborted != "":
+		m.reply(e.Reply, job.Table{Error: "mpirun: " + rs.aborted})
+		return
+	case m.stopping || m.failing != nil:
+		m.reply(e.Reply, job.Table{Error: "mpirun: the job is stopping"})
+		return
+	}
+	if err := h.Validate(rs.np, rs.old); err != nil {
+		m.reply(e.Reply, job.Table{Error: "mpirun: " + job.TrimPrefix(err).Error()})
+		return
+	}
+	if prev, ok := rs.hellos[h.Rank]; ok && prev.msg.PID != h.PID {
+		m.reply(e.Reply, job.Table{Error: fmt.Sprintf("mpirun: duplicate resize hello for rank %d", h.Rank)})
+		return
+	}
+	rs.hellos[h.Rank] = resizeHello{reply: e.Reply, msg: h}
+	if h.OldRank >= 0 {
+		rs.iteration = h.Iteration
+		if le := m.log.Get(rs.seq); le != nil {
+			le.Iteration = h.Iteration
+		}
+	}
+	if !rs.startedAt && rs.np > rs.old {
+		rs.startedAt = true
+		for i, node := range rs.nodes {
+			r := rs.old + i
+			id := m.newProc(r)
+			p := m.procs[id]
+			p.side, p.joiner, p.node = true, true, node
+			rs.joiners[r] = id
+			m.emit(StartRank{Proc: id, Rank: r, Node: node, Join: rs.seq, Size: rs.np})
+		}
+	}
+	if len(rs.hellos) < rs.np {
+		return
+	}
+	table := job.Table{Addrs: make([]string, rs.np)}
+	for r := range rs.np {
+		table.Addrs[r] = rs.hellos[r].msg.Addr
+	}
+	for r := range rs.np {
+		m.reply(rs.hellos[r].reply, table)
+	}
+	rs.tableSent = true
+	_ = m.log.Advance(rs.seq, reconf.Prepared, nil)
+}
+
+// onJoinerStarted takes the outcome of starting a joiner.
+func (m *Machine) onJoinerStarted(id ProcID, p *proc, e Started) {
+	rs := m.rs
+	current := rs != nil && rs.joiners[p.rank] == id && rs.aborted == ""
+	if e.Err != nil {
+		delete(m.procs, id)
+		if current {
+			m.abortResize(fmt.Sprintf("cannot start rank %d on %s: %v", p.rank, nodeOf(p), e.Err))
+		}
+		return
+	}
+	p.pid, p.running = e.PID, true
+	if e.Node != "" {
+		p.node = e.Node
+	}
+	m.live++
+	if m.stopping || !current {
+		m.kill(id)
+	}
+}
+
+// abortResize gives the resize up before the new world's table went out: every process
+// that said hello, and every one that will, learns why; the joiners are killed.
+func (m *Machine) abortResize(why string) {
+	rs := m.rs
+	if rs == nil || rs.aborted != "" {
+		return
+	}
+	if rs.tableSent {
+		// The ranks hold the table: they notice the loss themselves and report.
+		return
+	}
+	rs.aborted = fmt.Sprintf("resize %d -> %d aborted: %s", rs.old, rs.np, why)
+	for _, h := range rs.hellos {
+		m.reply(h.reply, job.Table{Error: "mpirun: " + rs.aborted})
+	}
+	rs.hellos = map[int]resizeHello{}
+	m.killJoiners(rs)
+	if le := m.log.Get(rs.seq); le != nil && le.State.CanMoveTo(reconf.Aborted) {
+		_ = le.Advance(reconf.Aborted, errors.New(why))
+	}
+	m.logf("%s; the job continues with %d ranks", rs.aborted, rs.old)
+}
+
+func (m *Machine) killJoiners(rs *resizing) {
+	for _, id := range rs.joiners {
+		if p := m.procs[id]; p != nil && p.running && !p.killed {
+			m.kill(id)
+		}
+	}
+}
+
+// onResizeExit handles the exit of a joiner not yet part of the job or of a process whose
+// rank left; false for any other process.
+func (m *Machine) onResizeExit(id ProcID, p *proc, e Exited) bool {
+	if !p.joiner && !p.leaving {
+		return false
+	}
+	p.running = false
+	m.live--
+	if p.leaving {
+		m.leaverExit(p, e)
+		return true
+	}
+	if rs := m.rs; rs != nil && rs.joiners[p.rank] == id && !p.killed && !m.stopping {
+		why := fmt.Sprintf("new rank %d on %s (pid %d) ended: %s", p.rank, nodeOf(p), p.pid, exitText(e))
+		if rs.tableSent {
+			m.logf("%s", why)
+		}
+		m.abortResize(why)
+	}
+	return true
+}
+
+// onResizeReport takes rank 0's account of a resize and commits or aborts it.
+func (m *Machine) onResizeReport(e ResizeReport) {
+	var rep job.ResizeReport
+	rs := m.rs
+	if err := job.Decode(e.Data, &rep); err != nil || rs == nil || rep.Seq != rs.seq {
+		m.logf("ignoring a malformed or unexpected resize report")
+		return
+	}
+	m.rs = nil
+	le := m.log.Get(rs.seq)
+	le.Iteration, le.Pause, le.Bytes = rep.Iteration, rep.Pause, rep.Bytes
+	reason := ""
+	if rs.reason != "" {
+		reason = " (" + rs.reason + ")"
+	}
+	if !rep.OK {
+		if le.State.CanMoveTo(reconf.Aborted) {
+			_ = le.Advance(reconf.Aborted, errors.New(rep.Error))
+			m.logf("resize %d -> %d ranks aborted at iteration %d: %s; the job continues with %d ranks%s",
+				rs.old, rs.np, rep.Iteration, rep.Error, rs.old, reason)
+		}
+		m.killJoiners(rs)
+		return
+	}
+	if err := le.Advance(reconf.Committed, nil); err != nil {
+		m.logf("resize %d -> %d ranks: %v", rs.old, rs.np, err)
+		return
+	}
+	m.commitResize(rs)
+	m.logf("resized %d -> %d ranks at iteration %d in %d ms, %s moved%s",
+		rs.old, rs.np, rep.Iteration, rep.Pause.Milliseconds(), byteSize(rep.Bytes), reason)
+}
+
+// commitResize gives the job its new ranks: the joiners, or the survivors renumbered.
+func (m *Machine) commitResize(rs *resizing) {
+	if rs.np > rs.old {
+		for r := rs.old; r < rs.np; r++ {
+			id := rs.joiners[r]
+			p := m.procs[id]
+			st := rank{proc: id}
+			if p != nil {
+				p.side, p.joiner = false, false
+				st.running = p.running
+			}
+			m.ranks = append(m.ranks, st)
+		}
+	} else {
+		var kept []rank
+		for r, st := range m.ranks {
+			p := m.procs[st.proc]
+			if slices.Contains(rs.leavers, r) {
+				if p != nil {
+					p.side, p.leaving = true, true
+				}
+				continue
+			}
+			if p != nil {
+				p.rank = len(kept)
+			}
+			kept = append(kept, st)
+		}
+		m.ranks = kept
+	}
+	m.cfg.NP = rs.np
+}
+
+// leaverExit handles the exit of a process whose rank left at a shrink: a clean exit is
+// expected, anything else is worth a line but not a failure of the job.
+func (m *Machine) leaverExit(p *proc, e Exited) {
+	if e.failed() {
+		m.logf("process that left at a resize (pid %d on %s): %s", p.pid, nodeOf(p), exitText(e))
+	}
+}

@@ -1,0 +1,310 @@
+package supervisor
+
+// Tests of split and merge (Desell's thesis §2.1.2) from the supervisor's view, and of each
+// way a resize fails before its commit, over a Machine with fake processes and a fake clock.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
+)
+
+func fourRanks(t *testing.T) *fakeJob {
+	j := newFakeJob(t, Config{Migrations: true}, "n1", "n1", "n2", "n2")
+	j.launch()
+	return j
+}
+
+func (j *fakeJob) resize(np int, on ...job.NodeSlots) (string, []Action) {
+	j.t.Helper()
+	acts, to := j.control(job.ControlRequest{Kind: job.ControlResize, NP: np, On: on, Reason: "test"})
+	return to, acts
+}
+
+// resizeHello is new rank r (old rank old, -1 for a joiner) of request seq at iteration 10.
+func (j *fakeJob) resizeHello(seq uint64, r, old int) []Action {
+	j.t.Helper()
+	return j.step(ResizeHello{Reply: fmt.Sprintf("rh.%d", r), Data: enc(j.t, job.ResizeHello{
+		Seq: seq, Rank: r, OldRank: old, Addr: fmt.Sprintf("new:%d", r), PID: 5000 + r, Iteration: 10})})
+}
+
+func (j *fakeJob) resizeTable(r int) (job.Table, bool) {
+	got := j.sent[fmt.Sprintf("rh.%d", r)]
+	if len(got) == 0 {
+		return job.Table{}, false
+	}
+	return got[len(got)-1].(job.Table), true
+}
+
+func (j *fakeJob) resizeReport(rep job.ResizeReport) {
+	j.t.Helper()
+	j.step(ResizeReport{Data: enc(j.t, rep)})
+}
+
+// "Split ... new processes spawned on named nodes": a grow is published with the new size
+// and the nodes, the joiners start at the first hello of the boundary, everybody gets the
+// new world's table once all said hello, and the commit gives the job its new size.
+func TestSplitStartsJoinersAtTheBoundaryAndCommitsTheNewSize(t *testing.T) {
+	j := fourRanks(t)
+	to, acts := j.resize(6, job.NodeSlots{Node: "n3", Slots: 2})
+	checks := only[CheckNode](acts)
+	if len(checks) != 1 || checks[0].Node != "n3" {
+		t.Fatalf("actions %+v, want one check of n3", acts)
+	}
+	j.step(NodeChecked{Check: checks[0].Check})
+	if rep := j.lastReply(to); !rep.OK {
+		t.Fatalf("refused: %+v", rep)
+	}
+	e := j.published()[0].Entries[0]
+	if e.Kind != reconf.Resize || e.NP != 6 || e.OldNP != 4 || !slices.Equal(e.Nodes, []string{"n3", "n3"}) || e.State != reconf.Proposed {
+		t.Fatalf("entry %+v", e)
+	}
+	j.resizeHello(1, 0, 0)
+	if len(j.pend) != 2 {
+		t.Fatalf("%d starts after the first hello, want 2 joiners", len(j.pend))
+	}
+	for i := range 2 {
+		s := j.takeStart()
+		if s.Rank != 4+i || s.Node != "n3" || s.Join != 1 || s.Size != 6 {
+			t.Errorf("start %+v", s)
+		}
+		j.step(Started{Proc: s.Proc, PID: 2000 + i, Node: "n3"})
+	}
+	for r := 1; r < 4; r++ {
+		j.resizeHello(1, r, r)
+	}
+	j.resizeHello(1, 4, -1)
+	if _, ok := j.resizeTable(0); ok {
+		t.Fatal("table sent before the whole new world said hello")
+	}
+	j.resizeHello(1, 5, -1)
+	for r := range 6 {
+		tab, ok := j.resizeTable(r)
+		if !ok || tab.Error != "" || len(tab.Addrs) != 6 || tab.Addrs[5] != "new:5" {
+			t.Fatalf("rank %d table %+v", r, tab)
+		}
+	}
+	if st := j.m.Log().Entries[0].State; st != reconf.Prepared {
+		t.Errorf("state %v after the tables, want prepared", st)
+	}
+	j.resizeReport(job.ResizeReport{Seq: 1, OK: true, Iteration: 10, Pause: 120 * time.Millisecond, Bytes: 1 << 20})
+	info := j.m.Info()
+	if info.Size != 6 || len(info.Ranks) != 6 || info.Ranks[5].Node != "n3" || info.Ranks[5].PID != 2001 {
+		t.Errorf("info %+v", info)
+	}
+	if e := info.Reconfigurations[0]; e.State != reconf.Committed || e.Pause != 120*time.Millisecond || e.Bytes != 1<<20 {
+		t.Errorf("entry %+v", e)
+	}
+	j.wantLog(`resized 4 -> 6 ranks at iteration 10 in 120 ms, 1.0 MiB moved \(test\)`)
+	// The joiners are ranks now: a failure of one is the job's.
+	j.exit(j.m.ranks[5].proc, 3)
+	j.advance(time.Second)
+	j.wantFailure(RankFailed, 5, 3)
+}
+
+// "Merge: ranks hand their data over and leave": a shrink names the highest ranks as
+// leavers; only the survivors say hello; after the commit the survivors are the job and
+// the leavers' clean exits are no failure.
+func TestMergeLetsTheHighestRanksLeaveAndTheirExitIsNoFailure(t *testing.T) {
+	j := fourRanks(t)
+	to, _ := j.resize(3)
+	if rep := j.lastReply(to); !rep.OK {
+		t.Fatalf("refused: %+v", rep)
+	}
+	e := j.published()[0].Entries[0]
+	if !slices.Equal(e.Ranks, []int{3}) || e.NP != 3 {
+		t.Fatalf("entry %+v", e)
+	}
+	for r := range 3 {
+		j.resizeHello(1, r, r)
+	}
+	if len(j.pend) != 0 {
+		t.Fatal("a shrink started processes")
+	}
+	if tab, ok := j.resizeTable(2); !ok || len(tab.Addrs) != 3 {
+		t.Fatalf("table %+v", tab)
+	}
+	j.resizeReport(job.ResizeReport{Seq: 1, OK: true, Iteration: 10})
+	j.exit(j.proc[3], 0)
+	if f := j.m.Failure(); f != nil || j.m.Info().Size != 3 {
+		t.Fatalf("failure %+v, size %d", f, j.m.Info().Size)
+	}
+	j.wantLog(`resized 4 -> 3 ranks at iteration 10 in 0 ms, 0 B moved \(test\)`)
+	for _, p := range j.proc[:3] {
+		j.exit(p, 0)
+	}
+	if !j.m.Done() || j.m.Failure() != nil {
+		t.Errorf("done %v failure %+v", j.m.Done(), j.m.Failure())
+	}
+}
+
+// Merge off named nodes: "--on n1" makes the ranks on n1 leave and renumbers the others.
+func TestMergeOffANamedNodeRenumbersTheSurvivors(t *testing.T) {
+	j := fourRanks(t)
+	to, _ := j.resize(2, job.NodeSlots{Node: "n1"})
+	if rep := j.lastReply(to); !rep.OK {
+		t.Fatalf("refused: %+v", rep)
+	}
+	if e := j.published()[0].Entries[0]; !slices.Equal(e.Ranks, []int{0, 1}) {
+		t.Fatalf("leavers %v, want 0 and 1", e.Ranks)
+	}
+	j.resizeHello(1, 0, 2)
+	j.resizeHello(1, 1, 3)
+	j.resizeReport(job.ResizeReport{Seq: 1, OK: true, Iteration: 10})
+	info := j.m.Info()
+	if len(info.Ranks) != 2 || info.Ranks[0].PID != 1002 || info.Ranks[1].PID != 1003 {
+		t.Fatalf("ranks %+v", info.Ranks)
+	}
+	j.exit(j.proc[0], 0)
+	j.exit(j.proc[2], 7) // now rank 0
+	j.advance(time.Second)
+	j.wantFailure(RankFailed, 0, 7)
+}
+
+// "Bad requests (M < 1, more ranks than free slots, unknown nodes ...) are refused with a
+// clear reason", and nothing is published.
+func TestBadResizeRequestsAreRefusedWithAReason(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		np    int
+		on    []job.NodeSlots
+		check error
+		want  string
+	}{
+		{"zero ranks", 0, nil, nil, "0 ranks, want at least 1"},
+		{"same size", 4, nil, nil, "already has 4 ranks"},
+		{"too few named slots", 7, []job.NodeSlots{{Node: "n3", Slots: 2}}, nil, "3 new ranks but only 2 slots named"},
+		{"unknown node", 5, []job.NodeSlots{{Node: "n9"}}, errors.New("node n9 is not known"), "node n9 is not known"},
+		{"no rank on the node", 3, []job.NodeSlots{{Node: "n7"}}, nil, "no rank of the job runs on n7"},
+		{"wrong count on the node", 3, []job.NodeSlots{{Node: "n1"}}, nil, "1 ranks must leave but n1 run 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := fourRanks(t)
+			to, acts := j.resize(tc.np, tc.on...)
+			for _, c := range only[CheckNode](acts) {
+				j.step(NodeChecked{Check: c.Check, Err: tc.check})
+			}
+			rep := j.lastReply(to)
+			if rep.OK || !strings.Contains(rep.Error, tc.want) {
+				t.Errorf("reply %+v, want an error with %q", rep, tc.want)
+			}
+			if len(j.published()) != 0 {
+				t.Error("a refused request was published")
+			}
+		})
+	}
+	j := newFakeJob(t, Config{}, "", "")
+	j.launch()
+	to, _ := j.resize(3, job.NodeSlots{Node: "n3"})
+	if rep := j.lastReply(to); !strings.Contains(rep.Error, "runs its ranks locally") {
+		t.Errorf("local job with nodes: %+v", rep)
+	}
+	j.step(NodeGone{Node: "n3", Reason: "node n3 shut down"})
+	j2 := fourRanks(t)
+	j2.step(NodeGone{Node: "n3", Reason: "node n3 shut down"})
+	to, _ = j2.resize(5, job.NodeSlots{Node: "n3"})
+	if rep := j2.lastReply(to); !strings.Contains(rep.Error, "node n3 shut down") {
+		t.Errorf("gone node: %+v", rep)
+	}
+}
+
+// "A new rank that does not start ... the resize aborts, the job continues at its old
+// size": every hello gets the reason instead of a table, also the ones that come later.
+func TestJoinerThatDoesNotStartAbortsTheResize(t *testing.T) {
+	j := fourRanks(t)
+	j.resize(5)
+	j.resizeHello(1, 0, 0)
+	s := j.takeStart()
+	if s.Node != "" || s.Join != 1 {
+		t.Fatalf("start %+v", s)
+	}
+	j.step(Started{Proc: s.Proc, Err: errors.New("no free slot")})
+	if tab, _ := j.resizeTable(0); !strings.Contains(tab.Error, "cannot start rank 4 on local: no free slot") {
+		t.Errorf("table %+v", tab)
+	}
+	j.resizeHello(1, 1, 1)
+	if tab, _ := j.resizeTable(1); !strings.Contains(tab.Error, "aborted") {
+		t.Errorf("late hello got %+v", tab)
+	}
+	if e := j.m.Log().Entries[0]; e.State != reconf.Aborted || !strings.Contains(e.Error, "no free slot") {
+		t.Errorf("entry %+v", e)
+	}
+	j.wantLog(`resize 4 -> 5 aborted: cannot start rank 4 on local: no free slot; the job continues with 4 ranks`)
+	j.resizeReport(job.ResizeReport{Seq: 1, Error: "mpirun refused", Iteration: 10})
+	if j.m.Info().Size != 4 || j.m.Failure() != nil {
+		t.Errorf("size %d failure %+v", j.m.Info().Size, j.m.Failure())
+	}
+	// A new resize may follow.
+	if to, _ := j.resize(3); !j.lastReply(to).OK {
+		t.Errorf("second resize refused: %+v", j.lastReply(to))
+	}
+}
+
+// "A process that dies mid-redistribution before the commit": a joiner that ends after
+// the table is logged; the ranks' abort report keeps the old size and kills the joiners.
+func TestJoinerDeathBeforeTheCommitAbortsTheResize(t *testing.T) {
+	j := fourRanks(t)
+	j.resize(6)
+	j.resizeHello(1, 0, 0)
+	var joiners []ProcID
+	for i := range 2 {
+		s := j.takeStart()
+		j.step(Started{Proc: s.Proc, PID: 3000 + i})
+		joiners = append(joiners, s.Proc)
+	}
+	// One joiner dies before the table: abort at once.
+	j.exit(joiners[0], 2)
+	if tab, _ := j.resizeTable(0); !strings.Contains(tab.Error, "new rank 4 on local (pid 3000) ended: exited with status 2") {
+		t.Errorf("table %+v", tab)
+	}
+	if acts := j.resizeReportActs(job.ResizeReport{Seq: 1, Error: "resize refused by mpirun", Iteration: 10}); len(signalled(acts, syscall.SIGKILL)) != 0 {
+		t.Errorf("the other joiner was killed twice: %+v", acts)
+	}
+	if j.m.Failure() != nil || j.m.Info().Size != 4 {
+		t.Errorf("failure %+v", j.m.Failure())
+	}
+
+	// Data moving: the ranks report the abort; the joiners are killed, the size stays.
+	j = fourRanks(t)
+	j.resize(5)
+	for r := range 4 {
+		j.resizeHello(1, r, r)
+	}
+	s := j.takeStart()
+	j.step(Started{Proc: s.Proc, PID: 3100})
+	j.resizeHello(1, 4, -1)
+	acts := j.resizeReportActs(job.ResizeReport{Seq: 1, Error: "rank 4 lost during the redistribution", Iteration: 10})
+	if k := signalled(acts, syscall.SIGKILL); len(k) != 1 || k[0] != s.Proc {
+		t.Errorf("kills %v, want the joiner", k)
+	}
+	j.exit(s.Proc, 137)
+	if j.m.Failure() != nil || j.m.Info().Size != 4 {
+		t.Errorf("failure %+v size %d", j.m.Failure(), j.m.Info().Size)
+	}
+	j.wantLog(`resize 4 -> 5 ranks aborted at iteration 10: rank 4 lost during the redistribution; the job continues with 4 ranks \(test\)`)
+	if e := j.m.Log().Entries[0]; e.State != reconf.Aborted {
+		t.Errorf("entry %+v", e)
+	}
+}
+
+func (j *fakeJob) resizeReportActs(rep job.ResizeReport) []Action {
+	j.t.Helper()
+	return j.step(ResizeReport{Data: enc(j.t, rep)})
+}
+
+// A second resize is refused while one is under way.
+func TestOneResizeAtATime(t *testing.T) {
+	j := fourRanks(t)
+	j.resize(5)
+	to, _ := j.resize(3)
+	if rep := j.lastReply(to); !strings.Contains(rep.Error, "already being resized (request 1)") {
+		t.Errorf("reply %+v", rep)
+	}
+}
