@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	
+
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/reconf"
 )
