@@ -59,6 +59,7 @@ type engine struct {
 	broken    error               // job-wide failure: every operation fails with it
 	closed    bool
 	retired   bool    // the rank moved to a successor process (see migrate.go)
+	revoked   bool    // a resize replaced this world (see resize.go)
 	unexpSize []int64 // eager bytes queued unmatched, per peer
 	unexpMax  int64
 	space     *sync.Cond // unexpected bytes drained, or a failure
@@ -338,6 +339,9 @@ func (e *engine) failure() error {
 	}
 	if e.retired {
 		return ErrMigrated
+	}
+	if e.revoked {
+		return &StaleCommError{Op: "operation"}
 	}
 	if e.closed {
 		return ErrFinalized

@@ -26,6 +26,7 @@ var session struct {
 	nc        *nats.Conn
 	env       job.Env
 	launched  *rewire.Launched // nil unless launched by mpirun
+	holder    *engineHolder    // delivers job events to the world's engine
 }
 
 // joined is a launched process's world, its control-plane connection and, in a successor,
@@ -34,6 +35,8 @@ type joined struct {
 	world     *Comm
 	nc        *nats.Conn
 	inherited *rewire.Inheritance
+	holder    *engineHolder
+	joinedAt  uint64 // a joiner: the resize it joined at
 }
 
 // Init joins the job that mpirun started and returns its world communicator. A process that
@@ -64,12 +67,16 @@ func Init() (*Comm, error) {
 	if spec := os.Getenv(job.EnvMigrate); spec != "" {
 		join = func(env job.Env) (joined, error) { return joinAsSuccessor(env, spec) }
 	}
+	if seq := os.Getenv(job.EnvJoin); seq != "" {
+		join = func(env job.Env) (joined, error) { return joinAtResize(env, seq) }
+	}
 	j, err := join(env)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: Init: rank %d of job %s: %w", env.Rank, env.JobID, err)
 	}
-	session.world, session.nc, session.env = j.world, j.nc, env
+	session.world, session.nc, session.env, session.holder = j.world, j.nc, env, j.holder
 	session.launched = rewire.NewLaunched(env, j.nc, memberOf(j.world), j.inherited)
+	session.launched.Joined = j.joinedAt
 	return j.world, nil
 }
 
@@ -109,7 +116,7 @@ func joinJob(env job.Env) (joined, error) {
 		return fail(err)
 	}
 	holder.set(world.e)
-	return joined{world: world, nc: nc}, nil
+	return joined{world: world, nc: nc, holder: holder}, nil
 }
 
 // listenAndConnect opens the rank's data-plane listener and its control-plane connection;
@@ -227,8 +234,9 @@ func Detach(world *Comm) error {
 	if err := world.valid("Detach"); err != nil {
 		return err
 	}
-	if world.e.isRetired() {
-		// The rank lives on in a successor: nothing to wait for, the endpoint is closed.
+	if world.e.isRetired() || world.e.isRevoked() {
+		// The rank lives on in a successor, or left at a resize: nothing to wait for, the
+		// endpoint is closed.
 		return nil
 	}
 	if n := world.e.pending(); n > 0 {

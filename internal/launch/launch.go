@@ -287,6 +287,7 @@ func (r *runner) connect(url string) error {
 	for _, subj := range []string{
 		job.HelloSubject(id), job.AbortSubject(id), job.LostSubject(id), job.ControlSubject(id),
 		job.MigrateSubject(id), job.MigratedSubject(id), job.ReconfGetSubject(id), job.JobInfoSubject(id),
+		job.ResizeSubject(id), job.ResizedSubject(id),
 	} {
 		if _, err := nc.ChanSubscribe(subj, r.msgs); err != nil {
 			nc.Close()
@@ -432,6 +433,10 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 		return supervisor.LogRequest{Reply: m.Reply}
 	case job.JobInfoSubject(id):
 		return supervisor.InfoRequest{Reply: m.Reply}
+	case job.ResizeSubject(id):
+		return supervisor.ResizeHello{Reply: m.Reply, Data: m.Data}
+	case job.ResizedSubject(id):
+		return supervisor.ResizeReport{Data: m.Data}
 	}
 	return supervisor.Tick{} // not subscribed: nothing happened
 }
@@ -502,6 +507,9 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 	env := r.env
 	env.Rank = a.Rank
+	if a.Join != 0 {
+		return r.startJoiner(a, env)
+	}
 	spec := r.spec(a.Rank, r.path, env)
 	if a.Node == "" {
 		proc, err := r.cfg.Starter.Start(spec)
@@ -514,6 +522,28 @@ func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 	if !ok { // the Machine migrates only with one
 		return supervisor.Started{Proc: a.Proc, Err: errNoNodes}
 	}
+	go func() {
+		proc, err := ns.StartOn(a.Node, spec)
+		r.inbox <- func() supervisor.Event { return r.started(a.Proc, proc, err) }
+	}()
+	return nil
+}
+
+// startJoiner starts a process that joins the job at resize a.Join as rank a.Rank of a.Size:
+// where the starter places it, or on a.Node off the loop.
+func (r *runner) startJoiner(a supervisor.StartRank, env job.Env) supervisor.Event {
+	env.Size = a.Size
+	spec := r.spec(a.Rank, r.path, env)
+	spec.Env = append(spec.Env, job.EnvJoin+"="+strconv.FormatUint(a.Join, 10))
+	if a.Node == "" {
+		proc, err := r.cfg.Starter.Start(spec)
+		return r.started(a.Proc, proc, err)
+	}
+	ns, ok := r.cfg.Starter.(rankproc.NodeStarter)
+	if !ok { // the Machine names nodes only with one
+		return supervisor.Started{Proc: a.Proc, Err: errNoNodes}
+	}
+	spec.Env = append(spec.Env, r.successorNodeRanksEnv(a.Node, -1))
 	go func() {
 		proc, err := ns.StartOn(a.Node, spec)
 		r.inbox <- func() supervisor.Event { return r.started(a.Proc, proc, err) }

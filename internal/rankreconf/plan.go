@@ -73,6 +73,8 @@ type Plan struct {
 	SettleCheckpoint bool
 	// Moves are the migrations of this boundary, in rank order.
 	Moves []Move
+	// Resize is the split or merge of this boundary, after the moves; nil if none.
+	Resize *Resize
 }
 
 // MoveOf returns rank's move in p, if it moves.
@@ -105,9 +107,16 @@ func Decide(pt Point, log []reconf.Reconfiguration) (Plan, error) {
 		}
 	}
 	p.Moves = movesOf(p.Entries, pt.Size)
+	rs, err := resizeOf(p.Entries, pt.Size)
+	if err != nil {
+		return Plan{}, err
+	}
+	p.Resize = rs
+	// A checkpoint never spans a change of the world: it is finished at this boundary.
+	changes := len(p.Moves) > 0 || rs != nil
 	p.Checkpoint = pt.Scheduled || asked && pt.Checkpointing
-	p.SettleFirst = pt.InFlight && (p.Checkpoint || len(p.Moves) > 0)
-	p.SettleCheckpoint = p.Checkpoint && (pt.SyncCheckpoints || len(p.Moves) > 0)
+	p.SettleFirst = pt.InFlight && (p.Checkpoint || changes)
+	p.SettleCheckpoint = p.Checkpoint && (pt.SyncCheckpoints || changes)
 	return p, nil
 }
 

@@ -88,6 +88,8 @@ type Launched struct {
 	Conn *nats.Conn
 	// Member is nil when the world cannot migrate ranks.
 	Member Member
+	// Joined is the resize request a joiner joined the job at (job.EnvJoin); 0 for others.
+	Joined uint64
 
 	mu        sync.Mutex
 	inherited *Inheritance
