@@ -261,7 +261,6 @@ func joinAtResize(env job.Env, seqText string) (joined, error) {
 	return joined{world: world, nc: nc, holder: holder, joinedAt: seq}, nil
 }
 
-
 // isRevoked reports whether a resize replaced this engine's world.
 func (e *engine) isRevoked() bool {
 	e.mu.Lock()

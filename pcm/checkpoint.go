@@ -125,6 +125,12 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 	}
 	if len(plan.Moves) > 0 {
 		act, err := p.migrate(iter, plan.Moves)
+		if act == Leave || err != nil || plan.Resize == nil {
+			return act, errors.Join(ckptErr, err)
+		}
+	}
+	if plan.Resize != nil {
+		act, err := p.resize(iter, *plan.Resize)
 		return act, errors.Join(ckptErr, err)
 	}
 	return Continue, ckptErr

@@ -28,6 +28,9 @@ const (
 	Migrated
 	// Restarted: the job was restarted from a checkpoint (Options.Restart); Load restores it.
 	Restarted
+	// Joined: the process joined a running job at a resize (a split); Load takes part in
+	// the resize and restores the replicated values and this rank's distributed data.
+	Joined
 )
 
 // String returns "new", "migrated" or "restarted".
@@ -39,6 +42,8 @@ func (s Status) String() string {
 		return "migrated"
 	case Restarted:
 		return "restarted"
+	case Joined:
+		return "joined"
 	}
 	return fmt.Sprintf("Status(%d)", int(s))
 }
@@ -52,7 +57,13 @@ const (
 	// Leave: this process has handed its rank to a successor (migration): it must leave its
 	// loop and end without touching the world again except to finalize (mpi.Finalize then
 	// only releases resources).
+	//
+	// After a resize that merged this rank away, too: its data went to the ranks that stay.
 	Leave
+	// Resized: the world changed size at this boundary; World returns the new world, the
+	// distributed data holds the new parts. Communicators derived from the old world fail
+	// with mpi.ErrRevoked: re-create them from World.
+	Resized
 )
 
 // String returns "continue" or "leave".
@@ -62,6 +73,8 @@ func (a Action) String() string {
 		return "continue"
 	case Leave:
 		return "leave"
+	case Resized:
+		return "resized"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -91,6 +104,7 @@ type Process struct {
 	applied   uint64           // log entries acted upon
 	left      bool             // Reconfigure returned Leave
 	inherited []byte           // hand-over state of a Migrated process, until Load
+	tmpBlocks []*TmpBlock      // TEMPORARY until mall-a's distributed objects are merged
 	storeID   [2]uint64
 	prof      *profiler.JobProfiler // nil when not profiling
 	total     int                   // planned iterations (SetIterations), 0 if unknown
@@ -133,6 +147,9 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 		if in := p.launched.TakeInherited(); in != nil && in.Rank == world.Rank() {
 			p.status, p.inherited = Migrated, in.State
 		}
+		if p.launched.Joined != 0 {
+			p.status = Joined
+		}
 	}
 	if opts.PollEvery > 0 {
 		p.pollEvery = int64(opts.PollEvery)
@@ -149,7 +166,7 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 	if !opts.usesStore() {
 		return p, nil
 	}
-	if p.status == Migrated {
+	if p.status == Migrated || p.status == Joined {
 		// The other ranks are not here to agree: the store is opened alone and the
 		// checkpoint numbering comes with the state.
 		if err := p.openLocalStore(); err != nil {
@@ -315,6 +332,11 @@ func (p *Process) Load() error {
 	}
 	if p.status == Migrated {
 		if err := p.loadInherited(); err != nil {
+			return err
+		}
+	}
+	if p.status == Joined {
+		if err := p.join(); err != nil {
 			return err
 		}
 	}

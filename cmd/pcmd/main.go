@@ -43,6 +43,7 @@ USAGE:
    pcmd status [--json] [--nats URL]
    pcmd migrate --job JOB --rank R --to NODE [--nats URL]
    pcmd checkpoint --job JOB [--nats URL]
+   pcmd resize --job JOB --np M [--on NODE[:K],...] [--reason TEXT] [--nats URL]
    pcmd drain [--node NAME] [--nats URL]
 
 COMMANDS:
@@ -54,6 +55,7 @@ COMMANDS:
                 ranks they run
    migrate      ask a running job to move a rank to another node
    checkpoint   ask a running job to take a checkpoint now
+   resize       ask a running job to change its number of ranks (split or merge)
    drain        make a node leave gracefully: it takes no new ranks, asks the
                 jobs to move its ranks to nodes with free slots, and exits
                 once it runs none
@@ -297,12 +299,13 @@ of this user (found in its job record) and says which one.`,
 			},
 			controlCommand(stderr, stdout, job.ControlMigrate, onUsage),
 			controlCommand(stderr, stdout, job.ControlCheckpoint, onUsage),
+			controlCommand(stderr, stdout, job.ControlResize, onUsage),
 			drainCommand(stderr, stdout, onUsage),
 		},
 	}
 }
 
-// controlCommand builds "pcmd migrate" or "pcmd checkpoint".
+// controlCommand builds "pcmd migrate", "pcmd checkpoint" or "pcmd resize".
 func controlCommand(stderr, stdout io.Writer, kind job.ControlKind, onUsage cli.OnUsageErrorFunc) *cli.Command {
 	cmd := &cli.Command{
 		Name:         string(kind),
@@ -335,11 +338,27 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 		cmd.UsageText = "pcmd checkpoint --job JOB [--nats URL] [--timeout DURATION]"
 		cmd.Description = "Asks job JOB to take a coordinated checkpoint at its next agreement point\n" +
 			"(the job must run with on-demand checkpointing, MPIOS_CKPT_EVERY set)." + note
+	case job.ControlResize:
+		cmd.Usage = "ask a running job to change its number of ranks (split or merge)"
+		cmd.UsageText = "pcmd resize --job JOB --np M [--on NODE[:K],...] [--reason TEXT] [--nats URL] [--timeout DURATION]"
+		cmd.Description = "Asks job JOB to run with M ranks from its next agreement point on. A grow starts\n" +
+			"the new ranks on the nodes --on names (K ranks on NODE; default: where mpirun\n" +
+			"places them); a shrink lets the highest ranks leave, or those on the nodes --on\n" +
+			"names. The ranks' distributed data is redistributed and the world is rebuilt with\n" +
+			"contiguous ranks. If anything fails before the commit the job goes on at its old\n" +
+			"size; mpirun logs the outcome (\"resized 4 -> 6 ranks at iteration I in T ms\")." + note
+		cmd.Flags = append(cmd.Flags,
+			&cli.IntFlag{Name: "np", Usage: "the new number of ranks `M`"},
+			&cli.StringFlag{Name: "on", Usage: "`NODE[:K],...` where new ranks start or from where ranks leave"},
+			&cli.StringFlag{Name: "reason", Usage: "why, for mpirun's log and pcmd status (default: \"pcmd resize by USER\")"})
 	}
 	cmd.Action = func(c *cli.Context) error {
 		required := []string{"job"}
-		if kind == job.ControlMigrate {
+		switch kind {
+		case job.ControlMigrate:
 			required = append(required, "rank", "to")
+		case job.ControlResize:
+			required = append(required, "np")
 		}
 		for _, f := range required {
 			if !c.IsSet(f) {
@@ -359,6 +378,14 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 			if len(ranks) > 1 {
 				req.Ranks = ranks
 			}
+		}
+		if kind == job.ControlResize {
+			req.NP = c.Int("np")
+			on, err := job.ParseNodeSlots(c.String("on"))
+			if err != nil {
+				return &usageError{"--on: " + job.TrimPrefix(err).Error()}
+			}
+			req.On = on
 		}
 		if err := job.ValidateID(c.String("job")); err != nil {
 			return &usageError{"--job: " + job.TrimPrefix(err).Error()}
