@@ -116,4 +116,3 @@ func (p *Process) resizeDone(commit bool) {
 		b.prev = nil
 	}
 }
-

@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
+)
+
+// malleableArgs is the resize tests' program: long enough at -pace 3ms for three resizes.
+var malleableArgs = []string{"malleable", "-rows", "64", "-cols", "16", "-iters", "1500"}
+
+// resize asks job j for np ranks and waits for mpirun's n-th "resized" line.
+func (c *cluster) resize(j *bgJob, np, n int, on ...job.NodeSlots) {
+	c.t.Helper()
+	rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: np, On: on, Reason: "test"})
+	if !rep.OK {
+		c.t.Fatalf("resize to %d refused: %s\nstderr:\n%s", np, rep.Error, j.stderr.String())
+	}
+	j.waitLog(`mpirun: resized \d+ -> \d+ ranks at iteration \d+ in \d+ ms`, n, 60*time.Second)
+}
+
+func malleableReference(t *testing.T) []byte {
+	t.Helper()
+	dump := filepath.Join(t.TempDir(), "ref.bin")
+	res := mpirun(t, 120*time.Second, append(append([]string{"-np", "4", prog(malleableArgs[0])}, malleableArgs[1:]...), "-dump", dump)...)
+	if res.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", res.code, res.stderr)
+	}
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestResizeKeepsResultsBitwise: a job with a distributed array goes 4 -> 6 -> 3 -> 5 ranks
+// (split, merge, split) through mpirun and a real nats-server, on this machine and on pcmd
+// nodes (grow onto a node, shrink, grow onto it again), checkpointing meanwhile; the result
+// is bitwise that of an undisturbed run.
+func TestResizeKeepsResultsBitwise(t *testing.T) {
+	want := malleableReference(t)
+	for _, where := range []string{"local", "nodes"} {
+		t.Run(where, func(t *testing.T) {
+			var c *cluster
+			run := []string{"--ckpt-every", "7"}
+			var grow []job.NodeSlots
+			if where == "nodes" {
+				c = newCluster(t, "n1", "n2", "n3")
+				run = append(run, "--hosts", "n1:2,n2:2")
+				grow = []job.NodeSlots{{Node: "n3", Slots: 2}}
+			} else {
+				c = newCluster(t)
+				run = append(run, "-np", "4")
+			}
+			dump := filepath.Join(t.TempDir(), "out.bin")
+			run = append(append(run, prog(malleableArgs[0])), malleableArgs[1:]...)
+			j := c.start(t, "rsz-"+where, nil, append(run, "-dump", dump, "-pace", "3ms")...)
+			c.waitRunning(t, j.id)
+			c.resize(j, 6, 1, grow...)
+			c.resize(j, 3, 2)
+			c.resize(j, 5, 3, grow...)
+			info := c.jobInfo(j.id)
+			if info.Size != 5 || len(info.Ranks) != 5 {
+				t.Errorf("job info says %d ranks (%d listed), want 5", info.Size, len(info.Ranks))
+			}
+			if where == "nodes" && (info.Ranks[3].Node != "n3" || info.Ranks[4].Node != "n3") {
+				t.Errorf("new ranks on %q and %q, want n3", info.Ranks[3].Node, info.Ranks[4].Node)
+			}
+			var resizes []reconf.Reconfiguration
+			for _, e := range info.Reconfigurations {
+				if e.Kind == reconf.Resize {
+					resizes = append(resizes, e)
+				}
+			}
+			if len(resizes) != 3 {
+				t.Fatalf("%d resizes in the log, want 3: %+v", len(resizes), info.Reconfigurations)
+			}
+			for _, e := range resizes {
+				if e.State != reconf.Committed || e.Bytes == 0 || e.Pause == 0 || e.Iteration == 0 {
+					t.Errorf("resize entry %+v, want committed with pause, bytes and iteration", e)
+				}
+			}
+			if code := j.wait(120 * time.Second); code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+			}
+			j.sameDump(dump, want)
+		})
+	}
+}
+
+// TestFailedResizesKeepTheOldSize covers the failure cases of a resize: each is refused or
+// aborted with a reason, the job goes on at its old size and its result is unchanged.
+func TestFailedResizesKeepTheOldSize(t *testing.T) {
+	want := malleableReference(t)
+	c := newCluster(t, "n1", "n2")
+	// n3 runs nothing of ours: its --allow does not cover the program.
+	c.startNode("n3", "--allow", "/nonexistent/*")
+	cases := []struct {
+		name    string
+		np      int
+		on      []job.NodeSlots
+		refused string // the request is refused with this
+		aborted string // or mpirun logs the resize aborted with this
+	}{
+		{name: "zero-ranks", np: 0, refused: "0 ranks, want at least 1"},
+		{name: "unknown-node", np: 5, on: []job.NodeSlots{{Node: "nowhere"}}, refused: "no pcmd serves it"},
+		{name: "too-few-slots", np: 7, on: []job.NodeSlots{{Node: "n1", Slots: 1}}, refused: "3 new ranks but only 1 slots named"},
+		{name: "target-refuses", np: 5, on: []job.NodeSlots{{Node: "n3"}}, aborted: "not allowed by --allow"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dump := filepath.Join(t.TempDir(), "out.bin")
+			run := append(append([]string{"--hosts", "n1:2,n2:2", prog(malleableArgs[0])}, malleableArgs[1:]...), "-dump", dump, "-pace", "2ms")
+			j := c.start(t, "rszfail-"+tc.name, nil, run...)
+			c.waitRunning(t, j.id)
+			rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: tc.np, On: tc.on, Reason: "test"})
+			if tc.refused != "" {
+				if rep.OK || !strings.Contains(rep.Error, tc.refused) {
+					t.Fatalf("reply %+v, want a refusal containing %q", rep, tc.refused)
+				}
+			} else {
+				if !rep.OK {
+					t.Fatalf("request refused: %s", rep.Error)
+				}
+				j.waitLog(`resize 4 -> 5 .*aborted.*`+regexp.QuoteMeta(tc.aborted), 1, 60*time.Second)
+				info := c.jobInfo(j.id)
+				if info.Size != 4 || len(info.Reconfigurations) != 1 || info.Reconfigurations[0].State != reconf.Aborted || info.Reconfigurations[0].Error == "" {
+					t.Fatalf("job info %+v, want 4 ranks and one aborted resize with a reason", info)
+				}
+			}
+			if code := j.wait(120 * time.Second); code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+			}
+			j.sameDump(dump, want)
+		})
+	}
+}
+
+// TestResizeOfAJobWithoutDistributedDataIsAborted: heat2d keeps its grid in plain
+// registered values, which a resize cannot redistribute; the resize is aborted with the
+// reason and the job finishes unchanged.
+func TestResizeOfAJobWithoutDistributedDataIsAborted(t *testing.T) {
+	args := []string{"heat2d", "-n", "48", "-iters", "800"}
+	want := referenceDump(t, args...)
+	c := newCluster(t)
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "rsz-nodata", nil, append(append([]string{"-np", "4", prog(args[0])}, args[1:]...), "-dump", dump, "-pace", "2ms")...)
+	c.waitRunning(t, j.id)
+	if rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: 2}); !rep.OK {
+		t.Fatalf("refused: %s", rep.Error)
+	}
+	j.waitLog(`resize 4 -> 2 ranks aborted at iteration \d+: the job has no distributed data`, 1, 60*time.Second)
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
+	j.sameDump(dump, want)
+}
