@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
@@ -36,6 +37,11 @@ func (e *StaleCommError) Error() string {
 // Is makes a StaleCommError match ErrRevoked.
 func (e *StaleCommError) Is(target error) bool { return target == ErrRevoked }
 
+// resizeDialTimeout bounds the dials of a resize's new world: every member listened before
+// it said hello, so a dial that is refused for this long means the member is gone (a joiner
+// that died before the commit), and the resize is given up sooner than a job's start would.
+const resizeDialTimeout = 3 * time.Second
+
 // ResizeListener is a process's data-plane listener for the world a resize builds.
 type ResizeListener struct {
 	ln  net.Listener
@@ -64,14 +70,12 @@ func (l *ResizeListener) Addr() string { return l.ln.Addr().String() }
 // Close releases the listener of a resize that was given up before Build.
 func (l *ResizeListener) Close() error { return l.ln.Close() }
 
-// Build connects this process as rank of the new world whose addresses are addrs, and
-// agrees with the other members on the first free context (above old's, nil for a
-// joiner). It is collective over the new world. The new world is not the process's world
-// until SwitchWorld.
-func (l *ResizeListener) Build(old *Comm, rank int, addrs []string) (*Comm, error) {
+// Connect connects this process as rank of the new world whose addresses are addrs. The
+// new world is not the process's world until SwitchWorld; AgreeContexts must come first.
+func (l *ResizeListener) Connect(rank int, addrs []string) (*Comm, error) {
 	env := l.env
 	env.Rank, env.Size = rank, len(addrs)
-	ep, err := comm.NewTCP(comm.TCPConfig{Rank: rank, Size: len(addrs), Addrs: addrs, Listener: l.ln, Secret: env.Secret})
+	ep, err := comm.NewTCP(comm.TCPConfig{Rank: rank, Size: len(addrs), Addrs: addrs, Listener: l.ln, Secret: env.Secret, DialTimeout: resizeDialTimeout})
 	if err != nil {
 		l.ln.Close()
 		return nil, fmt.Errorf("mpi: resize: %w", err)
@@ -88,12 +92,17 @@ func (l *ResizeListener) Build(old *Comm, rank int, addrs []string) (*Comm, erro
 		ep.Close()
 		return nil, fmt.Errorf("mpi: resize: %w", err)
 	}
-	if err := agreeFirstContext(world, old); err != nil {
-		e.close()
-		ep.Close()
-		return nil, fmt.Errorf("mpi: resize: agree on contexts: %w", err)
-	}
 	return world, nil
+}
+
+// AgreeContexts raises the new world's first free context above every one the old world
+// used, so that no communicator of the new world matches a stale message. It is collective
+// over the new world (joiners agree in Init).
+func AgreeContexts(world, old *Comm) error {
+	if err := agreeFirstContext(world, old); err != nil {
+		return fmt.Errorf("mpi: resize: agree on contexts: %w", err)
+	}
+	return nil
 }
 
 // agreeFirstContext raises world's first free context above every one old's engine used.
@@ -112,6 +121,14 @@ func agreeFirstContext(world, old *Comm) error {
 	world.e.nextCtx = max(world.e.nextCtx, agreed[0])
 	world.e.mu.Unlock()
 	return nil
+}
+
+// Break fails every pending and future operation on a new world with err: a member ended
+// before the commit. It may be called from any goroutine.
+func Break(world *Comm, err error) {
+	if world != nil {
+		world.e.breakJob(err)
+	}
 }
 
 // Abandon closes a new world whose resize was aborted.
@@ -244,7 +261,7 @@ func joinAtResize(env job.Env, seqText string) (joined, error) {
 	if len(table) != env.Size {
 		return fail(fmt.Errorf("resize: table has %d addresses for %d ranks", len(table), env.Size))
 	}
-	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: table, Listener: ln, Secret: env.Secret})
+	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: table, Listener: ln, Secret: env.Secret, DialTimeout: resizeDialTimeout})
 	if err != nil {
 		return fail(err)
 	}
@@ -255,7 +272,7 @@ func joinAtResize(env job.Env, seqText string) (joined, error) {
 		return fail(err)
 	}
 	holder.set(world.e)
-	if err := agreeFirstContext(world, nil); err != nil {
+	if err := AgreeContexts(world, nil); err != nil {
 		return fail(err)
 	}
 	return joined{world: world, nc: nc, holder: holder, joinedAt: seq}, nil

@@ -354,6 +354,7 @@ func (p *Process) Load() error {
 		p.snap.Grow(p.snapshotSize())
 	}
 	p.loaded = true
+	p.announceMalleable()
 	p.lastSyncEnd = time.Now()
 	p.annotate()
 	return nil

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rankreconf"
 	"github.com/mpios/mpios/internal/rewire"
 	"github.com/mpios/mpios/mpi"
+	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -39,6 +41,7 @@ type resizeHeader struct {
 // old world (and, for a grow, the joiners, in their Load).
 func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 	began := time.Now()
+	var watch *resizeWatch
 	old, me := p.world, p.world.Rank()
 	if p.launched == nil || p.ctl == nil {
 		// The same on every rank (it depends on how the job was started).
@@ -58,6 +61,12 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 		return abort("the job has no distributed data to redistribute (register it with pcm.NewBlock)")
 	}
 	nr := rs.NewRank[me]
+	if rs.Grow() {
+		// A joiner that ends before the commit leaves the new world waiting in vain.
+		w := p.watchResize(rs.Seq)
+		defer w.stop()
+		watch = w
+	}
 	var ln *mpi.ResizeListener
 	var table []string
 	var err error
@@ -82,7 +91,10 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 	}
 	var nw *mpi.Comm
 	if nr >= 0 {
-		nw, err = ln.Build(old, nr, table)
+		if nw, err = ln.Connect(nr, table); err == nil {
+			watch.attach(nw)
+			err = mpi.AgreeContexts(nw, old)
+		}
 	}
 	if err == nil {
 		err = mpi.Quiesce(old, rs.NewRank)
@@ -166,6 +178,9 @@ func (p *Process) growData(nw *mpi.Comm, iter int, rs rankreconf.Resize) (bool, 
 // join is a joiner's part of the resize it joined at, in Load: it takes the replicated state
 // from rank 0, receives its part of the distributed data and waits for the commit.
 func (p *Process) join() error {
+	w := p.watchResize(p.launched.Joined)
+	defer w.stop()
+	w.attach(p.world)
 	blob, err := bcastBlob(p.world, nil)
 	if err != nil {
 		return fmt.Errorf("pcm: Load: resize: %w", err)
@@ -282,6 +297,68 @@ func (p *Process) reportResize(r job.ResizeReport) {
 	nc := p.launched.Conn
 	if nc.Publish(job.ResizedSubject(p.launched.Env.JobID), data) == nil {
 		nc.FlushTimeout(2 * time.Second)
+	}
+}
+
+// resizeWatch breaks a resize's new world when the launcher reports that one of its
+// members ended before the commit (job.ResizeGone).
+type resizeWatch struct {
+	mu    sync.Mutex
+	world *mpi.Comm
+	gone  error
+	sub   *nats.Subscription
+}
+
+func (p *Process) watchResize(seq uint64) *resizeWatch {
+	w := &resizeWatch{}
+	nc := p.launched.Conn
+	sub, err := nc.Subscribe(job.ResizeGoneSubject(p.launched.Env.JobID), func(m *nats.Msg) {
+		var g job.ResizeGone
+		if job.Decode(m.Data, &g) != nil || g.Seq != seq {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.gone == nil {
+			w.gone = fmt.Errorf("%w: %s", mpi.ErrAborted, g.Reason)
+			mpi.Break(w.world, w.gone)
+		}
+	})
+	if err == nil {
+		nc.Flush()
+		w.sub = sub
+	}
+	return w
+}
+
+// attach breaks world if a member is gone, now or later. A nil watch does nothing.
+func (w *resizeWatch) attach(world *mpi.Comm) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.world = world
+	if w.gone != nil {
+		mpi.Break(world, w.gone)
+	}
+}
+
+func (w *resizeWatch) stop() {
+	if w.sub != nil {
+		w.sub.Unsubscribe()
+	}
+}
+
+// announceMalleable tells the launcher whether this job has distributed data to
+// redistribute, so that it refuses resizes of one without any (rank 0, once, in Load).
+func (p *Process) announceMalleable() {
+	if p.launched == nil || p.ctl == nil || p.world.Rank() != 0 || p.status == Joined {
+		return
+	}
+	data, err := job.Encode(job.Malleable{Distributed: p.hasDistributed()})
+	if err == nil {
+		p.launched.Conn.Publish(job.MalleableSubject(p.launched.Env.JobID), data)
 	}
 }
 

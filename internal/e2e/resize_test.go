@@ -142,6 +142,26 @@ func TestFailedResizesKeepTheOldSize(t *testing.T) {
 	}
 }
 
+// TestJoinerDeathBeforeTheCommitAbortsTheResize: the processes a grow starts exit before
+// taking their data, while the old ranks send it; the resize is aborted, the old ranks get
+// their data back and the job finishes at its old size with the undisturbed result.
+func TestJoinerDeathBeforeTheCommitAbortsTheResize(t *testing.T) {
+	want := malleableReference(t)
+	c := newCluster(t)
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	run := append(append([]string{"-np", "4", prog(malleableArgs[0])}, malleableArgs[1:]...), "-dump", dump, "-pace", "2ms", "-joiner-exits")
+	j := c.start(t, "rsz-joiner-dies", nil, run...)
+	c.waitRunning(t, j.id)
+	if rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: 6, Reason: "test"}); !rep.OK {
+		t.Fatalf("refused: %s", rep.Error)
+	}
+	j.waitLog(`resize 4 -> 6 .*aborted.*exited with status 3`, 1, 60*time.Second)
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
+	j.sameDump(dump, want)
+}
+
 // TestResizeOfAJobWithoutDistributedDataIsAborted: heat2d keeps its grid in plain
 // registered values, which a resize cannot redistribute; the resize is aborted with the
 // reason and the job finishes unchanged.
@@ -152,10 +172,12 @@ func TestResizeOfAJobWithoutDistributedDataIsAborted(t *testing.T) {
 	dump := filepath.Join(t.TempDir(), "out.bin")
 	j := c.start(t, "rsz-nodata", nil, append(append([]string{"-np", "4", prog(args[0])}, args[1:]...), "-dump", dump, "-pace", "2ms")...)
 	c.waitRunning(t, j.id)
-	if rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: 2}); !rep.OK {
-		t.Fatalf("refused: %s", rep.Error)
+	// Refused once rank 0 told mpirun (in Load); aborted by the ranks if asked earlier.
+	if rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: 2}); rep.OK {
+		j.waitLog(`resize 4 -> 2 ranks aborted at iteration \d+: the job has no distributed data`, 1, 60*time.Second)
+	} else if !strings.Contains(rep.Error, "has no distributed data to redistribute") {
+		t.Fatalf("reply %+v, want a refusal for lack of distributed data", rep)
 	}
-	j.waitLog(`resize 4 -> 2 ranks aborted at iteration \d+: the job has no distributed data`, 1, 60*time.Second)
 	if code := j.wait(120 * time.Second); code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
 	}

@@ -126,3 +126,23 @@ type ResizeReport struct {
 	Pause     time.Duration `msgpack:"pause"`
 	Bytes     int64         `msgpack:"bytes"` // distributed data moved, summed over the ranks
 }
+
+// ResizeGoneSubject carries ResizeGones, published by the launcher.
+func ResizeGoneSubject(jobID string) string { return subject(jobID, "resize.gone") }
+
+// ResizeGone tells the processes of a resize's new world that one of them ended before the
+// commit: whatever they wait for in the new world will not come.
+type ResizeGone struct {
+	Seq    uint64 `msgpack:"seq"`
+	Reason string `msgpack:"reason"`
+}
+
+// MalleableSubject carries a Malleable, published by rank 0 once the ranks registered their
+// state (pcm's Load).
+func MalleableSubject(jobID string) string { return subject(jobID, "malleable") }
+
+// Malleable says whether the job's ranks registered distributed data, which a resize
+// redistributes: the launcher refuses resizes of a job without any.
+type Malleable struct {
+	Distributed bool `msgpack:"distributed"`
+}

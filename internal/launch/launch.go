@@ -287,7 +287,7 @@ func (r *runner) connect(url string) error {
 	for _, subj := range []string{
 		job.HelloSubject(id), job.AbortSubject(id), job.LostSubject(id), job.ControlSubject(id),
 		job.MigrateSubject(id), job.MigratedSubject(id), job.ReconfGetSubject(id), job.JobInfoSubject(id),
-		job.ResizeSubject(id), job.ResizedSubject(id),
+		job.ResizeSubject(id), job.ResizedSubject(id), job.MalleableSubject(id),
 	} {
 		if _, err := nc.ChanSubscribe(subj, r.msgs); err != nil {
 			nc.Close()
@@ -437,6 +437,8 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 		return supervisor.ResizeHello{Reply: m.Reply, Data: m.Data}
 	case job.ResizedSubject(id):
 		return supervisor.ResizeReport{Data: m.Data}
+	case job.MalleableSubject(id):
+		return supervisor.Malleable{Data: m.Data}
 	}
 	return supervisor.Tick{} // not subscribed: nothing happened
 }

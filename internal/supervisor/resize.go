@@ -30,8 +30,21 @@ type ResizeHello struct {
 // ResizeReport is rank 0's account of a resize (a msgpack job.ResizeReport).
 type ResizeReport struct{ Data []byte }
 
+// Malleable is rank 0 telling whether the job registered distributed data (a msgpack
+// job.Malleable).
+type Malleable struct{ Data []byte }
+
 func (ResizeHello) event()  {}
 func (ResizeReport) event() {}
+func (Malleable) event()    {}
+
+// onMalleable records whether the job has data a resize can redistribute.
+func (m *Machine) onMalleable(e Malleable) {
+	var ml job.Malleable
+	if job.Decode(e.Data, &ml) == nil {
+		m.rigid = !ml.Distributed
+	}
+}
 
 // resizing is the resize under way.
 type resizing struct {
@@ -65,6 +78,9 @@ func (m *Machine) onResizeControl(reply string, c job.ControlRequest) {
 		return
 	case c.NP == n:
 		m.ctlError(reply, "job %s already has %d ranks", m.cfg.JobID, n)
+		return
+	case m.rigid:
+		m.ctlError(reply, "job %s has no distributed data to redistribute (its ranks register none with pcm.NewBlock)", m.cfg.JobID)
 		return
 	case len(c.On) > 0 && !m.cfg.Migrations:
 		m.ctlError(reply, "job %s runs its ranks locally; naming nodes needs pcmd nodes (start the job with --hosts or --hostfile)", m.cfg.JobID)
@@ -337,7 +353,9 @@ func (m *Machine) onResizeExit(id ProcID, p *proc, e Exited) bool {
 	if rs := m.rs; rs != nil && rs.joiners[p.rank] == id && !p.killed && !m.stopping {
 		why := fmt.Sprintf("new rank %d on %s (pid %d) ended: %s", p.rank, nodeOf(p), p.pid, exitText(e))
 		if rs.tableSent {
+			// The new world waits for it in vain: its members give the resize up.
 			m.logf("%s", why)
+			m.emit(Publish{Subject: job.ResizeGoneSubject(m.cfg.JobID), Msg: job.ResizeGone{Seq: rs.seq, Reason: why}, Flush: true})
 		}
 		m.abortResize(why)
 	}

@@ -308,3 +308,42 @@ func TestOneResizeAtATime(t *testing.T) {
 		t.Errorf("reply %+v", rep)
 	}
 }
+
+// "A job without distributed data" is refused once rank 0 said so.
+func TestResizeOfAJobWithoutDistributedDataIsRefused(t *testing.T) {
+	j := fourRanks(t)
+	j.step(Malleable{Data: enc(t, job.Malleable{Distributed: false})})
+	to, _ := j.resize(6)
+	if rep := j.lastReply(to); rep.OK || !strings.Contains(rep.Error, "has no distributed data to redistribute") {
+		t.Errorf("reply %+v", rep)
+	}
+	j.step(Malleable{Data: enc(t, job.Malleable{Distributed: true})})
+	if to, _ := j.resize(6); !j.lastReply(to).OK {
+		t.Errorf("refused with distributed data: %+v", j.lastReply(to))
+	}
+}
+
+// A joiner that ends after the new world's table went out leaves its members waiting in
+// vain: they are told (job.ResizeGone), and the ranks' report aborts the resize.
+func TestJoinerDeathAfterTheTableIsPublishedToTheNewWorld(t *testing.T) {
+	j := fourRanks(t)
+	j.resize(5)
+	for r := range 4 {
+		j.resizeHello(1, r, r)
+	}
+	s := j.takeStart()
+	j.step(Started{Proc: s.Proc, PID: 3200})
+	j.resizeHello(1, 4, -1)
+	j.exit(s.Proc, 3)
+	gone := j.sent[job.ResizeGoneSubject("j")]
+	if len(gone) != 1 || gone[0].(job.ResizeGone).Seq != 1 || !strings.Contains(gone[0].(job.ResizeGone).Reason, "exited with status 3") {
+		t.Fatalf("published %+v, want one ResizeGone for request 1", gone)
+	}
+	if j.m.Failure() != nil {
+		t.Fatalf("failure %+v", j.m.Failure())
+	}
+	j.resizeReport(job.ResizeReport{Seq: 1, Error: "rank 4 gone", Iteration: 10})
+	if e := j.m.Log().Entries[0]; e.State != reconf.Aborted || j.m.Info().Size != 4 {
+		t.Errorf("entry %+v size %d", e, j.m.Info().Size)
+	}
+}

@@ -180,6 +180,7 @@ type Machine struct {
 	lastCheck uint64
 	gone      map[string]string // nodes gone, and why
 	rs        *resizing         // the resize under way (resize.go)
+	rigid     bool              // the ranks registered no distributed data (resize.go)
 
 	now time.Time // of the event being stepped
 	out []Action
@@ -226,6 +227,8 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		m.onResizeHello(e)
 	case ResizeReport:
 		m.onResizeReport(e)
+	case Malleable:
+		m.onMalleable(e)
 	case SuccessorRequest:
 		m.onSuccessorRequest(e)
 	case MigrateReport:

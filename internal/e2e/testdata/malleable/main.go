@@ -28,6 +28,7 @@ func run() error {
 	iters := flag.Int("iters", 400, "iterations")
 	pace := flag.Duration("pace", 0, "sleep per iteration")
 	dump := flag.String("dump", "", "write the final array (float64 little-endian) here")
+	joinerExits := flag.Bool("joiner-exits", false, "a process joining at a resize exits with status 3 before taking its data (failure tests)")
 	flag.Parse()
 	world, err := mpi.Init()
 	if err != nil {
@@ -36,6 +37,9 @@ func run() error {
 	p, err := pcm.Init(world)
 	if err != nil {
 		return err
+	}
+	if *joinerExits && p.Status() == pcm.Joined {
+		os.Exit(3)
 	}
 	u := pcm.NewTmpBlock(p, *rows, *cols)
 	iter := 0
