@@ -345,6 +345,7 @@ func (st Status) WriteText(w io.Writer) error {
 			time.Since(r.Started).Round(time.Second), iter, per, comm)
 	}
 	st.writeMigrations(tw)
+	st.writeResizes(tw)
 	return tw.Flush()
 }
 

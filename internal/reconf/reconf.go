@@ -219,3 +219,16 @@ func (l Log) Validate() error {
 	}
 	return nil
 }
+
+// ByteSize formats n bytes for people ("6.1 KiB"), as logs and pcmd status show Bytes.
+func ByteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

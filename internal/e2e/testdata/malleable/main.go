@@ -5,6 +5,7 @@ package main
 
 import (
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -50,6 +51,12 @@ func run() error {
 		return err
 	}
 	world = p.World()
+	// The halo exchange runs on a communicator derived from the world, which a resize
+	// revokes: it is re-created from the new world.
+	halo, err := world.Dup()
+	if err != nil {
+		return err
+	}
 	if p.Status() == pcm.New {
 		for i := range u.Local() {
 			g := u.Offset()*(*cols) + i
@@ -57,7 +64,7 @@ func run() error {
 		}
 	}
 	for iter < *iters {
-		if err := step(world, u, *rows, *cols); err != nil {
+		if err := step(halo, u, *rows, *cols); err != nil {
 			return fmt.Errorf("iteration %d: %w", iter, err)
 		}
 		iter++
@@ -72,7 +79,13 @@ func run() error {
 			}
 			return mpi.Finalize()
 		case pcm.Resized:
+			if err := halo.Barrier(); !errors.Is(err, mpi.ErrRevoked) {
+				return fmt.Errorf("a communicator of the old world after a resize: %v, want mpi.ErrRevoked", err)
+			}
 			world = p.World()
+			if halo, err = world.Dup(); err != nil {
+				return err
+			}
 			fmt.Fprintf(os.Stderr, "rank %d of %d after a resize at iteration %d\n", world.Rank(), world.Size(), iter)
 		}
 		if *pace > 0 {
