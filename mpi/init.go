@@ -105,18 +105,31 @@ func joinJob(env job.Env) (joined, error) {
 	if len(table.Addrs) != env.Size {
 		return fail(fmt.Errorf("rendezvous: table has %d addresses for %d ranks", len(table.Addrs), env.Size))
 	}
-	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: table.Addrs, Listener: ln, Secret: env.Secret})
-	if err != nil {
-		return fail(err)
-	}
-	e := newEngine(ep)
-	e.onPeerLost = lostReporter(env, nc)
-	world, err := attach(e)
+	world, err := connectWorld(env, ln, table.Addrs, nc, 0)
 	if err != nil {
 		return fail(err)
 	}
 	holder.set(world.e)
 	return joined{world: world, nc: nc, holder: holder}, nil
+}
+
+// connectWorld starts rank env.Rank's data plane over ln with the address table addrs (of
+// env.Size ranks); a lost peer is reported on nc, if not nil. dialTimeout 0 is comm's default.
+func connectWorld(env job.Env, ln net.Listener, addrs []string, nc *nats.Conn, dialTimeout time.Duration) (*Comm, error) {
+	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: addrs, Listener: ln, Secret: env.Secret, DialTimeout: dialTimeout})
+	if err != nil {
+		return nil, err
+	}
+	e := newEngine(ep)
+	if nc != nil {
+		e.onPeerLost = lostReporter(env, nc)
+	}
+	world, err := attach(e)
+	if err != nil {
+		ep.Close()
+		return nil, err
+	}
+	return world, nil
 }
 
 // listenAndConnect opens the rank's data-plane listener and its control-plane connection;

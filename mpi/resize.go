@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rewire"
 )
@@ -75,21 +74,12 @@ func (l *ResizeListener) Close() error { return l.ln.Close() }
 func (l *ResizeListener) Connect(rank int, addrs []string) (*Comm, error) {
 	env := l.env
 	env.Rank, env.Size = rank, len(addrs)
-	ep, err := comm.NewTCP(comm.TCPConfig{Rank: rank, Size: len(addrs), Addrs: addrs, Listener: l.ln, Secret: env.Secret, DialTimeout: resizeDialTimeout})
-	if err != nil {
-		l.ln.Close()
-		return nil, fmt.Errorf("mpi: resize: %w", err)
-	}
-	e := newEngine(ep)
 	session.mu.Lock()
 	nc := session.nc
 	session.mu.Unlock()
-	if nc != nil {
-		e.onPeerLost = lostReporter(env, nc)
-	}
-	world, err := attach(e)
+	world, err := connectWorld(env, l.ln, addrs, nc, resizeDialTimeout)
 	if err != nil {
-		ep.Close()
+		l.ln.Close()
 		return nil, fmt.Errorf("mpi: resize: %w", err)
 	}
 	return world, nil
@@ -261,13 +251,7 @@ func joinAtResize(env job.Env, seqText string) (joined, error) {
 	if len(table) != env.Size {
 		return fail(fmt.Errorf("resize: table has %d addresses for %d ranks", len(table), env.Size))
 	}
-	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: table, Listener: ln, Secret: env.Secret, DialTimeout: resizeDialTimeout})
-	if err != nil {
-		return fail(err)
-	}
-	e := newEngine(ep)
-	e.onPeerLost = lostReporter(env, nc)
-	world, err := attach(e)
+	world, err := connectWorld(env, ln, table, nc, resizeDialTimeout)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -25,26 +24,12 @@ func (c *cluster) resize(j *bgJob, np, n int, on ...job.NodeSlots) {
 	j.waitLog(`mpirun: resized \d+ -> \d+ ranks at iteration \d+ in \d+ ms`, n, 60*time.Second)
 }
 
-func malleableReference(t *testing.T) []byte {
-	t.Helper()
-	dump := filepath.Join(t.TempDir(), "ref.bin")
-	res := mpirun(t, 120*time.Second, append(append([]string{"-np", "4", prog(malleableArgs[0])}, malleableArgs[1:]...), "-dump", dump)...)
-	if res.code != 0 {
-		t.Fatalf("reference run: exit %d\n%s", res.code, res.stderr)
-	}
-	b, err := os.ReadFile(dump)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestResizeKeepsResultsBitwise: a job with a distributed array goes 4 -> 6 -> 3 -> 5 ranks
 // (split, merge, split) through mpirun and a real nats-server, on this machine and on pcmd
 // nodes (grow onto a node, shrink, grow onto it again), checkpointing meanwhile; the result
 // is bitwise that of an undisturbed run.
 func TestResizeKeepsResultsBitwise(t *testing.T) {
-	want := malleableReference(t)
+	want := referenceDump(t, malleableArgs...)
 	for _, where := range []string{"local", "nodes"} {
 		t.Run(where, func(t *testing.T) {
 			var c *cluster
@@ -97,7 +82,7 @@ func TestResizeKeepsResultsBitwise(t *testing.T) {
 // TestFailedResizesKeepTheOldSize covers the failure cases of a resize: each is refused or
 // aborted with a reason, the job goes on at its old size and its result is unchanged.
 func TestFailedResizesKeepTheOldSize(t *testing.T) {
-	want := malleableReference(t)
+	want := referenceDump(t, malleableArgs...)
 	c := newCluster(t, "n1", "n2")
 	// n3 runs nothing of ours: its --allow does not cover the program.
 	c.startNode("n3", "--allow", "/nonexistent/*")
@@ -146,7 +131,7 @@ func TestFailedResizesKeepTheOldSize(t *testing.T) {
 // taking their data, while the old ranks send it; the resize is aborted, the old ranks get
 // their data back and the job finishes at its old size with the undisturbed result.
 func TestJoinerDeathBeforeTheCommitAbortsTheResize(t *testing.T) {
-	want := malleableReference(t)
+	want := referenceDump(t, malleableArgs...)
 	c := newCluster(t)
 	dump := filepath.Join(t.TempDir(), "out.bin")
 	run := append(append([]string{"-np", "4", prog(malleableArgs[0])}, malleableArgs[1:]...), "-dump", dump, "-pace", "2ms", "-joiner-exits")
