@@ -520,8 +520,13 @@ func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 	spec.Incarnation = a.Incarnation
 	spec.Env = append(spec.Env, job.EnvMigrate+"="+a.Handover, job.EnvIncarnation+"="+strconv.Itoa(a.Incarnation),
 		r.successorNodeRanksEnv(a.Node, a.Rank))
+	return r.startOn(a, spec)
+}
+
+// startOn starts spec on node a.Node, off the loop, as asking a node takes a round trip.
+func (r *runner) startOn(a supervisor.StartRank, spec rankproc.Spec) supervisor.Event {
 	ns, ok := r.cfg.Starter.(rankproc.NodeStarter)
-	if !ok { // the Machine migrates only with one
+	if !ok { // the Machine names nodes only with one
 		return supervisor.Started{Proc: a.Proc, Err: errNoNodes}
 	}
 	go func() {
@@ -541,16 +546,8 @@ func (r *runner) startJoiner(a supervisor.StartRank, env job.Env) supervisor.Eve
 		proc, err := r.cfg.Starter.Start(spec)
 		return r.started(a.Proc, proc, err)
 	}
-	ns, ok := r.cfg.Starter.(rankproc.NodeStarter)
-	if !ok { // the Machine names nodes only with one
-		return supervisor.Started{Proc: a.Proc, Err: errNoNodes}
-	}
 	spec.Env = append(spec.Env, r.successorNodeRanksEnv(a.Node, -1))
-	go func() {
-		proc, err := ns.StartOn(a.Node, spec)
-		r.inbox <- func() supervisor.Event { return r.started(a.Proc, proc, err) }
-	}()
-	return nil
+	return r.startOn(a, spec)
 }
 
 // started registers a started process and waits for its exit.
