@@ -145,9 +145,16 @@ func Quiesce(old *Comm, newRank []int) error {
 	}
 	e := old.e
 	e.mu.Lock()
+	limit := e.unexpMax
 	e.unexpMax = math.MaxInt64 // nothing may hold the markers back
 	e.space.Broadcast()
 	e.mu.Unlock()
+	defer func() {
+		// An aborted resize leaves the old world in use, with its flow control.
+		e.mu.Lock()
+		e.unexpMax = limit
+		e.mu.Unlock()
+	}()
 	fence, err := old.Dup()
 	if err != nil {
 		return fmt.Errorf("mpi: resize: %w", err)
