@@ -55,13 +55,12 @@ type resizing struct {
 	reason     string
 	hellos     map[int]resizeHello // by new rank
 	joiners    map[int]ProcID      // grow: new rank -> joiner process
-	startedAt  bool                // joiners were asked for
+	asked      bool                // the joiners were started
 	tableSent  bool
-	aborted    string // why, once aborted before the table went out
-	iteration  int
+	aborted    string          // why, once aborted before the table went out
 	checks     map[uint64]bool // node checks not answered yet
 	reply      string          // the control request, answered after the checks
-	checkError string
+	checkError string          // the first node check that failed
 }
 
 type resizeHello struct {
@@ -256,13 +255,12 @@ func (m *Machine) onResizeHello(e ResizeHello) {
 	}
 	rs.hellos[h.Rank] = resizeHello{reply: e.Reply, msg: h}
 	if h.OldRank >= 0 {
-		rs.iteration = h.Iteration
 		if le := m.log.Get(rs.seq); le != nil {
 			le.Iteration = h.Iteration
 		}
 	}
-	if !rs.startedAt && rs.np > rs.old {
-		rs.startedAt = true
+	if !rs.asked && rs.np > rs.old {
+		rs.asked = true
 		for i, node := range rs.nodes {
 			r := rs.old + i
 			id := m.newProc(r)
