@@ -94,6 +94,9 @@ func (m *Machine) checkMovable(ranks []int, node string) error {
 	if why, gone := m.gone[node]; gone {
 		return fmt.Errorf("cannot migrate to %s", why)
 	}
+	if m.rs != nil {
+		return fmt.Errorf("job %s is being resized (request %d); migrate once it is done", m.cfg.JobID, m.rs.seq)
+	}
 	for _, r := range ranks {
 		if r < 0 || r >= m.cfg.NP {
 			return fmt.Errorf("rank %d is outside job %s (size %d)", r, m.cfg.JobID, m.cfg.NP)

@@ -78,6 +78,9 @@ func (m *Machine) onResizeControl(reply string, c job.ControlRequest) {
 	case c.NP == n:
 		m.ctlError(reply, "job %s already has %d ranks", m.cfg.JobID, n)
 		return
+	case m.migrating() >= 0:
+		m.ctlError(reply, "rank %d of job %s is migrating; resize once it has moved", m.migrating(), m.cfg.JobID)
+		return
 	case m.rigid:
 		m.ctlError(reply, "job %s has no distributed data to redistribute (its ranks register none with pcm.NewBlock)", m.cfg.JobID)
 		return
@@ -114,6 +117,17 @@ func (m *Machine) onResizeControl(reply string, c job.ControlRequest) {
 		rs.checks[m.lastCheck] = true
 		m.emit(CheckNode{Check: m.lastCheck, Node: node})
 	}
+}
+
+// migrating returns a rank with a migration under way, or -1: a resize and a migration never
+// share a boundary (the successor would not take part in the resize).
+func (m *Machine) migrating() int {
+	for r := range m.ranks {
+		if m.ranks[r].next != nil {
+			return r
+		}
+	}
+	return -1
 }
 
 // growNodes places k new ranks on the named nodes, in order, K each (all remaining for K 0).

@@ -347,3 +347,21 @@ func TestJoinerDeathAfterTheTableIsPublishedToTheNewWorld(t *testing.T) {
 		t.Errorf("entry %+v size %d", e, j.m.Info().Size)
 	}
 }
+
+// A resize and a migration never share a boundary: the successor of a moving rank would not
+// take part in the resize. Each is refused while the other is under way.
+func TestResizeAndMigrationExcludeEachOther(t *testing.T) {
+	j := fourRanks(t)
+	if rep := j.migrate("n3", nil, 1); !rep.OK {
+		t.Fatalf("migration refused: %+v", rep)
+	}
+	to, _ := j.resize(6)
+	if rep := j.lastReply(to); !strings.Contains(rep.Error, "rank 1 of job j is migrating") {
+		t.Errorf("resize during a migration: %+v", rep)
+	}
+	j2 := fourRanks(t)
+	j2.resize(3)
+	if rep := j2.migrate("n3", nil, 1); !strings.Contains(rep.Error, "is being resized (request 1)") {
+		t.Errorf("migration during a resize: %+v", rep)
+	}
+}
