@@ -101,6 +101,7 @@ type Process struct {
 	callsAtSync     int64
 	lastSyncEnd     time.Time
 	lastSyncCost    time.Duration
+	warnedOneNode   bool // a one-node job was told its checkpoints have no buddy copy
 }
 
 // Init joins the job's PCM service with the configuration the launcher put in the environment

@@ -26,6 +26,8 @@ type cluster struct {
 	url string
 	nc  *nats.Conn
 	env []string
+	// stores maps each node started by startNode to its checkpoint store.
+	stores map[string]string
 }
 
 // debianNATS is Debian's nats-server, used when installed (CI installs it).
@@ -45,7 +47,7 @@ func newCluster(t *testing.T, nodes ...string) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	c := &cluster{t: t, url: url, nc: nc, env: testbin.IsolatedEnv(t.TempDir())}
+	c := &cluster{t: t, url: url, nc: nc, env: testbin.IsolatedEnv(t.TempDir()), stores: map[string]string{}}
 	for _, n := range nodes {
 		c.startNode(n, "--allow", bin+"/*")
 	}
@@ -88,8 +90,9 @@ func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	beats.Unsubscribe()
+	c.stores[name] = filepath.Join(c.t.TempDir(), "store")
 	all := append([]string{"serve", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms",
-		"--store", filepath.Join(c.t.TempDir(), "store")}, args...)
+		"--store", c.stores[name]}, args...)
 	cmd := exec.Command(prog("pcmd"), all...)
 	cmd.Env = c.env
 	var logb testbin.Buffer

@@ -754,6 +754,20 @@ type PieceReply struct {
 // PieceOfferTTL is how long a PieceReply's address waits for its connection.
 const PieceOfferTTL = 30 * time.Second
 
+// PieceCopySubject: request PieceCopyRequest, reply PieceReply, answered by node's pcmd,
+// which keeps a buddy copy of another node's piece. The reply names a one-time TCP address:
+// connect, send Token, then the piece's Size bytes, and read one line, "ok" once the copy
+// is verified and durable, or the reason it is not.
+func PieceCopySubject(node string) string { return "mpios.node." + node + ".piececopy" }
+
+// PieceCopyRequest offers a copy of a piece: its size and checksum as the owning node's
+// store recorded them.
+type PieceCopyRequest struct {
+	PieceRequest `msgpack:",inline"`
+	Size         int64  `msgpack:"size"`
+	Checksum     string `msgpack:"checksum"`
+}
+
 // ManifestsSubject: request ManifestsRequest; every pcmd whose store has committed
 // checkpoints of the job replies with a ManifestsReply (the others stay silent). A job
 // restarting on nodes that hold none of its checkpoints finds them this way.

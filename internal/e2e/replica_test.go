@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// crashOnTwoNodes runs heat2d on n1 and n2 with synchronous checkpoints every 8 iterations
+// until it crashes after iteration 21: checkpoints 1 (iteration 8) and 2 (iteration 16) are
+// committed, each rank's piece on its own node and on its buddy.
+func crashOnTwoNodes(t *testing.T, c *cluster, id string) {
+	t.Helper()
+	crashed := c.start(t, id, nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "8", "--ckpt-sync", prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")
+	if code := crashed.wait(60 * time.Second); code == 0 {
+		t.Fatalf("the crashing run exited 0:\n%s", crashed.stderr.String())
+	}
+}
+
+// loseNode kills a node's pcmd (SIGKILL, as a crash) and wipes its disk.
+func (c *cluster) loseNode(name string, cmd interface{ Signal(os.Signal) error }) {
+	c.t.Helper()
+	if err := cmd.Signal(syscall.SIGKILL); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.RemoveAll(c.stores[name]); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// TestDoubleCheckpointLosingANodeLosesNoCommittedCheckpoint: Charm++'s double checkpointing
+// keeps every piece on its node and on a buddy, so that a node lost with its disk loses no
+// committed checkpoint. The job ran on n1 and n2; n1 is lost; the restart on n2 and n3
+// resumes from the newest checkpoint, the pieces of n1's ranks read from their copies on n2.
+func TestDoubleCheckpointLosingANodeLosesNoCommittedCheckpoint(t *testing.T) {
+	args := []string{"heat2d", "-n", "41", "-iters", "40"}
+	want := referenceDump(t, args...)
+	c := newCluster(t, "n2", "n3")
+	n1 := c.startNode("n1", "--allow", bin+"/*")
+	crashOnTwoNodes(t, c, "dc1")
+	for _, rank := range []string{"rank-0", "rank-1"} {
+		if _, err := os.Stat(filepath.Join(c.stores["n2"], "dc1", "00000000000000000002", rank+".piece")); err != nil {
+			t.Fatalf("n2 holds no copy of n1's %s: %v", rank, err)
+		}
+	}
+	c.loseNode("n1", n1.Process)
+
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "dc2", nil, "--hosts", "n3:2,n2:2", "--restart", "dc1", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", dump)
+	if code := j.wait(60 * time.Second); code != 0 {
+		t.Fatalf("restart: exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	errs := j.stderr.String()
+	if !strings.Contains(errs, "restarts from job dc1 checkpoint 2 (iteration 16)") {
+		t.Errorf("restart should resume from checkpoint 2, iteration 16:\n%s", errs)
+	}
+	if !strings.Contains(errs, "checkpoint 2 from node n2") {
+		t.Errorf("the pieces of n1's ranks should come from their copies on n2:\n%s", errs)
+	}
+	j.sameDump(dump, want)
+}
+
+// TestDoubleCheckpointLosingBothCopiesFallsBack: with a piece of the newest checkpoint lost
+// on its node and on its buddy, the restart falls back to the checkpoint before, and says so.
+func TestDoubleCheckpointLosingBothCopiesFallsBack(t *testing.T) {
+	args := []string{"heat2d", "-n", "41", "-iters", "40"}
+	want := referenceDump(t, args...)
+	c := newCluster(t, "n2", "n3")
+	n1 := c.startNode("n1", "--allow", bin+"/*")
+	crashOnTwoNodes(t, c, "dc3")
+	c.loseNode("n1", n1.Process)
+	// n2's copy of rank 0's piece of checkpoint 2 is damaged too: both copies are gone.
+	if err := os.Remove(filepath.Join(c.stores["n2"], "dc3", "00000000000000000002", "rank-0.piece")); err != nil {
+		t.Fatal(err)
+	}
+
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "dc4", nil, "--hosts", "n3:2,n2:2", "--restart", "dc3", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", dump)
+	if code := j.wait(60 * time.Second); code != 0 {
+		t.Fatalf("restart: exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	errs := j.stderr.String()
+	if !strings.Contains(errs, "falling back to checkpoint 1") || !strings.Contains(errs, "restarts from job dc3 checkpoint 1 (iteration 8)") {
+		t.Errorf("restart should say it falls back to checkpoint 1, iteration 8:\n%s", errs)
+	}
+	j.sameDump(dump, want)
+}
