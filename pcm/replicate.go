@@ -120,4 +120,3 @@ func (p *Process) replicate(buddy string, seq uint64, info ckptstore.PieceInfo, 
 	info.Copies = []string{buddy}
 	return info
 }
-
