@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rewire"
 	"github.com/nats-io/nats.go"
@@ -162,12 +163,11 @@ func (h *engineHolder) set(e *engine) {
 // connectControl connects to the job's control plane and subscribes to its events before
 // anything else, so that no failure report can be missed.
 func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
-	nc, err := nats.Connect(env.NATSURL,
+	// The data plane does not need NATS: through an outage, keep trying quietly.
+	nc, err := nats.Connect(env.NATSURL, append(ctlplane.Options(nil, nil),
 		nats.Name(fmt.Sprintf("mpios %s rank %d", env.JobID, env.Rank)),
 		nats.Timeout(10*time.Second),
-		nats.MaxReconnects(-1), // the data plane does not need NATS; keep trying quietly
-		nats.ReconnectWait(250*time.Millisecond),
-	)
+	)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
 	}

@@ -469,7 +469,7 @@ func clientConn(c *cli.Context, stderr io.Writer) (*nats.Conn, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}
 	}
-	return opts.Connect(nil, nil)
+	return opts.Connect(nil, nil, nil)
 }
 
 // shortHostname is the default node name: the host name up to its first dot.

@@ -42,7 +42,13 @@ func newCluster(t *testing.T, nodes ...string) *cluster {
 		t.Logf("%s not installed: using an in-process NATS server", debianNATS)
 		url = testbin.NATSServer(t, "", "")
 	}
-	nc, err := nats.Connect(url)
+	return newClusterAt(t, url, nodes...)
+}
+
+// newClusterAt is newCluster on the NATS server (or servers: comma-separated URLs) at url.
+func newClusterAt(t *testing.T, url string, nodes ...string) *cluster {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/gobuild"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/natsembed"
@@ -256,26 +257,15 @@ type runner struct {
 
 func (r *runner) connect(url string) error {
 	id := r.cfg.JobID
-	nc, err := nats.Connect(url,
+	// The job must survive a restart of an external server; the ranks reconnect too.
+	nc, err := nats.Connect(url, append(ctlplane.Options(nil, r.stderr.logf),
 		nats.Name("mpirun "+id),
 		nats.Timeout(5*time.Second),
-		// The job must survive a restart of an external server; the ranks reconnect too.
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.NoCallbacksAfterClientClose(),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				r.stderr.logf("lost connection to NATS: %v", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			r.stderr.logf("reconnected to NATS at %s", natsembed.RedactURL(nc.ConnectedUrl()))
-		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			r.stderr.logf("NATS: %v", err)
 		}),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("launch: connect to NATS at %s: %w", natsembed.RedactURL(url), err)
 	}

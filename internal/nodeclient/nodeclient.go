@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsembed"
 	"github.com/mpios/mpios/internal/rankproc"
@@ -172,6 +173,8 @@ type Remote struct {
 	jobs  map[string]bool // job ids to send keepalives for
 	quit  chan struct{}
 	gone  chan *NodeGoneError // see Gone
+	// watch keeps an outage of r's own connection from counting as the nodes' silence.
+	watch ctlplane.Watch
 	wg    sync.WaitGroup
 	close sync.Once
 }
@@ -214,13 +217,16 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	}
 	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), quit: make(chan struct{}),
 		gone: make(chan *NodeGoneError, goneBacklog)}
-	nc, err := nats.Connect(cfg.NATSURL,
+	grace, err := ctlplane.GraceFromEnv(nil)
+	if err != nil {
+		return nil, err
+	}
+	r.watch.Grace = grace
+	nc, err := nats.Connect(cfg.NATSURL, append(ctlplane.Options(&r.watch, nil),
 		nats.Name("mpirun remote starter"),
 		nats.Timeout(5*time.Second),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
 		nats.NoCallbacksAfterClientClose(),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsembed.RedactURL(cfg.NATSURL), err)
 	}
@@ -558,7 +564,7 @@ func (r *Remote) monitor() {
 			r.mu.Lock()
 			for _, n := range r.nodes {
 				if n.gone == nil && len(n.procs) > 0 {
-					if silent := now.Sub(n.last); silent > job.MissedBeats*n.interval {
+					if silent := r.watch.Silence(now, n.last); silent > job.MissedBeats*n.interval {
 						gone = append(gone, n.name)
 						reasons = append(reasons, fmt.Sprintf("node %s stopped responding (no heartbeat for %v)",
 							n.name, silent.Round(100*time.Millisecond)))
@@ -621,12 +627,25 @@ func (r *Remote) probeNodes(except string) {
 		go func() {
 			defer wg.Done()
 			_, err := r.nc.Request(job.NodeInfoSubject(name), nil, 250*time.Millisecond)
-			if errors.Is(err, nats.ErrNoResponders) {
+			if errors.Is(err, nats.ErrNoResponders) && r.provenGone(name) {
 				r.nodeGone(name, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeInfoSubject(name)))
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// provenGone reports whether nobody listening for node's subjects proves its pcmd dead: not
+// while r's own connection is down or came back too recently for the node to have
+// reconnected and subscribed again (its heartbeats decide then).
+func (r *Remote) provenGone(node string) bool {
+	r.mu.Lock()
+	window := job.MissedBeats * time.Second
+	if n := r.nodes[node]; n != nil {
+		window = job.MissedBeats * n.interval
+	}
+	r.mu.Unlock()
+	return !r.watch.Settling(time.Now(), window)
 }
 
 func joinInts(v []int) string {
@@ -725,7 +744,7 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("nodeclient: signal rank %d: %w", p.rank, err)
 	}
 	msg, err := p.r.nc.Request(job.NodeSignalSubject(p.node), data, p.r.cfg.RequestTimeout)
-	if errors.Is(err, nats.ErrNoResponders) {
+	if errors.Is(err, nats.ErrNoResponders) && p.r.provenGone(p.node) {
 		// Nobody listens for the node: its pcmd is dead, and the rank with it.
 		p.r.nodeGone(p.node, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", p.node, job.NodeSignalSubject(p.node)))
 		return nil

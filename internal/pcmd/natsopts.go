@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/natsembed"
 )
 
@@ -42,10 +43,10 @@ func (o NATSOptions) Validate() error {
 	return nil
 }
 
-// Connect connects to NATS and keeps reconnecting forever; logger (nil: none) receives the
-// connection's ups and downs. closed, if not nil, is called when the connection is closed
-// for good (by Close or a fatal error).
-func (o NATSOptions) Connect(logger *log.Logger, closed func()) (*nats.Conn, error) {
+// Connect connects to NATS and keeps reconnecting forever (ctlplane.Options); logger (nil:
+// none) and watch (nil: none) follow the connection's ups and downs. closed, if not nil, is
+// called when the connection is closed for good (by Close or a fatal error).
+func (o NATSOptions) Connect(logger *log.Logger, watch *ctlplane.Watch, closed func()) (*nats.Conn, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -54,20 +55,9 @@ func (o NATSOptions) Connect(logger *log.Logger, closed func()) (*nats.Conn, err
 			logger.Printf(format, args...)
 		}
 	}
-	opts := []nats.Option{
+	opts := append(ctlplane.Options(watch, logf),
 		nats.Name(o.Name),
-		nats.Timeout(5 * time.Second),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				logf("lost connection to NATS: %v", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logf("reconnected to NATS at %s", natsembed.RedactURL(nc.ConnectedUrl()))
-		}),
+		nats.Timeout(5*time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {
 				logf("NATS: %s: %v", sub.Subject, err)
@@ -75,7 +65,7 @@ func (o NATSOptions) Connect(logger *log.Logger, closed func()) (*nats.Conn, err
 				logf("NATS: %v", err)
 			}
 		}),
-	}
+	)
 	if closed != nil {
 		opts = append(opts, nats.ClosedHandler(func(*nats.Conn) { closed() }))
 	}

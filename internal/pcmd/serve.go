@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/agentdriver"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsembed"
 	"github.com/mpios/mpios/internal/nodecpu"
@@ -129,6 +130,10 @@ type server struct {
 	peers    *peerTable
 	seq      uint64
 	draining bool // a drain was asked for (pcmd drain)
+
+	// watch keeps an outage of the node's own NATS connection from expiring the leases of
+	// launchers it cannot hear.
+	watch *ctlplane.Watch
 }
 
 // Serve runs the node daemon until ctx is cancelled, then stops its ranks (SIGTERM, SIGKILL
@@ -156,7 +161,12 @@ func Serve(ctx context.Context, cfg Config) error {
 
 	closed := make(chan struct{})
 	var closeOnce sync.Once
-	nc, err := cfg.NATS.Connect(s.log, func() { closeOnce.Do(func() { close(closed) }) })
+	grace, err := ctlplane.GraceFromEnv(nil)
+	if err != nil {
+		return fmt.Errorf("pcmd: %w", err)
+	}
+	s.watch = &ctlplane.Watch{Grace: grace}
+	nc, err := cfg.NATS.Connect(s.log, s.watch, func() { closeOnce.Do(func() { close(closed) }) })
 	if err != nil {
 		return err
 	}
@@ -366,7 +376,7 @@ func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case <-t.C:
 			s.beat()
-			s.ranks.CheckLeases(time.Now())
+			s.ranks.CheckLeases(time.Now(), s.watch.Silence)
 			s.checkDrained()
 			s.forgetPeers()
 		}

@@ -412,10 +412,11 @@ func (m *Manager) watchLease(jobID string) {
 }
 
 // CheckLeases stops the ranks of jobs whose launcher went silent: it died, and nobody
-// would ever stop them otherwise. pcmd calls it at every heartbeat.
-func (m *Manager) CheckLeases(now time.Time) {
+// would ever stop them otherwise. pcmd calls it at every heartbeat. silence is as for
+// Table.ExpireBy.
+func (m *Manager) CheckLeases(now time.Time, silence func(now, last time.Time) time.Duration) {
 	m.mu.Lock()
-	expired := m.table.Expire(now)
+	expired := m.table.ExpireBy(now, silence)
 	var victims []*rank
 	for _, e := range expired {
 		m.log.Printf("%s, stopping its ranks", e.Reason)
