@@ -23,8 +23,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/ctlplane"
+	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/natsembed"

@@ -170,7 +170,6 @@ type Expiry struct {
 // stop (their stop reason recorded).
 func (t *Table) Expire(now time.Time) []Expiry { return t.ExpireBy(now, nil) }
 
-
 // ExpireBy is Expire with silence measuring how long a launcher last heard at last counts
 // as silent at now (nil: now - last). pcmd passes its control-plane Watch, so that its own
 // NATS outage does not count against the launchers it cannot hear.
