@@ -172,7 +172,7 @@ func (c *cluster) startNode(name string) error {
 		return err
 	}
 	c.stops = append(c.stops, func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Process.Signal(syscall.SIGINT) // at once: SIGTERM would drain the node first
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
 		select {

@@ -75,7 +75,10 @@ EXAMPLES:
    mpirun --nats nats://10.0.0.1:4222 --hosts n1:4,n2:4 /opt/mpios/bin/heat2d
 `
 
-const serveDescription = `Runs until SIGINT or SIGTERM. Registers the node on NATS: every --heartbeat it
+const serveDescription = `Runs until SIGINT or SIGTERM. SIGTERM first drains the node: it takes no new
+ranks, its ranks migrate to peers with free slots, and pcmd exits once they are gone;
+a drain that cannot place them says why and pcmd serves on. A second SIGTERM, or the
+first with --force, and SIGINT stop the ranks at once. Registers the node on NATS: every --heartbeat it
 publishes its name, slots (total and in use), load average, advertise address and
 version on mpios.nodes.heartbeat, and answers on mpios.node.NAME.info. A node that
 misses 3 heartbeats is shown as gone.
@@ -133,10 +136,39 @@ func natsOptions(c *cli.Context, url string) pcmd.NATSOptions {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGTERM is pcmd serve's own (a graceful leave first); elsewhere it ends pcmd as SIGINT.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	code := runMain(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// leaveOnSIGTERM makes SIGTERM a graceful leave of pcmd serve: the first closes the
+// returned channel (Config.Leave), the second, or the first with force, cancels the
+// returned context as SIGINT does.
+func leaveOnSIGTERM(ctx context.Context, force bool) (context.Context, <-chan struct{}) {
+	ctx, cancel := context.WithCancel(ctx)
+	leave := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM)
+	go func() {
+		defer signal.Stop(sigs)
+		left := force
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sigs:
+				if left {
+					cancel()
+					return
+				}
+				left = true
+				close(leave)
+			}
+		}
+	}()
+	return ctx, leave
 }
 
 // usageError is a command-line mistake: reported in one line, exit status 2.
@@ -213,6 +245,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
 					&cli.DurationFlag{Name: "ios-cooldown", Value: iosbridge.DefaultStability().Cooldown, Usage: "never move a rank again within `DURATION` of its arrival"},
 					&cli.BoolFlag{Name: "no-ios", Usage: "run without the IOS agent: no profiling, stealing or migrations"},
+					&cli.BoolFlag{Name: "force", Usage: "on SIGTERM, stop the node's ranks at once instead of draining them to other nodes first"},
 					&cli.BoolFlag{Name: "cpu-quota-only", Usage: "judge spare CPU by this node's cgroup quota and usage only, not the host's idle CPUs (nodes that share a machine, e.g. containers)"},
 				}, natsFlags(true)...),
 				OnUsageError: onUsage,
@@ -255,6 +288,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					if err := cfg.NATS.Validate(); err != nil {
 						return &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}
 					}
+					ctx, cfg.Leave = leaveOnSIGTERM(ctx, c.Bool("force"))
 					return pcmd.Serve(ctx, cfg)
 				},
 			},

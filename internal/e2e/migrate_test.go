@@ -107,7 +107,7 @@ func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Process.Signal(syscall.SIGINT) // at once: SIGTERM would drain the node first
 		cmd.Wait()
 		if c.t.Failed() {
 			c.t.Logf("pcmd %s log:\n%s", name, logb.String())

@@ -57,6 +57,11 @@ type Config struct {
 	// died): a spawn request's lease is capped to it and one that names none gets it;
 	// 0 = DefaultLease.
 	Lease time.Duration
+	// Leave, when it is closed, asks the node to leave gracefully (pcmd serve gets SIGTERM):
+	// it drains (see Drain) and exits once its ranks are gone; a drain that cannot place
+	// them says why and the node keeps serving. Cancelling Serve's context still stops the
+	// node at once. nil: never.
+	Leave <-chan struct{}
 
 	Log *log.Logger // nil = stderr, prefixed with "pcmd[NODE] "
 
@@ -225,14 +230,25 @@ func Serve(ctx context.Context, cfg Config) error {
 	go s.heartbeatLoop(stopBeat, beatDone)
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-		s.log.Printf("shutting down")
-	case <-closed:
-		runErr = ErrConnectionClosed
-		s.log.Printf("%v, stopping", runErr)
-	case <-s.drained:
-		s.log.Printf("drained: no rank left, shutting down")
+	leave := cfg.Leave
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			s.log.Printf("shutting down")
+			running = false
+		case <-closed:
+			runErr = ErrConnectionClosed
+			s.log.Printf("%v, stopping", runErr)
+			running = false
+		case <-s.drained:
+			s.log.Printf("drained: no rank left, shutting down")
+			running = false
+		case <-leave:
+			leave = nil
+			// The jobs' answers take up to the control timeout: a second SIGTERM must be
+			// heard meanwhile.
+			go s.leave()
+		}
 	}
 	if s.agent != nil {
 		s.agent.Stop() // leave the peer network first: no migrations of ranks being stopped
