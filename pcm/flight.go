@@ -57,6 +57,10 @@ func (p *Process) startCheckpoint(iter int) {
 			return
 		}
 	}
+	if err := p.store.Reserve(int64(p.snapshotSize()), p.opts.Cap); err != nil {
+		f.piece <- res.with(ckptstore.PieceInfo{}, err)
+		return
+	}
 	if p.opts.SyncCheckpoints {
 		// Straight from the registered values to disk: no second copy of the state in memory.
 		info, err := p.store.PutPieceFrom(jobID, f.seq, rank, p.reg)

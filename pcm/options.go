@@ -40,6 +40,10 @@ type Options struct {
 	// ckptstore.DefaultKeep (2), so that a damaged newest checkpoint leaves one to fall back
 	// to.
 	Keep int
+	// Cap is the most bytes the checkpoint store may hold, the pieces of every rank and node
+	// it keeps included: a checkpoint that would exceed it fails with a ckptstore.FullError.
+	// pcmd sets it for its memory store (MPIOS_CKPT_CAP). 0: no cap.
+	Cap int64
 	// Restart is the id of the job to restart from; "" starts afresh (Status New).
 	Restart string
 	// Control follows the launcher's reconfiguration requests (migrations, checkpoints
@@ -133,6 +137,13 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 			return o, bad(job.EnvCkptSync, s, "1 (write checkpoints at the boundary) or 0")
 		}
 		o.SyncCheckpoints = b
+	}
+	if s := getenv(job.EnvCkptCap); s != "" {
+		c, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || c < 0 {
+			return o, bad(job.EnvCkptCap, s, "a number of bytes >= 0")
+		}
+		o.Cap = c
 	}
 	o.Dir = getenv(job.EnvCkptDir)
 	// pcmd names its node for the ranks it starts: pieces record where they are stored.

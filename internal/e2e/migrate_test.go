@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,9 +97,12 @@ func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	beats.Unsubscribe()
-	c.stores[name] = filepath.Join(c.t.TempDir(), "store")
-	all := append([]string{"serve", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms",
-		"--store", c.stores[name]}, args...)
+	all := []string{"serve", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms"}
+	if !slices.Contains(args, "--ckpt-store") {
+		c.stores[name] = filepath.Join(c.t.TempDir(), "store")
+		all = append(all, "--store", c.stores[name])
+	}
+	all = append(all, args...)
 	cmd := exec.Command(prog("pcmd"), all...)
 	cmd.Env = c.env
 	var logb testbin.Buffer

@@ -88,3 +88,54 @@ func TestDoubleCheckpointLosingBothCopiesFallsBack(t *testing.T) {
 	}
 	j.sameDump(dump, want)
 }
+
+// TestDoubleCheckpointInMemoryLosingANodeLosesNoCommittedCheckpoint is the node-loss test
+// with the pieces in the nodes' memory (pcmd serve --ckpt-store mem): n1 dies with its
+// memory, and the restart reads the copies of its ranks' pieces from n2's.
+func TestDoubleCheckpointInMemoryLosingANodeLosesNoCommittedCheckpoint(t *testing.T) {
+	args := []string{"heat2d", "-n", "41", "-iters", "40"}
+	want := referenceDump(t, args...)
+	c := newCluster(t)
+	mem := []string{"--allow", bin + "/*", "--ckpt-store", "mem", "--ckpt-mem-cap", "64"}
+	n1 := c.startNode("n1", mem...)
+	t.Cleanup(func() { removeMemStores(t, "n1") }) // killed, n1 cannot remove its own
+	c.startNode("n2", mem...)
+	c.startNode("n3", mem...)
+	crashOnTwoNodes(t, c, "dm1")
+	if err := n1.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "dm2", nil, "--hosts", "n3:2,n2:2", "--restart", "dm1", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", dump)
+	if code := j.wait(60 * time.Second); code != 0 {
+		t.Fatalf("restart: exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	errs := j.stderr.String()
+	if !strings.Contains(errs, "restarts from job dm1 checkpoint 2 (iteration 16)") || !strings.Contains(errs, "checkpoint 2 from node n2") {
+		t.Errorf("restart should resume from checkpoint 2 with n1's pieces from n2's memory:\n%s", errs)
+	}
+	j.sameDump(dump, want)
+}
+
+// TestMemoryStoreRefusesCheckpointsBeyondItsCap: a checkpoint that does not fit in the
+// nodes' memory cap fails with a message that says so, and the job goes on.
+func TestMemoryStoreRefusesCheckpointsBeyondItsCap(t *testing.T) {
+	c := newCluster(t)
+	mem := []string{"--allow", bin + "/*", "--ckpt-store", "mem", "--ckpt-mem-cap", "1"}
+	c.startNode("n1", mem...)
+	c.startNode("n2", mem...)
+	j := c.start(t, "dmcap", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "5", prog("heat2d"), "-n", "1024", "-iters", "12")
+	code := j.wait(60 * time.Second)
+	if errs := j.stderr.String(); !strings.Contains(errs, "store full") || !strings.Contains(errs, "MiB cap") {
+		t.Fatalf("exit %d; want the checkpoint refused for the memory cap:\n%s", code, errs)
+	}
+}
+
+// removeMemStores removes the memory stores a killed pcmd named node left behind.
+func removeMemStores(t *testing.T, node string) {
+	dirs, _ := filepath.Glob("/dev/shm/mpios-ckpt-" + node + "-*")
+	for _, d := range dirs {
+		os.RemoveAll(d)
+	}
+}

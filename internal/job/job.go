@@ -34,6 +34,7 @@ const (
 	EnvCkptEvery = "MPIOS_CKPT_EVERY" // checkpoint every K iterations; 0: on demand only; unset: off
 	EnvCkptDir   = "MPIOS_CKPT_DIR"   // checkpoint store root; default $XDG_STATE_HOME/mpios/ckpt
 	EnvCkptKeep  = "MPIOS_CKPT_KEEP"  // committed checkpoints kept per job; default 2
+	EnvCkptCap   = "MPIOS_CKPT_CAP"   // bytes the store may hold (pcmd's memory store); unset: no cap
 	EnvCkptPoll  = "MPIOS_CKPT_POLL"  // agree on on-demand requests every M iterations; 0: adaptive
 	EnvCkptSync  = "MPIOS_CKPT_SYNC"  // 1: write and commit checkpoints at the boundary, not in the background
 	EnvRestart   = "MPIOS_RESTART"    // id of the job whose newest valid checkpoint to restart from

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +63,11 @@ type Config struct {
 	// them says why and the node keeps serving. Cancelling Serve's context still stops the
 	// node at once. nil: never.
 	Leave <-chan struct{}
+	// CkptStore is StoreDisk (default: the pieces under Store) or StoreMem (in memory, at
+	// most CkptMemCap bytes, 0 = DefaultMemCap; lost when pcmd stops, kept by the buddy
+	// copies when a node is lost).
+	CkptStore  string
+	CkptMemCap int64
 
 	Log *log.Logger // nil = stderr, prefixed with "pcmd[NODE] "
 
@@ -109,6 +115,9 @@ func (c *Config) setDefaults() error {
 		if name == "" || strings.ContainsAny(name, "= \t\n\x00") || strings.HasPrefix(name, "MPIOS_") {
 			return fmt.Errorf("pcmd: --pass-env %q: want the name of a variable, not MPIOS_*", name)
 		}
+	}
+	if err := c.checkStoreConfig(); err != nil {
+		return err
 	}
 	if c.Log == nil {
 		c.Log = log.New(os.Stderr, "pcmd["+c.Node+"] ", log.LstdFlags)
@@ -163,6 +172,14 @@ func Serve(ctx context.Context, cfg Config) error {
 		}
 		s.store = st.Dir()
 	}
+	if cfg.CkptStore == StoreMem {
+		dir, err := openMemStore(cfg.Node)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		s.store = dir
+	}
 
 	closed := make(chan struct{})
 	var closeOnce sync.Once
@@ -200,7 +217,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 
 	// Ranks restarting elsewhere read this node's checkpoint pieces through it.
-	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf})
+	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf,
+		Cap: cfg.CkptMemCap})
 	if err != nil {
 		if s.agent != nil {
 			s.agent.Stop()
@@ -217,6 +235,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	store := "no --store"
 	if s.store != "" {
 		store = "store " + s.store
+	}
+	if cfg.CkptStore == StoreMem {
+		store = fmt.Sprintf("checkpoints in memory (%s, cap %d MiB)", s.store, cfg.CkptMemCap>>20)
 	}
 	s.log.Printf("node %s up: %d slots, advertise %s, %s, nats %s, pid %d, version %s",
 		cfg.Node, cfg.Slots, cfg.Advertise, store, natsembed.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
@@ -462,6 +483,9 @@ func (s *server) nodeEnv(req job.SpawnRequest, same, other int) []string {
 	env := []string{job.EnvBind + "=" + s.cfg.Advertise, job.EnvNode + "=" + s.cfg.Node, nodeRanksEnv(req, same, other)}
 	if s.store != "" {
 		env = append(env, job.EnvCkptDir+"="+s.store)
+	}
+	if s.cfg.CkptMemCap > 0 {
+		env = append(env, job.EnvCkptCap+"="+strconv.FormatInt(s.cfg.CkptMemCap, 10))
 	}
 	return env
 }

@@ -36,11 +36,15 @@ type Config struct {
 	// connection); further requests are refused until some are taken or expire.
 	// 0 = DefaultMaxOffers and DefaultMaxOffersPerRequester.
 	MaxOffers, MaxOffersPerRequester int
+	// Cap is the most bytes the store may hold (a memory store): a buddy copy beyond it is
+	// refused with the reason. 0: no cap.
+	Cap int64
 }
 
 // Server answers the piece and manifest requests of one node.
 type Server struct {
 	node, dir, advertise string
+	capacity             int64
 	logf                 func(format string, args ...any)
 	sub, msub, csub      *nats.Subscription
 	wg                   sync.WaitGroup
@@ -61,7 +65,7 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.MaxOffers < 0 || cfg.MaxOffersPerRequester < 0 {
 		return nil, errors.New("pcmd: piece offer caps must not be negative")
 	}
-	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, logf: cfg.Logf, open: make(map[net.Listener]bool),
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, capacity: cfg.Cap, logf: cfg.Logf, open: make(map[net.Listener]bool),
 		offers: newOffers(cfg.MaxOffers, cfg.MaxOffersPerRequester)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -156,6 +160,9 @@ func (s *Server) onCopy(m *nats.Msg) {
 		func() (int64, func(net.Conn) error, func(), error) {
 			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
 			if err != nil {
+				return 0, nil, nil, err
+			}
+			if err := store.Reserve(req.Size, s.capacity); err != nil {
 				return 0, nil, nil, err
 			}
 			take := func(c net.Conn) error {
