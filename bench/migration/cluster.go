@@ -67,10 +67,16 @@ type cluster struct {
 	logs     map[string]string // node -> log file
 
 	hasPolicy bool // pcmd serve knows --policy
+	memStore  bool // the nodes keep checkpoints in memory (pcmd serve --ckpt-store mem)
 }
 
 func startCluster(dir, bin string, env []string, nodes ...string) (*cluster, error) {
-	c := &cluster{dir: dir, bin: bin, env: env, nodes: map[string]string{}, logs: map[string]string{}}
+	return startClusterStore(dir, bin, env, false, nodes...)
+}
+
+// startClusterStore is startCluster with the nodes' checkpoints in memory if mem.
+func startClusterStore(dir, bin string, env []string, mem bool, nodes ...string) (*cluster, error) {
+	c := &cluster{dir: dir, bin: bin, env: env, nodes: map[string]string{}, logs: map[string]string{}, memStore: mem}
 	help, _ := exec.Command(filepath.Join(bin, "pcmd"), "serve", "--help").CombinedOutput()
 	c.hasPolicy = bytes.Contains(help, []byte("--policy"))
 	if err := c.startNATS(); err != nil {
@@ -153,6 +159,9 @@ func (c *cluster) nodeArgs(name string) []string {
 	args := []string{"serve", "--node", name, "--nats", c.url, "--allow", c.bin + "/*", "--slots", "8"}
 	if c.hasPolicy {
 		args = append(args, "--policy", "none")
+	}
+	if c.memStore {
+		return append(args, "--ckpt-store", "mem")
 	}
 	return append(args, "--store", c.nodes[name])
 }

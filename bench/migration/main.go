@@ -102,7 +102,7 @@ func main() {
 	flag.StringVar(&sizes, "sizes", "16,64,256,1024", "state sizes per rank, MiB, comma-separated")
 	flag.IntVar(&b.reps, "reps", 3, "repetitions of each migration and stop-and-restart measurement (each migration trial moves a rank twice)")
 	flag.BoolVar(&quick, "quick", false, "smoke run: sizes 16,64 (unless --sizes is given), 1 repetition, heat2d -n 512")
-	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk")
+	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk, replicated")
 	flag.IntVar(&b.overheadReps, "overhead-reps", 7, "repetitions of each heat2d variant")
 	flag.IntVar(&b.heatN, "heat-n", 2048, "heat2d -n")
 	flag.IntVar(&b.heatIters, "heat-iters", 200, "heat2d -iters")
@@ -146,7 +146,7 @@ func main() {
 	}
 	b.what = map[string]bool{}
 	for _, w := range strings.Split(what, ",") {
-		if w != "overhead" && w != "migration" && w != "disk" {
+		if w != "overhead" && w != "migration" && w != "disk" && w != "replicated" {
 			log.Fatalf("--what: unknown part %q", w)
 		}
 		b.what[w] = true
@@ -220,6 +220,9 @@ func (b *bench) run() int {
 
 	failed := false
 	if b.what["overhead"] && !b.runVariantPart("overhead", "PCM overhead", b.runOverhead) {
+		failed = true
+	}
+	if b.what["replicated"] && !b.runVariantPart("replicated", "PCM overhead with replicated checkpoints in memory (two pcmd nodes)", b.runReplicated) {
 		failed = true
 	}
 	if b.what["disk"] && !b.runVariantPart("disk", "What the disk costs: heat2d without pcm beside a process writing like checkpoints", b.runDisk) {
