@@ -57,11 +57,11 @@ func (p *Process) startCheckpoint(iter int) {
 			return
 		}
 	}
-	if err := p.store.Reserve(int64(p.snapshotSize()), p.opts.Cap); err != nil {
-		f.piece <- res.with(ckptstore.PieceInfo{}, err)
-		return
-	}
 	if p.opts.SyncCheckpoints {
+		if err := p.store.Reserve(int64(p.snapshotSize()), p.opts.Cap); err != nil {
+			f.piece <- res.with(ckptstore.PieceInfo{}, err)
+			return
+		}
 		// Straight from the registered values to disk: no second copy of the state in memory.
 		info, err := p.store.PutPieceFrom(jobID, f.seq, rank, p.reg)
 		if err == nil {
@@ -84,6 +84,10 @@ func (p *Process) startCheckpoint(iter int) {
 	}
 	snap := p.snap
 	inBackground(func() {
+		if err := p.store.Reserve(int64(snap.Len()), p.opts.Cap); err != nil {
+			f.piece <- res.with(ckptstore.PieceInfo{}, err)
+			return
+		}
 		info, err := p.store.PutPieceBuffer(jobID, f.seq, rank, snap)
 		if err == nil {
 			info = p.replicate(buddy, f.seq, info, func(w io.Writer) error {

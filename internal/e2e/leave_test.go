@@ -22,6 +22,18 @@ func exited(cmd *exec.Cmd, limit time.Duration) bool {
 	}
 }
 
+// startThenTerm starts heat2d as job id with args (mpirun's, then the program's) and sends
+// SIGTERM to node's pcmd once it runs.
+func startThenTerm(t *testing.T, c *cluster, node *exec.Cmd, id string, args ...string) *bgJob {
+	t.Helper()
+	j := c.start(t, id, nil, args...)
+	c.waitRunning(t, id)
+	if err := node.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // TestSIGTERMDrainsTheNodeBeforePcmdExits: "SIGTERM to pcmd serve: the node takes no new
 // ranks, its ranks migrate to nodes with free slots, then pcmd exits. The job sees a pause,
 // nothing more" (issue 16).
@@ -31,11 +43,7 @@ func TestSIGTERMDrainsTheNodeBeforePcmdExits(t *testing.T) {
 	c := newCluster(t, "n2", "n3")
 	n1 := c.startNode("n1", "--allow", bin+"/*")
 	dump := filepath.Join(t.TempDir(), "out.bin")
-	j := c.start(t, "leave1", nil, "--hosts", "n1:2,n2:2", prog("heat2d"), "-n", "48", "-iters", "1500", "-dump", dump, "-pace", "2ms")
-	c.waitRunning(t, "leave1")
-	if err := n1.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	j := startThenTerm(t, c, n1, "leave1", "--hosts", "n1:2,n2:2", prog("heat2d"), "-n", "48", "-iters", "1500", "-dump", dump, "-pace", "2ms")
 	j.waitLog(`mpirun: migrated rank \d+ from n1 to \S+ at iteration`, 2, 60*time.Second)
 	if !exited(n1, 30*time.Second) {
 		t.Fatalf("pcmd n1 did not exit after its ranks left\nstderr:\n%s", j.stderr.String())
@@ -55,11 +63,7 @@ func TestSIGTERMThatCannotPlaceTheRanksKeepsServing(t *testing.T) {
 	c := newCluster(t)
 	n1 := c.startNode("n1", "--allow", bin+"/*")
 	dump := filepath.Join(t.TempDir(), "out.bin")
-	j := c.start(t, "leave2", nil, "--hosts", "n1:4", prog("heat2d"), "-n", "48", "-iters", "600", "-dump", dump, "-pace", "2ms")
-	c.waitRunning(t, "leave2")
-	if err := n1.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	j := startThenTerm(t, c, n1, "leave2", "--hosts", "n1:4", prog("heat2d"), "-n", "48", "-iters", "600", "-dump", dump, "-pace", "2ms")
 	if code := j.wait(120 * time.Second); code != 0 {
 		t.Fatalf("exit %d: a refused leave must not disturb the job\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
 	}

@@ -20,6 +20,18 @@ func crashOnTwoNodes(t *testing.T, c *cluster, id string) {
 	}
 }
 
+// restartOnN3N2 restarts job from (heat2d, as crashOnTwoNodes ran it) as job id on n3 and
+// n2, and returns the finished job and its dump.
+func restartOnN3N2(t *testing.T, c *cluster, id, from string) (*bgJob, string) {
+	t.Helper()
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, id, nil, "--hosts", "n3:2,n2:2", "--restart", from, prog("heat2d"), "-n", "41", "-iters", "40", "-dump", dump)
+	if code := j.wait(60 * time.Second); code != 0 {
+		t.Fatalf("restart: exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	return j, dump
+}
+
 // loseNode kills a node's pcmd (SIGKILL, as a crash) and wipes its disk.
 func (c *cluster) loseNode(name string, cmd interface{ Signal(os.Signal) error }) {
 	c.t.Helper()
@@ -48,11 +60,7 @@ func TestDoubleCheckpointLosingANodeLosesNoCommittedCheckpoint(t *testing.T) {
 	}
 	c.loseNode("n1", n1.Process)
 
-	dump := filepath.Join(t.TempDir(), "out.bin")
-	j := c.start(t, "dc2", nil, "--hosts", "n3:2,n2:2", "--restart", "dc1", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", dump)
-	if code := j.wait(60 * time.Second); code != 0 {
-		t.Fatalf("restart: exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
-	}
+	j, dump := restartOnN3N2(t, c, "dc2", "dc1")
 	errs := j.stderr.String()
 	if !strings.Contains(errs, "restarts from job dc1 checkpoint 2 (iteration 16)") {
 		t.Errorf("restart should resume from checkpoint 2, iteration 16:\n%s", errs)
@@ -77,11 +85,7 @@ func TestDoubleCheckpointLosingBothCopiesFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dump := filepath.Join(t.TempDir(), "out.bin")
-	j := c.start(t, "dc4", nil, "--hosts", "n3:2,n2:2", "--restart", "dc3", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", dump)
-	if code := j.wait(60 * time.Second); code != 0 {
-		t.Fatalf("restart: exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
-	}
+	j, dump := restartOnN3N2(t, c, "dc4", "dc3")
 	errs := j.stderr.String()
 	if !strings.Contains(errs, "falling back to checkpoint 1") || !strings.Contains(errs, "restarts from job dc3 checkpoint 1 (iteration 8)") {
 		t.Errorf("restart should say it falls back to checkpoint 1, iteration 8:\n%s", errs)
@@ -106,11 +110,7 @@ func TestDoubleCheckpointInMemoryLosingANodeLosesNoCommittedCheckpoint(t *testin
 		t.Fatal(err)
 	}
 
-	dump := filepath.Join(t.TempDir(), "out.bin")
-	j := c.start(t, "dm2", nil, "--hosts", "n3:2,n2:2", "--restart", "dm1", prog("heat2d"), "-n", "41", "-iters", "40", "-dump", dump)
-	if code := j.wait(60 * time.Second); code != 0 {
-		t.Fatalf("restart: exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
-	}
+	j, dump := restartOnN3N2(t, c, "dm2", "dm1")
 	errs := j.stderr.String()
 	if !strings.Contains(errs, "restarts from job dm1 checkpoint 2 (iteration 16)") || !strings.Contains(errs, "checkpoint 2 from node n2") {
 		t.Errorf("restart should resume from checkpoint 2 with n1's pieces from n2's memory:\n%s", errs)
