@@ -102,7 +102,6 @@ type Process struct {
 	lastSyncEnd     time.Time
 	lastSyncCost    time.Duration
 	warnedOneNode   bool // a one-node job was told its checkpoints have no buddy copy
-	buddy           buddyChoice
 }
 
 // Init joins the job's PCM service with the configuration the launcher put in the environment

@@ -32,32 +32,11 @@ func (p *Process) replicates() bool {
 	return p.launched != nil && p.launched.Conn != nil && p.opts.Node != ""
 }
 
-// buddyChoice is the buddy chosen for a placement of the ranks: valid while no
-// reconfiguration was applied since (every rank applies them at the same agreement point,
-// so all agree on whether to choose again) and the world has the same size.
-type buddyChoice struct {
-	valid   bool
-	applied uint64
-	size    int
-	node    string
-}
-
-// chooseBuddy returns this rank's buddy: the node after its own in the sorted list of the
-// nodes that hold ranks, or "" on a one-node job. Collective: the ranks agree on the nodes
-// once per placement.
+// chooseBuddy agrees on the job's nodes and returns this rank's buddy: the node after its
+// own in the sorted list of the nodes that hold ranks, or "" on a one-node job. Collective,
+// at every checkpoint: migrations and resizes change the nodes, and a rank that just
+// arrived knows nothing of an earlier choice (two small collectives, per checkpoint).
 func (p *Process) chooseBuddy() (string, error) {
-	if b := p.buddy; b.valid && b.applied == p.applied && b.size == p.world.Size() {
-		return b.node, nil
-	}
-	node, err := p.agreeBuddy()
-	if err == nil {
-		p.buddy = buddyChoice{valid: true, applied: p.applied, size: p.world.Size(), node: node}
-	}
-	return node, err
-}
-
-// agreeBuddy is chooseBuddy's agreement on the job's nodes.
-func (p *Process) agreeBuddy() (string, error) {
 	all, err := allgatherBytes(p.world, []byte(p.opts.Node))
 	if err != nil {
 		return "", err
