@@ -99,7 +99,10 @@ the lease it asked for, at most --lease, are stopped too.
 
 With --store, ranks restarting on other nodes read the checkpoint pieces in it
 through pcmd (mpios.node.NAME.piece): each request gets a one-time TCP offer, at
-most 16 open per requesting connection and 128 per node.
+most 16 open per requesting connection and 128 per node. The store also keeps the
+buddy copies of other nodes' pieces (mpios.node.NAME.piececopy), so that losing one
+node loses no committed checkpoint. --ckpt-store mem keeps pieces and copies in
+memory instead, at most --ckpt-mem-cap MiB, for as long as pcmd runs.
 
 IOS agent (after MPI/IOS; --no-ios turns it off): every --ios-period it samples
 the node's CPUs (/proc/stat, clipped by pcmd's cgroup CPU quota) and memory, and
