@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,8 +84,9 @@ func TestNATSOutageDoesNotStopAMultiNodeJob(t *testing.T) {
 
 // natsCluster is three of Debian's nats-server clustered on loopback.
 type natsCluster struct {
-	urls  []string
-	procs []*exec.Cmd
+	urls     []string
+	monitors []string // each server's monitoring endpoint
+	procs    []*exec.Cmd
 }
 
 func freePorts(t *testing.T, n int) []int {
@@ -109,14 +112,14 @@ func startNATSCluster(t *testing.T) *natsCluster {
 	if _, err := os.Stat(debianNATS); err != nil {
 		t.Skipf("%s not installed", debianNATS)
 	}
-	ports := freePorts(t, 6)
+	ports := freePorts(t, 9)
 	var routes []string
 	for i := range 3 {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
 	}
 	nc := &natsCluster{}
 	for i := range 3 {
-		cmd := exec.Command(debianNATS, "-a", "127.0.0.1", "-p", fmt.Sprint(ports[i]),
+		cmd := exec.Command(debianNATS, "-a", "127.0.0.1", "-p", fmt.Sprint(ports[i]), "-m", fmt.Sprint(ports[6+i]),
 			"--cluster_name", "mpios", "--cluster", routes[i], "--routes", strings.Join(routes, ","))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -124,6 +127,7 @@ func startNATSCluster(t *testing.T) *natsCluster {
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		nc.procs = append(nc.procs, cmd)
 		nc.urls = append(nc.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		nc.monitors = append(nc.monitors, fmt.Sprintf("http://127.0.0.1:%d/varz", ports[6+i]))
 	}
 	// The cluster is formed when a message published on one server reaches the others.
 	deadline := time.Now().Add(20 * time.Second)
@@ -134,6 +138,32 @@ func startNATSCluster(t *testing.T) *natsCluster {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nc
+}
+
+// busiest returns the server with the most client connections: killing it disturbs the
+// most processes.
+func (c *natsCluster) busiest(t *testing.T) int {
+	t.Helper()
+	best, most := 0, -1
+	for i, u := range c.monitors {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var varz struct {
+			Connections int `json:"connections"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&varz)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if varz.Connections > most {
+			best, most = i, varz.Connections
+		}
+	}
+	t.Logf("killing NATS server %d, which serves %d connections", best, most)
+	return best
 }
 
 func (c *natsCluster) routed() bool {
@@ -180,7 +210,7 @@ func TestKillingOneServerOfANATSClusterDoesNotDisturbTheJob(t *testing.T) {
 	dump := filepath.Join(t.TempDir(), "out.bin")
 	j := c.start(t, "clustered", nil, "--hosts", "n1:2,n2:2", prog("heat2d"), "-n", "48", "-iters", "2500", "-dump", dump, "-pace", "2ms")
 	c.waitRunning(t, "clustered")
-	ns.procs[0].Process.Kill()
+	ns.procs[ns.busiest(t)].Process.Kill()
 	if code := j.wait(120 * time.Second); code != 0 {
 		t.Fatalf("exit %d after a NATS server was killed\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
 	}
