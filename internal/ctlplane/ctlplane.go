@@ -22,8 +22,8 @@ import (
 // DefaultGrace is how long an outage of the control plane is ridden out by default.
 const DefaultGrace = 20 * time.Second
 
-// EnvGrace overrides DefaultGrace in every mpios process (mpirun, pcmd, ranks): a Go
-// duration such as "30s".
+// EnvGrace overrides DefaultGrace in the processes that judge others by their silence
+// (mpirun, pcmd): a Go duration such as "30s".
 const EnvGrace = "MPIOS_NATS_GRACE"
 
 // Reconnection pacing: the first attempts come quickly (a server restart is over in
