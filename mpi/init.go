@@ -26,6 +26,7 @@ var session struct {
 	nc        *nats.Conn
 	env       job.Env
 	launched  *rewire.Launched // nil unless launched by mpirun
+	beats     *liveness        // nil unless launched by mpirun
 }
 
 // joined is a launched process's world, its control-plane connection and, in a successor,
@@ -70,6 +71,7 @@ func Init() (*Comm, error) {
 	}
 	session.world, session.nc, session.env = j.world, j.nc, env
 	session.launched = rewire.NewLaunched(env, j.nc, memberOf(j.world), j.inherited)
+	session.beats = startLiveness(env, j.nc, session.launched)
 	return j.world, nil
 }
 
@@ -252,6 +254,7 @@ func Finalize() error {
 		return ErrNotInitialized
 	}
 	err := Detach(session.world)
+	session.beats.stop()
 	if session.nc != nil {
 		session.nc.Close()
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -166,6 +167,7 @@ type Remote struct {
 	cfg   RemoteConfig
 	nc    *nats.Conn
 	place []string // node of each rank
+	slots map[string]int
 
 	mu    sync.Mutex
 	nodes map[string]*remoteNode
@@ -270,6 +272,10 @@ func (r *Remote) setup() error {
 		return err
 	}
 	r.place = place
+	r.slots = make(map[string]int, len(names))
+	for i, n := range names {
+		r.slots[n] += caps[i]
+	}
 	return nil
 }
 
@@ -353,6 +359,10 @@ func (r *Remote) Gone() <-chan *NodeGoneError { return r.gone }
 
 // NP returns the number of ranks placed.
 func (r *Remote) NP() int { return len(r.place) }
+
+// Slots returns how many ranks the job may run on each of its nodes (--hosts NODE:SLOTS, or
+// the free slots a node had at placement): where a recovered job's ranks may restart.
+func (r *Remote) Slots() map[string]int { return maps.Clone(r.slots) }
 
 // Placement returns the node of each rank.
 func (r *Remote) Placement() []string { return slices.Clone(r.place) }
