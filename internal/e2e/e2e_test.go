@@ -191,7 +191,7 @@ func TestCheckpointFlagsRestartBitwise(t *testing.T) {
 		// starts; in the background it is committed a few agreement points later, and this
 		// tiny grid's iterations take microseconds, so the crash after 21 may beat it.
 		store := filepath.Join(dir, "ckpt-"+mode)
-		args := []string{"-np", "3", "--job-id", "ck1", "--ckpt-every", "8", "--ckpt-dir", store}
+		args := []string{"-np", "3", "--job-id", "ck1", "--ckpt-every", "8", "--ckpt-dir", store, "--no-recover"}
 		if mode == "sync" {
 			args = append(args, "--ckpt-sync")
 		}

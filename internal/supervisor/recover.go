@@ -60,6 +60,7 @@ type recovery struct {
 	used      int            // recoveries started
 	cpDown    bool           // the loop's NATS connection is down
 	beats     map[ProcID]beat
+	lost      map[string]bool // nodes whose processes were lost with them (Exited.NodeGone)
 	firstBad  time.Time // first failed exit (or the hung rank's last beat) since the last recovery
 	killing   bool      // the processes of the failed run are being killed
 	active    *attempt  // the recovery in progress, until the ranks compute again
@@ -187,8 +188,14 @@ func (m *Machine) checkHangs(now time.Time) {
 	}
 }
 
-// noteExit remembers when the first failed exit of a run was observed.
-func (m *Machine) noteExit(e Exited) {
+// noteExit remembers when the first failed exit of a run was observed, and the nodes lost.
+func (m *Machine) noteExit(p *proc, e Exited) {
+	if e.NodeGone && p.node != "" {
+		if m.rec.lost == nil {
+			m.rec.lost = make(map[string]bool)
+		}
+		m.rec.lost[p.node] = true
+	}
 	if e.failed() && m.rec.firstBad.IsZero() {
 		m.rec.firstBad = e.At
 		if e.At.IsZero() {
@@ -369,8 +376,7 @@ func (m *Machine) place() ([]string, string) {
 		if node == "" && len(m.cfg.Slots) == 0 {
 			continue // this machine
 		}
-		_, gone := m.gone[node]
-		if node != "" && !gone && used[node] < m.slots(node) {
+		if node != "" && !m.nodeLost(node) && used[node] < m.slots(node) {
 			placement[r] = node
 			used[node]++
 			continue
@@ -378,8 +384,11 @@ func (m *Machine) place() ([]string, string) {
 		homeless = append(homeless, r)
 	}
 	nodes := make([]string, 0, len(m.cfg.Slots))
+	var lost []string
 	for n := range m.cfg.Slots {
-		if _, gone := m.gone[n]; !gone {
+		if m.nodeLost(n) {
+			lost = append(lost, n)
+		} else {
 			nodes = append(nodes, n)
 		}
 	}
@@ -401,13 +410,15 @@ func (m *Machine) place() ([]string, string) {
 	if len(homeless) == 0 {
 		return placement, ""
 	}
-	var gone []string
-	for n := range m.gone {
-		gone = append(gone, n)
-	}
-	slices.Sort(gone)
+	slices.Sort(lost)
 	return nil, fmt.Sprintf("no surviving node has room for rank %s (%d slot(s) missing; lost: %s; surviving: %s)",
-		joinInts(homeless), len(homeless), orNone(gone), orNone(nodes))
+		joinInts(homeless), len(homeless), orNone(lost), orNone(nodes))
+}
+
+// nodeLost reports whether node is gone (NodeGone) or lost a process with it.
+func (m *Machine) nodeLost(node string) bool {
+	_, gone := m.gone[node]
+	return gone || m.rec.lost[node]
 }
 
 // slots is the number of ranks the job may run on node.

@@ -452,7 +452,7 @@ func (m *Machine) onExited(now time.Time, e Exited) {
 	}
 	p.running = false
 	m.live--
-	m.noteExit(e)
+	m.noteExit(p, e)
 	if m.rec.killing {
 		m.onKilledExit(p)
 		return
