@@ -33,9 +33,16 @@ type result struct {
 
 func mpirun(t *testing.T, limit time.Duration, args ...string) result {
 	t.Helper()
+	return mpirunEnv(t, limit, nil, args...)
+}
+
+// mpirunEnv is mpirun with environment env (nil: this process's).
+func mpirunEnv(t *testing.T, limit time.Duration, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "mpirun"), args...)
+	cmd.Env = env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
