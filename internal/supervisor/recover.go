@@ -61,10 +61,10 @@ type recovery struct {
 	cpDown    bool           // the loop's NATS connection is down
 	beats     map[ProcID]beat
 	lost      map[string]bool // nodes whose processes were lost with them (Exited.NodeGone)
-	firstBad  time.Time // first failed exit (or the hung rank's last beat) since the last recovery
-	killing   bool      // the processes of the failed run are being killed
-	active    *attempt  // the recovery in progress, until the ranks compute again
-	placement []string  // node of each rank in the restarted run
+	firstBad  time.Time       // first failed exit (or the hung rank's last beat) since the last recovery
+	killing   bool            // the processes of the failed run are being killed
+	active    *attempt        // the recovery in progress, until the ranks compute again
+	placement []string        // node of each rank in the restarted run
 }
 
 // beat is what the Machine heard last from a process.
