@@ -93,10 +93,6 @@ func (m *Machine) maxRecoveries() int {
 
 // onRecoveryEvent takes the events of recovery and liveness.
 func (m *Machine) onRecoveryEvent(now time.Time, ev Event) {
-	if m.rec.beats == nil {
-		m.rec.beats = make(map[ProcID]beat)
-		m.rec.lastIter = -1
-	}
 	switch e := ev.(type) {
 	case Alive:
 		var a job.Alive
@@ -270,6 +266,23 @@ func lostText(lost int64) string {
 		return ""
 	}
 	return fmt.Sprintf(", %d iterations lost", lost)
+}
+
+// onStartedWhileKilling takes the start of a process asked for before the failure (the next
+// initial rank, a migration's successor): it belongs to the failed run too.
+func (m *Machine) onStartedWhileKilling(id ProcID, p *proc, e Started) {
+	if e.Err != nil {
+		delete(m.procs, id)
+		m.respawnIfClear()
+		return
+	}
+	p.pid, p.running = e.PID, true
+	if e.Node != "" {
+		p.node = e.Node
+	}
+	m.live++
+	m.reply(p.reply, job.MigrateReply{Error: "mpirun: the job is being recovered"})
+	m.emit(SignalProc{Proc: id, Sig: syscall.SIGKILL})
 }
 
 // onKilledExit takes the exit of a process of the failed run.

@@ -322,3 +322,30 @@ func TestHungRankWithoutRecoveryEndsTheJobNamingIt(t *testing.T) {
 		t.Errorf("actions %+v, want the hung rank killed and the other stopped", acts)
 	}
 }
+
+// A process whose start was asked for before the failure (here a migration's successor)
+// belongs to the failed run: it is killed when it starts, and the ranks restart only after.
+func TestProcessStartingDuringTheFailureIsKilledBeforeTheRestart(t *testing.T) {
+	j := recoveringJob(t, Config{Migrations: true, Slots: map[string]int{"n1": 2, "n2": 2, "n3": 1}}, "n1", "n2", "n1")
+	j.committed(1, 10)
+	j.migrate("n3", nil, 1)
+	j.askSuccessor(1, 1, 12)
+	succ := j.takeStart()
+	j.killRank(0)
+	j.advance(DefaultFailureWindow)
+	if len(j.pend) != 0 {
+		t.Fatal("restarted while a successor is being started")
+	}
+	acts := j.step(Started{Proc: succ.Proc, PID: 2001, Node: "n3"})
+	if got := signalled(acts, syscall.SIGKILL); !slices.Equal(got, []ProcID{succ.Proc}) {
+		t.Fatalf("SIGKILL to %v, want the late successor", got)
+	}
+	if len(j.pend) != 0 {
+		t.Fatal("restarted while the late successor runs")
+	}
+	j.exit(succ.Proc, 137)
+	j.restarted("n1", "n2", "n1")
+	if h := j.m.Info().Migrations[0]; h.State != reconf.Aborted {
+		t.Errorf("migration %+v, want aborted by the recovery", h)
+	}
+}

@@ -391,6 +391,10 @@ func (m *Machine) onStarted(now time.Time, e Started) {
 		return // not a start the Machine is waiting for
 	}
 	m.starting--
+	if m.rec.killing {
+		m.onStartedWhileKilling(e.Proc, p, e)
+		return
+	}
 	if p.successor {
 		m.onSuccessorStarted(e.Proc, p, e)
 		return
