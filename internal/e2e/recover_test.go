@@ -37,61 +37,31 @@ func startLocal(t *testing.T, rt, id string, args ...string) *bgJob {
 	return j
 }
 
-// rankPID returns the pid of the process running rank of job id on this machine (found by
-// its launch environment), waiting for it to exist.
+// rankPID returns the pid of rank of job id on this machine, waiting for it to exist.
 func rankPID(t *testing.T, id string, rank int) int {
 	t.Helper()
-	want := [][]byte{[]byte(job.EnvJobID + "=" + id), []byte(job.EnvRank + "=" + strconv.Itoa(rank))}
 	pid := 0
 	testbin.WaitFor(t, 30*time.Second, "rank "+strconv.Itoa(rank)+" of job "+id, func() bool {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			n, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-			comm, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-			if err != nil || bytes.HasPrefix(comm, []byte("mpirun")) {
-				continue
-			}
-			vars := bytes.Split(env, []byte{0})
-			if containsAll(vars, want) {
-				pid = n
-				return true
-			}
-		}
-		return false
+		var ok bool
+		pid, ok = testbin.RankPID(id, rank)
+		return ok
 	})
 	return pid
 }
 
-func containsAll(vars, want [][]byte) bool {
-	for _, w := range want {
-		found := false
-		for _, v := range vars {
-			if bytes.Equal(v, w) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
-}
-
-// waitCommitted waits until job id has a committed checkpoint in store.
+// waitCommitted waits until job id has committed and reported a checkpoint of its run: a
+// checkpoint's manifest is on disk a little before the ranks agree it is committed and rank
+// 0 reports it, and at most one is in flight, so the one of iteration 10 is reported once the
+// one of iteration 20 is on disk.
 func waitCommitted(t *testing.T, j *bgJob, store string) {
 	t.Helper()
-	testbin.WaitFor(t, 60*time.Second, "a committed checkpoint of job "+j.id, func() bool {
+	testbin.WaitFor(t, 60*time.Second, "two committed checkpoints of job "+j.id, func() bool {
 		select {
 		case <-j.done:
 			t.Fatalf("job %s ended before its first checkpoint:\n%s", j.id, j.stderr.String())
 		default:
 		}
-		return newestCheckpoint(t, store, j.id) > 0
+		return newestCheckpoint(t, store, j.id) >= 20
 	})
 }
 
