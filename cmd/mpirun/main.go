@@ -122,7 +122,8 @@ EXIT STATUS:
    A rank calling mpi.Abort makes mpirun exit with the abort code. Ctrl-C or
    SIGTERM stops the job with status 130 or 143 (a second Ctrl-C kills at once),
    --timeout with 124, a failed rendezvous or start with 1, and a command-line
-   mistake with 2.
+   mistake with 2. A job that checkpoints is recovered instead of stopped when a
+   rank dies or hangs (see --no-recover); if it cannot be, the message says why.
 
 EXAMPLES:
    mpirun -np 4 ./ring                 run the executable ./ring as 4 ranks
