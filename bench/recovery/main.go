@@ -95,7 +95,7 @@ func main() {
 			med(func(t trial) time.Duration { return t.respawn }), med(func(t trial) time.Duration { return t.load }),
 			med(func(t trial) time.Duration { return t.total }))
 	}
-	fmt.Printf("\n(medians of %d trials; load average at the end %s)\n", *reps, loadavg())
+	fmt.Printf("\n(medians of %d trials; load average at the end %s)\n", *reps, testbin.LoadAvg())
 }
 
 // run is one trial.
@@ -165,16 +165,4 @@ func run(bin, dir, store string, mib, rep int) (trial, error) {
 		}
 	}
 	return t, nil
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -41,18 +41,7 @@ func WriteLaunch(dir string, l Launch) error {
 	if err != nil {
 		return fmt.Errorf("jobrecord: launch record: %w", err)
 	}
-	f, err := os.CreateTemp(sub, "."+l.JobID+"-*.tmp")
-	if err != nil {
-		return fmt.Errorf("jobrecord: launch record: %w", err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(append(b, '\n'))
-	if err := errors.Join(werr, f.Close()); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("jobrecord: launch record: %w", err)
-	}
-	if err := os.Rename(tmp, LaunchPath(dir, l.JobID)); err != nil {
-		os.Remove(tmp)
+	if err := writePrivate(LaunchPath(dir, l.JobID), b); err != nil {
 		return fmt.Errorf("jobrecord: launch record: %w", err)
 	}
 	return nil
