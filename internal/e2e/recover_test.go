@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/testbin"
+	"github.com/nats-io/nats.go"
 )
 
 // startLocal starts mpirun in the background with ranks on this machine, in runtime
@@ -233,4 +235,50 @@ func TestKilledRankOnNodesIsRecoveredInPlace(t *testing.T) {
 	j.waitLog(`rank 1 \(pid \d+ on n2\) was killed by signal killed; recovering \(1 of 3\)`, 1, time.Second)
 	j.waitLog(`recovered from the failure of rank 1`, 1, time.Second)
 	j.sameDump(dump, want)
+}
+
+// A NATS outage silences every rank's beats at once: while mpirun's own connection is down
+// no rank is declared hung, and after it every rank gets a whole timeout to be heard again.
+func TestNATSOutageIsNotTakenForHungRanks(t *testing.T) {
+	if _, err := os.Stat(debianNATS); err != nil {
+		t.Skip(debianNATS + " not installed")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	url := "nats://127.0.0.1:" + port
+	server := func() *exec.Cmd {
+		cmd := exec.Command(debianNATS, "-a", "127.0.0.1", "-p", port)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	srv := server()
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	testbin.WaitFor(t, 10*time.Second, "nats-server", func() bool {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			nc.Close()
+		}
+		return err == nil
+	})
+	j := startLocal(t, t.TempDir(), "outage", "--nats", url, "-np", "3", "--hang-timeout", "1s",
+		prog("heat2d"), "-n", "48", "-iters", "400", "-pace", "10ms")
+	rankPID(t, j.id, 2) // running
+	time.Sleep(500 * time.Millisecond)
+	srv.Process.Kill()
+	srv.Wait()
+	j.waitLog(`lost connection to NATS`, 1, 10*time.Second)
+	time.Sleep(3 * time.Second) // the outage: three hang timeouts
+	srv = server()
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
+	if strings.Contains(j.stderr.String(), "declared failed") {
+		t.Errorf("a rank was declared hung during the outage:\n%s", j.stderr.String())
+	}
 }
