@@ -200,13 +200,15 @@ func (m *Machine) noteExit(p *proc, e Exited) {
 	}
 }
 
-// recoverable says why failure f is not recovered, or "" if it is.
-func (m *Machine) unrecoverable(f *Failure) string {
+// recoverable reports whether f is a failure recovery is for: a rank died or hung while the
+// job runs. An abort, a timeout, a signal or a start refused end the job as they would.
+func (m *Machine) recoverable(f *Failure) bool {
+	return m.cfg.Recover && !m.stopping && (f.Kind == RankFailed || f.Kind == RankHung)
+}
+
+// refusal says why the job cannot be recovered now, "" if it can.
+func (m *Machine) refusal() string {
 	switch {
-	case f.Kind != RankFailed && f.Kind != RankHung:
-		return "-" // not a failure of the machine: an abort, a timeout, a signal, a start refused
-	case m.stopping:
-		return "-"
 	case m.rec.ckpt == nil:
 		return fmt.Sprintf("no checkpoint of job %s is committed yet", m.cfg.JobID)
 	case m.rec.used >= m.maxRecoveries():
@@ -216,15 +218,14 @@ func (m *Machine) unrecoverable(f *Failure) string {
 }
 
 // recover starts recovering from failure f if the job can be recovered; it returns false,
-// possibly having amended f's reason with why not, when the job must fail.
+// having amended f's reason with why not if f is a failure recovery is for, when the job
+// must fail.
 func (m *Machine) recover(now time.Time, f *Failure) bool {
-	if !m.cfg.Recover {
+	if !m.recoverable(f) {
 		return false
 	}
-	if why := m.unrecoverable(f); why != "" {
-		if why != "-" {
-			f.Reason += "; cannot recover: " + why
-		}
+	if why := m.refusal(); why != "" {
+		f.Reason += "; cannot recover: " + why
 		return false
 	}
 	placement, err := m.place()
