@@ -1,0 +1,324 @@
+package comm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A shared-memory ring carries one ordered pair's frames between two processes of a node: the
+// dialing rank writes, the accepting rank reads, exactly like the byte stream of a TCP
+// connection (the frames are encoded the same way, so the reader's validation is the same).
+// It is a single-producer single-consumer byte ring: the writer owns tail, the reader owns
+// head, each in its own cache lines of the mapping, and each side keeps the authoritative copy
+// of its own counter in its private memory. What it reads of the other side's counter is only
+// trusted after a bounds check, so a corrupt or hostile writer can stop the stream (the reader
+// reports a broken connection) but never make the reader index outside the mapping.
+
+// Layout of a ring's mapping. Counters sit 128 bytes apart: adjacent-line prefetching would
+// otherwise make the two sides' counters share a line.
+const (
+	ringMagicOff  = 0   // [8]byte ringMagic
+	ringSizeOff   = 8   // uint64: bytes of data
+	ringMACOff    = 16  // [32]byte: HMAC binding the segment to the handshake that created it
+	ringTailOff   = 128 // uint64: bytes written (writer)
+	ringHeadOff   = 256 // uint64: bytes read (reader)
+	ringRWaitOff  = 384 // uint32: 1 while the reader sleeps on it (futex)
+	ringWWaitOff  = 512 // uint32: 1 while the writer sleeps on it (futex)
+	ringAckedOff  = 640 // uint64: single-copy chunks the reader has taken
+	ringDataOff   = 4096
+	ringDataBytes = 256 << 10 // a power of two
+	ringMapBytes  = ringDataOff + ringDataBytes
+)
+
+var ringMagic = [8]byte{'M', 'P', 'I', 'O', 'S', 'R', 'G', '1'}
+
+// ErrRingCorrupt reports counters in a shared-memory ring that no correct peer writes.
+var ErrRingCorrupt = errors.New("comm: shared-memory ring corrupt")
+
+// errRingGone ends a ring wait: the peer process is gone or the local side was closed.
+var errRingGone = errors.New("ring peer gone")
+
+// ringSleep bounds one futex sleep: wake-ups are not trusted (the peer may die between
+// publishing and waking, or be hostile), so a sleeper re-checks its condition this often.
+const ringSleep = 50 * time.Millisecond
+
+// shmRing is one side's view of a ring mapping.
+type shmRing struct {
+	data  []byte // the data area, len ringDataBytes
+	mask  uint64
+	tail  *atomic.Uint64
+	head  *atomic.Uint64
+	rwait *atomic.Uint32
+	wwait *atomic.Uint32
+	acked *atomic.Uint64
+	gone  atomic.Bool // set from private memory by whoever learns that the stream is over
+}
+
+// newShmRing views mem (len ringMapBytes, 8-byte aligned, as mappings are) as a ring.
+func newShmRing(mem []byte) (*shmRing, error) {
+	if len(mem) != ringMapBytes || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+		return nil, fmt.Errorf("comm: ring mapping of %d bytes, want %d (aligned)", len(mem), ringMapBytes)
+	}
+	at := func(off int) unsafe.Pointer { return unsafe.Pointer(&mem[off]) }
+	return &shmRing{
+		data:  mem[ringDataOff:ringMapBytes:ringMapBytes],
+		mask:  ringDataBytes - 1,
+		tail:  (*atomic.Uint64)(at(ringTailOff)),
+		head:  (*atomic.Uint64)(at(ringHeadOff)),
+		rwait: (*atomic.Uint32)(at(ringRWaitOff)),
+		wwait: (*atomic.Uint32)(at(ringWWaitOff)),
+		acked: (*atomic.Uint64)(at(ringAckedOff)),
+	}, nil
+}
+
+// initRingHeader writes a fresh ring's header (the creator does, before anyone maps it).
+func initRingHeader(mem []byte, mac []byte) {
+	copy(mem[ringMagicOff:], ringMagic[:])
+	binary.LittleEndian.PutUint64(mem[ringSizeOff:], ringDataBytes)
+	copy(mem[ringMACOff:ringMACOff+macSize], mac)
+}
+
+// markGone ends the waits of both sides of this view and wakes them.
+func (r *shmRing) markGone() {
+	r.gone.Store(true)
+	futexWake(r.rwait)
+	futexWake(r.wwait)
+}
+
+// ringPoll decides whether a waiting side polls (spins) or sleeps on the futex: the TCP
+// readers' decision (see SpinPolicy), so that nothing spins where ranks share cores.
+type ringPoll struct {
+	spin, long time.Duration
+	gate       *loadGate     // nil: forced polling
+	waiters    *atomic.Int32 // the endpoint's goroutines waiting for a message
+	waitAt     *atomic.Int64
+}
+
+// poll reports whether to keep polling, given when data last arrived.
+func (p *ringPoll) poll(last int64) bool {
+	if p == nil || (p.spin <= 0 && p.long <= 0) {
+		return false
+	}
+	since, window := last, p.spin
+	if p.waiters.Load() > 0 {
+		since, window = max(since, p.waitAt.Load()), p.long
+	}
+	return time.Duration(monoNow()-since) <= window && (p.gate == nil || p.gate.allow())
+}
+
+// ringReader is the reading side: an io.Reader over the stream.
+type ringReader struct {
+	r      *shmRing
+	head   uint64 // authoritative: the shared copy is only published
+	pollIn *ringPoll
+	last   int64 // monoNow when data last arrived
+	parked atomic.Bool
+}
+
+func newRingReader(r *shmRing, poll *ringPoll) *ringReader {
+	return &ringReader{r: r, head: r.head.Load(), pollIn: poll, last: monoNow()}
+}
+
+// available returns how many bytes are readable, checking the writer's tail against what a
+// correct writer can have written.
+func (rr *ringReader) available() (int, error) {
+	n := rr.r.tail.Load() - rr.head
+	if n > ringDataBytes {
+		return 0, fmt.Errorf("%w: tail %d is %d bytes ahead of head %d (ring of %d)", ErrRingCorrupt, rr.r.tail.Load(), n, rr.head, ringDataBytes)
+	}
+	return int(n), nil
+}
+
+// Read copies what has arrived into p, waiting for at least one byte; io.EOF once the peer is
+// gone and everything it wrote has been read.
+func (rr *ringReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := rr.wait()
+	if err != nil {
+		return 0, err
+	}
+	n = min(n, len(p))
+	off := int(rr.head & rr.r.mask)
+	k := copy(p[:n], rr.r.data[off:])
+	copy(p[k:n], rr.r.data)
+	rr.head += uint64(n)
+	rr.r.head.Store(rr.head)
+	if rr.r.wwait.Swap(0) != 0 {
+		futexWake(rr.r.wwait)
+	}
+	return n, nil
+}
+
+// wait returns the readable bytes once there are some.
+func (rr *ringReader) wait() (int, error) {
+	first := true
+	for {
+		n, err := rr.available()
+		if n > 0 || err != nil {
+			if n > 0 {
+				rr.last = monoNow()
+			}
+			return n, err
+		}
+		if rr.r.gone.Load() {
+			// The peer's last bytes were published before it went; look once more.
+			if n, err = rr.available(); n > 0 || err != nil {
+				return n, err
+			}
+			return 0, io.EOF
+		}
+		if first || rr.pollIn.poll(rr.last) {
+			// Let the goroutines the last frames woke run first: their answer is what we wait for.
+			first = false
+			runtime.Gosched()
+			continue
+		}
+		rr.r.rwait.Store(1)
+		if n, _ := rr.available(); n > 0 || rr.r.gone.Load() {
+			rr.r.rwait.Store(0)
+			continue
+		}
+		rr.parked.Store(true)
+		futexWait(rr.r.rwait, 1, ringSleep)
+		rr.parked.Store(false)
+		rr.r.rwait.Store(0)
+		rr.last = monoNow() // a wake means data or a waiting goroutine: poll again
+	}
+}
+
+// wake makes a reader sleeping on the futex poll again (WaitNotifier).
+func (rr *ringReader) wake() {
+	if rr == nil || !rr.parked.Load() {
+		return
+	}
+	futexWake(rr.r.rwait)
+}
+
+// ack publishes that the single-copy chunk seq has been taken, releasing its writer.
+func (rr *ringReader) ack(seq uint64) {
+	rr.r.acked.Store(seq)
+	if rr.r.wwait.Swap(0) != 0 {
+		futexWake(rr.r.wwait)
+	}
+}
+
+// ringWriter is the writing side. Its methods are called under the peer's write lock.
+type ringWriter struct {
+	r      *shmRing
+	tail   uint64 // authoritative: the shared copy is only published
+	seq    uint64 // single-copy chunks sent
+	pollIn *ringPoll
+}
+
+func newRingWriter(r *shmRing, poll *ringPoll) *ringWriter {
+	return &ringWriter{r: r, tail: r.tail.Load(), pollIn: poll}
+}
+
+// space returns how many bytes can be written, checking the reader's head.
+func (rw *ringWriter) space() (int, error) {
+	used := rw.tail - rw.r.head.Load()
+	if used > ringDataBytes {
+		return 0, fmt.Errorf("%w: head is %d bytes behind tail %d (ring of %d)", ErrRingCorrupt, used, rw.tail, ringDataBytes)
+	}
+	return ringDataBytes - int(used), nil
+}
+
+// write appends the concatenation of bufs to the stream, publishing as space runs out and at
+// the end, so a frame larger than the ring streams through it. It fails once the peer is gone
+// or the deadline (zero: none) passes.
+func (rw *ringWriter) write(deadline time.Time, bufs ...[]byte) error {
+	for _, b := range bufs {
+		for len(b) > 0 {
+			free, err := rw.space()
+			if err != nil {
+				return err
+			}
+			if free == 0 {
+				rw.publish()
+				if err := rw.waitFor(deadline, rw.hasSpace); err != nil {
+					return err
+				}
+				continue
+			}
+			n := min(free, len(b))
+			off := int(rw.tail & rw.r.mask)
+			k := copy(rw.r.data[off:], b[:n])
+			copy(rw.r.data, b[k:n])
+			rw.tail += uint64(n)
+			b = b[n:]
+		}
+	}
+	rw.publish()
+	return nil
+}
+
+func (rw *ringWriter) publish() {
+	rw.r.tail.Store(rw.tail)
+	if rw.r.rwait.Swap(0) != 0 {
+		futexWake(rw.r.rwait)
+	}
+}
+
+func (rw *ringWriter) hasSpace() bool {
+	free, err := rw.space()
+	return free > 0 || err != nil
+}
+
+// acked reports whether the reader has taken single-copy chunk rw.seq.
+func (rw *ringWriter) acked() bool { return rw.r.acked.Load() >= rw.seq }
+
+// waitFor waits until ready() or the peer is gone.
+func (rw *ringWriter) waitFor(deadline time.Time, ready func() bool) error {
+	start := monoNow()
+	for {
+		if ready() {
+			return nil
+		}
+		if rw.r.gone.Load() {
+			return errRingGone
+		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return fmt.Errorf("comm: shared-memory write: %w", errRingTimeout)
+		}
+		if rw.pollIn.poll(start) {
+			runtime.Gosched()
+			continue
+		}
+		rw.r.wwait.Store(1)
+		if ready() || rw.r.gone.Load() {
+			rw.r.wwait.Store(0)
+			continue
+		}
+		futexWait(rw.r.wwait, 1, ringSleep)
+		rw.r.wwait.Store(0)
+	}
+}
+
+var errRingTimeout = errors.New("reader did not make room in time")
+
+// Futexes on the shared words. They are process-shared (not FUTEX_PRIVATE): the two sides are
+// different processes. Errors are ignored on purpose: a wait that returns early (EAGAIN,
+// EINTR, timeout) only makes the caller look again, and a wake that finds no sleeper is free.
+const (
+	futexWaitOp = 0 // FUTEX_WAIT
+	futexWakeOp = 1 // FUTEX_WAKE
+)
+
+func futexWait(word *atomic.Uint32, val uint32, timeout time.Duration) {
+	ts := unix.NsecToTimespec(int64(timeout))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+func futexWake(word *atomic.Uint32) {
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWakeOp, 1, 0, 0, 0)
+}
