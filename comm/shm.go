@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -112,9 +113,10 @@ func segmentPrefix(jobID string, secret []byte) string {
 	return "mpios." + jobID + "." + hex.EncodeToString(m.Sum(nil)[:8]) + "."
 }
 
-// RemoveJobSegments removes whatever shared-memory rings of job jobID are left on this node
-// (a rank that crashed while setting up a ring leaves one). Launchers call it when they reap a
-// job; it is safe to call for a job that left nothing.
+// RemoveJobSegments removes the shared-memory rings of job jobID that a dead process left on
+// this node (a rank that crashed while setting up a ring leaves one; rings in use have no name
+// any more). Launchers call it when they reap a rank or a job; rings being set up by live
+// processes are left alone, so it is safe to call while other ranks of the job run.
 func RemoveJobSegments(jobID string) error {
 	if err := job.ValidateID(jobID); err != nil {
 		return fmt.Errorf("comm: remove segments: %w", err)
@@ -125,11 +127,29 @@ func RemoveJobSegments(jobID string) error {
 	}
 	var errs []error
 	for _, n := range names {
+		if creatorAlive(filepath.Base(n)) {
+			continue
+		}
 		if err := os.Remove(n); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// creatorAlive reports whether the process that created ring name (…​.<src>-<dst>.<pid>.<rand>)
+// still exists.
+func creatorAlive(name string) bool {
+	f := strings.Split(name, ".")
+	if len(f) < 3 {
+		return false
+	}
+	pid, err := strconv.Atoi(f[len(f)-2])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	err = unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 // shmLink is one connection's ring, seen from one side.
@@ -204,7 +224,7 @@ func (e *TCPEndpoint) offerRing(conn net.Conn, t *transcript) (*shmLink, error) 
 	// Same node: create the ring. A failure here falls back to TCP (name length 0).
 	var suffix [8]byte
 	rand.Read(suffix[:])
-	name := fmt.Sprintf("%s%d-%d.%x", e.shmPrefix, t.src, t.dst, suffix)
+	name := fmt.Sprintf("%s%d-%d.%d.%x", e.shmPrefix, t.src, t.dst, os.Getpid(), suffix)
 	mem, path, err := createRing(name, e.ringMAC(t, name))
 	if err != nil {
 		e.logf("shared memory with rank %d unavailable, using TCP: %v", t.dst, err)

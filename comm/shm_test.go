@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -235,17 +236,30 @@ func TestShmLeavesNoSegmentAndRemoveJobSegmentsCleansUp(t *testing.T) {
 	if len(left) != 0 {
 		t.Fatalf("names left on %s while the job runs: %v", ShmDir, left)
 	}
-	// What a rank that crashed while setting up a ring leaves, the launcher removes.
-	mem, path, err := createRing(segmentPrefix(job, secret())+"0-1.dead", make([]byte, macSize))
-	if err != nil {
+	// What a rank that crashed while setting up a ring leaves, the launcher removes; a ring
+	// that a live rank is setting up stays.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	unix.Munmap(mem)
+	mk := func(pid int) string {
+		mem, path, err := createRing(fmt.Sprintf("%s0-1.%d.ab", segmentPrefix(job, secret()), pid), make([]byte, macSize))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Munmap(mem)
+		t.Cleanup(func() { os.Remove(path) })
+		return path
+	}
+	deadPath, livePath := mk(dead.Process.Pid), mk(os.Getpid())
 	if err := RemoveJobSegments(job); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("%s survived RemoveJobSegments: %v", path, err)
+	if _, err := os.Stat(deadPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s survived RemoveJobSegments: %v", deadPath, err)
+	}
+	if _, err := os.Stat(livePath); err != nil {
+		t.Fatalf("the ring of a live process was removed: %v", err)
 	}
 	if err := RemoveJobSegments("../etc"); err == nil {
 		t.Fatal("a job id with a path in it was accepted")
@@ -255,7 +269,7 @@ func TestShmLeavesNoSegmentAndRemoveJobSegmentsCleansUp(t *testing.T) {
 func TestShmRingsOnlyOpenForMembersOfTheJob(t *testing.T) {
 	a, _, _ := shmPair(t, TransportAuto, "shmmember")
 	tr := &transcript{nonceA: []byte("0123456789abcdef"), nonceD: []byte("fedcba9876543210"), src: 1, dst: 0}
-	good := a.shmPrefix + "1-0.aa"
+	good := a.shmPrefix + "1-0.1.aa"
 	mk := func(name string, mac []byte, mode uint32) {
 		t.Helper()
 		mem, path, err := createRing(name, mac)
@@ -280,10 +294,10 @@ func TestShmRingsOnlyOpenForMembersOfTheJob(t *testing.T) {
 		mac  []byte
 		mode uint32
 	}{
-		"made without the job secret": {a.shmPrefix + "1-0.bb", make([]byte, macSize), 0o600},
-		"readable by others":          {a.shmPrefix + "1-0.cc", nil, 0o644},
-		"another job's name":          {"mpios.other.0123456789abcdef.1-0.dd", nil, 0o600},
-		"another pair's name":         {a.shmPrefix + "2-0.ee", nil, 0o600},
+		"made without the job secret": {a.shmPrefix + "1-0.1.bb", make([]byte, macSize), 0o600},
+		"readable by others":          {a.shmPrefix + "1-0.1.cc", nil, 0o644},
+		"another job's name":          {"mpios.other.0123456789abcdef.1-0.1.dd", nil, 0o600},
+		"another pair's name":         {a.shmPrefix + "2-0.1.ee", nil, 0o600},
 	}
 	for what, c := range cases {
 		mac := c.mac

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
 )
 
@@ -110,6 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("launch: secret: %w", err)
 	}
 
+	defer comm.RemoveJobSegments(cfg.JobID) // shared-memory rings of ranks that crashed
 	r := &runner{
 		cfg:    cfg,
 		stdout: newLineWriter(cfg.Stdout),

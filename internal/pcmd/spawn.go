@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
 )
@@ -278,6 +279,7 @@ func (s *server) publishOutput(r *rank, st launch.Stream, line []byte) {
 func (s *server) watch(r *rank) {
 	defer s.wg.Done()
 	ex, err := r.proc.Wait()
+	comm.RemoveJobSegments(r.key.job) // shared-memory rings the rank left if it crashed
 	s.mu.Lock()
 	reason := r.reason
 	s.mu.Unlock()
