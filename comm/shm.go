@@ -82,8 +82,9 @@ func transportSetting(cfg string) (string, error) {
 	return "", fmt.Errorf("comm: transport %q: want auto, tcp or shm-copy (%s)", cfg, EnvTransport)
 }
 
-// nodeIdentity names the kernel instance and namespaces this process lives in: two processes
-// with equal identities can share /dev/shm and address each other by pid.
+// nodeIdentity names the node (kernel instance, namespaces, launcher's node) this process
+// lives in: two processes with equal identities can share /dev/shm and address each other by
+// pid.
 var nodeIdentity = sync.OnceValue(func() [32]byte {
 	h := sha256.New()
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
@@ -94,8 +95,10 @@ var nodeIdentity = sync.OnceValue(func() [32]byte {
 		boot = r[:]
 	}
 	h.Write(boot)
+	// MPIOS_NODE is the pcmd node that started the rank: two pcmd nodes on one machine are
+	// two nodes to the job (they place, count and migrate ranks separately).
 	host, _ := os.Hostname()
-	fmt.Fprintf(h, "\x00%s\x00%d", host, os.Geteuid())
+	fmt.Fprintf(h, "\x00%s\x00%d\x00%s", host, os.Geteuid(), os.Getenv(job.EnvNode))
 	for _, ns := range []string{"net", "mnt", "pid", "ipc"} {
 		l, _ := os.Readlink("/proc/self/ns/" + ns)
 		fmt.Fprintf(h, "\x00%s", l)
