@@ -275,7 +275,7 @@ func (e *TCPEndpoint) offerRing(conn net.Conn, t *transcript) (*shmLink, error) 
 		return nil, err
 	}
 	l := &shmLink{mem: mem, ring: ring, cma: status[0] == ringCMA}
-	l.w = newRingWriter(ring, e.ringPoll())
+	l.w = newRingWriter(ring, e.pollPolicy())
 	return l, nil
 }
 
@@ -357,7 +357,7 @@ func (e *TCPEndpoint) answerRing(conn net.Conn, t *transcript) (*shmLink, error)
 		}
 	}
 	l.cma, l.pid = status == ringCMA, pid
-	l.rd = newRingReader(l.ring, e.ringPoll())
+	l.rd = newRingReader(l.ring, e.pollPolicy())
 	if _, err := conn.Write([]byte{status}); err != nil {
 		l.unmap()
 		return nil, err
@@ -429,18 +429,6 @@ func readRemote(pid int, dst []byte, addr uint64) error {
 // (Yama's ptrace_scope, seccomp filters, kernels without it): the ring copies instead.
 func cmaForbidden(err error) bool {
 	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EACCES)
-}
-
-// ringPoll is how this endpoint's ring waiters poll: the TCP readers' policy.
-func (e *TCPEndpoint) ringPoll() *ringPoll {
-	if e.spin.Wait <= 0 {
-		return nil
-	}
-	var gate *loadGate
-	if e.spin.Adaptive {
-		gate = processGate()
-	}
-	return &ringPoll{spin: e.spin.Wait, long: max(e.spin.WaitLong, e.spin.Wait), gate: gate, waiters: &e.waiters, waitAt: &e.waitAt}
 }
 
 // writeRemoteData sends a Data frame over a ring: header and a descriptor of the payload in

@@ -93,37 +93,16 @@ func (r *shmRing) markGone() {
 	futexWake(r.wwait)
 }
 
-// ringPoll decides whether a waiting side polls (spins) or sleeps on the futex: the TCP
-// readers' decision (see SpinPolicy), so that nothing spins where ranks share cores.
-type ringPoll struct {
-	spin, long time.Duration
-	gate       *loadGate     // nil: forced polling
-	waiters    *atomic.Int32 // the endpoint's goroutines waiting for a message
-	waitAt     *atomic.Int64
-}
-
-// poll reports whether to keep polling, given when data last arrived.
-func (p *ringPoll) poll(last int64) bool {
-	if p == nil || (p.spin <= 0 && p.long <= 0) {
-		return false
-	}
-	since, window := last, p.spin
-	if p.waiters.Load() > 0 {
-		since, window = max(since, p.waitAt.Load()), p.long
-	}
-	return time.Duration(monoNow()-since) <= window && (p.gate == nil || p.gate.allow())
-}
-
 // ringReader is the reading side: an io.Reader over the stream.
 type ringReader struct {
 	r      *shmRing
 	head   uint64 // authoritative: the shared copy is only published
-	pollIn *ringPoll
+	pollIn *pollPolicy
 	last   int64 // monoNow when data last arrived
 	parked atomic.Bool
 }
 
-func newRingReader(r *shmRing, poll *ringPoll) *ringReader {
+func newRingReader(r *shmRing, poll *pollPolicy) *ringReader {
 	return &ringReader{r: r, head: r.head.Load(), pollIn: poll, last: monoNow()}
 }
 
@@ -198,7 +177,7 @@ func (rr *ringReader) wait() (int, error) {
 
 // wake makes a reader sleeping on the futex poll again (WaitNotifier).
 func (rr *ringReader) wake() {
-	if rr == nil || !rr.parked.Load() {
+	if rr == nil || !rr.parked.Load() || !rr.pollIn.gateOpen() {
 		return
 	}
 	futexWake(rr.r.rwait)
@@ -217,10 +196,10 @@ type ringWriter struct {
 	r      *shmRing
 	tail   uint64 // authoritative: the shared copy is only published
 	seq    uint64 // single-copy chunks sent
-	pollIn *ringPoll
+	pollIn *pollPolicy
 }
 
-func newRingWriter(r *shmRing, poll *ringPoll) *ringWriter {
+func newRingWriter(r *shmRing, poll *pollPolicy) *ringWriter {
 	return &ringWriter{r: r, tail: r.tail.Load(), pollIn: poll}
 }
 

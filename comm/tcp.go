@@ -338,11 +338,7 @@ func (e *TCPEndpoint) readFrames(peer int, conn net.Conn, link *shmLink) (uint8,
 		defer e.rings[peer].CompareAndSwap(link.rd, nil)
 	} else if sc, ok := conn.(syscall.Conn); ok && e.spin.Wait > 0 {
 		if rc, err := sc.SyscallConn(); err == nil {
-			var gate *loadGate
-			if e.spin.Adaptive {
-				gate = processGate()
-			}
-			sr := newSpinReader(conn, rc, e.spin.Wait, max(e.spin.WaitLong, e.spin.Wait), gate, &e.waiters, &e.waitAt, &e.writing)
+			sr := newSpinReader(conn, rc, e.pollPolicy())
 			e.readers[peer].Store(sr) // only one connection of a peer is read at a time
 			defer e.readers[peer].CompareAndSwap(sr, nil)
 			src = sr
@@ -545,17 +541,12 @@ func (f *frameReader) discard(n int) error {
 // before; with a gate (adaptive polling) it stops while the node is loaded, where it would
 // take the time other threads need.
 type spinReader struct {
-	conn    net.Conn
-	rc      syscall.RawConn
-	spin    time.Duration // polling window after data arrived
-	long    time.Duration // polling window while the process waits for a message
-	gate    *loadGate     // nil: forced polling
-	waiters *atomic.Int32 // the endpoint's waiting goroutines
-	waitAt  *atomic.Int64 // and when the latest wait began (monoNow)
-	writing *atomic.Int32 // the endpoint's large writes in progress
-	last    int64         // monoNow when data last arrived (or wake woke the reader)
-	got     bool          // the last Read returned data
-	parked  atomic.Bool   // in the network poller
+	conn   net.Conn
+	rc     syscall.RawConn
+	policy *pollPolicy
+	last   int64       // monoNow when data last arrived (or wake woke the reader)
+	got    bool        // the last Read returned data
+	parked atomic.Bool // in the network poller
 
 	// The non-blocking read, bound once: a closure per poll would be an allocation per poll.
 	poll  func(fd uintptr) bool
@@ -564,13 +555,58 @@ type spinReader struct {
 	errno error
 }
 
-func newSpinReader(conn net.Conn, rc syscall.RawConn, spin, long time.Duration, gate *loadGate, waiters *atomic.Int32, waitAt *atomic.Int64, writing *atomic.Int32) *spinReader {
-	r := &spinReader{conn: conn, rc: rc, spin: spin, long: long, gate: gate, waiters: waiters, waitAt: waitAt, writing: writing}
+func newSpinReader(conn net.Conn, rc syscall.RawConn, policy *pollPolicy) *spinReader {
+	r := &spinReader{conn: conn, rc: rc, policy: policy}
 	r.poll = func(fd uintptr) bool {
 		r.n, r.errno = syscall.Read(int(fd), r.p)
 		return true // never park here: EAGAIN is handled by Read
 	}
 	return r
+}
+
+// pollPolicy decides, for the readers of sockets and rings alike, whether a reader that found
+// nothing polls again or sleeps (in the network poller, or on the ring's futex).
+type pollPolicy struct {
+	spin    time.Duration // polling window after data arrived
+	long    time.Duration // polling window while the process waits for a message
+	gate    *loadGate     // nil: forced polling
+	waiters *atomic.Int32 // the endpoint's waiting goroutines
+	waitAt  *atomic.Int64 // and when the latest wait began (monoNow)
+	writing *atomic.Int32 // the endpoint's large socket writes in progress
+}
+
+// pollPolicy is how this endpoint's readers poll: nil if they never do.
+func (e *TCPEndpoint) pollPolicy() *pollPolicy {
+	if e.spin.Wait <= 0 {
+		return nil
+	}
+	var gate *loadGate
+	if e.spin.Adaptive {
+		gate = processGate()
+	}
+	return &pollPolicy{spin: e.spin.Wait, long: max(e.spin.WaitLong, e.spin.Wait), gate: gate,
+		waiters: &e.waiters, waitAt: &e.waitAt, writing: &e.writing}
+}
+
+// poll reports whether a reader whose data last arrived at last (monoNow) polls again: for
+// spin after the last data; while a goroutine waits, for long after the last data or the
+// start of the wait (a rank that computed longer than spin since the last message then still
+// polls for the answer it now waits for); never while the endpoint writes a large frame or
+// the node is loaded.
+func (p *pollPolicy) poll(last int64) bool {
+	if p == nil {
+		return false
+	}
+	since, window := last, p.spin
+	if p.waiters.Load() > 0 {
+		since, window = max(since, p.waitAt.Load()), p.long
+	}
+	return time.Duration(monoNow()-since) <= window && p.writing.Load() == 0 && (p.gate == nil || p.gate.allow())
+}
+
+// gateOpen reports whether polling is allowed by the node's load (a wake is then useful).
+func (p *pollPolicy) gateOpen() bool {
+	return p != nil && (p.gate == nil || p.gate.open.Load())
 }
 
 // monoEpoch and monoNow give the readers a monotonic clock in an int64, which an atomic holds.
@@ -583,7 +619,7 @@ func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 // reader clears it wherever it meets it (a wake can land just after the reader woke by
 // itself, and then fails its next read instead).
 func (r *spinReader) wake() {
-	if r == nil || !r.parked.Load() || (r.gate != nil && !r.gate.open.Load()) {
+	if r == nil || !r.parked.Load() || !r.policy.gateOpen() {
 		return
 	}
 	r.conn.SetReadDeadline(time.Unix(1, 0))
@@ -609,14 +645,7 @@ func (r *spinReader) Read(p []byte) (int, error) {
 		runtime.Gosched()
 	}
 	for {
-		// Poll for spin after the last data; while a goroutine waits, for long after the last
-		// data or the start of the wait (a rank that computed longer than spin since the last
-		// message then still polls for the answer it now waits for).
-		since, window := r.last, r.spin
-		if r.waiters.Load() > 0 {
-			since, window = max(since, r.waitAt.Load()), r.long
-		}
-		if time.Duration(monoNow()-since) > window || r.writing.Load() > 0 || (r.gate != nil && !r.gate.allow()) {
+		if !r.policy.poll(r.last) {
 			r.parked.Store(true)
 			n, err := r.conn.Read(p) // parks in the network poller
 			r.parked.Store(false)
