@@ -127,6 +127,7 @@ func (rr *ringReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	n = min(n, len(p))
+	ringRaceEdge()
 	off := int(rr.head & rr.r.mask)
 	k := copy(p[:n], rr.r.data[off:])
 	copy(p[k:n], rr.r.data)
@@ -242,6 +243,7 @@ func (rw *ringWriter) write(deadline time.Time, bufs ...[]byte) error {
 }
 
 func (rw *ringWriter) publish() {
+	ringRaceEdge()
 	rw.r.tail.Store(rw.tail)
 	if rw.r.rwait.Swap(0) != 0 {
 		futexWake(rw.r.rwait)
