@@ -33,23 +33,7 @@ type result struct {
 
 func mpirun(t *testing.T, limit time.Duration, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "mpirun"), args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	start := time.Now()
-	err := cmd.Run()
-	res := result{out.String(), errb.String(), 0, time.Since(start)}
-	if ctx.Err() != nil {
-		t.Fatalf("mpirun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s", args, limit, res.stdout, res.stderr)
-	}
-	if ee, ok := err.(*exec.ExitError); ok {
-		res.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return res
+	return mpirunEnv(t, limit, nil, args...)
 }
 
 func prog(name string) string { return filepath.Join(bin, name) }

@@ -12,13 +12,15 @@ import (
 	"time"
 )
 
-// mpirunEnv runs mpirun with extra environment variables for the job.
+// mpirunEnv runs mpirun, with extra environment variables for the job (nil: none).
 func mpirunEnv(t *testing.T, limit time.Duration, env []string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "mpirun"), args...)
-	cmd.Env = append(os.Environ(), env...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
