@@ -338,8 +338,9 @@ func (e *TCPEndpoint) answerRing(conn net.Conn, t *transcript) (*shmLink, error)
 	probeAddr := binary.LittleEndian.Uint64(rest[n+4:])
 	probeLen := binary.LittleEndian.Uint32(rest[n+12:])
 	probe := rest[n+16:]
-	if name == "" {
-		return nil, nil // the dialer could not create one
+	if name == "" { // the dialer could not create one
+		_, err := conn.Write([]byte{ringRefused})
+		return nil, err
 	}
 	l, err := e.openRing(name, t)
 	if err != nil {

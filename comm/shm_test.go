@@ -515,3 +515,38 @@ func FuzzRingFrames(f *testing.F) {
 		e.readFrames(0, nil, link) // must return (the stream ends) without panicking
 	})
 }
+
+// A dialer that could not create its ring (full or missing /dev/shm) says so with an empty
+// name; both ends then use the socket.
+func TestShmDialerWithoutARingFallsBackToTCP(t *testing.T) {
+	a, b, rec := shmPair(t, TransportAuto, "shmnoring")
+	conn, err := net.Dial("tcp", a.cfg.Addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := b.dialHandshake(conn, 0); err != nil {
+		t.Fatal(err)
+	}
+	id := nodeIdentity()
+	conn.Write(append(append(offerMagic[:], 1), id[:]...))
+	var ans [9]byte
+	if _, err := io.ReadFull(conn, ans[:]); err != nil || ans[8] != 1 {
+		t.Fatalf("answer %v, %v: want shared memory accepted", ans, err)
+	}
+	msg := binary.LittleEndian.AppendUint16(nil, 0) // no ring
+	msg = append(msg, make([]byte, 4+8+4+16)...)    // pid, probe address and length, probe
+	conn.Write(msg)
+	var status [1]byte
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(conn, status[:]); err != nil || status[0] != ringRefused {
+		t.Fatalf("status %v, %v: want the socket", status, err)
+	}
+	conn.Write(append(AppendHeader(nil, &Header{Kind: KindEager, Tag: 5, Len: 2, Total: 2}), "hi"...))
+	rec.wait(t, 1)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.frames) != 1 || rec.frames[0].Tag != 5 || string(rec.payload[0]) != "hi" {
+		t.Fatalf("frames %v", rec.frames)
+	}
+}
