@@ -97,13 +97,19 @@ func (r *dataRecorder) wait(t *testing.T, n int) {
 // shmPair connects rank 1 (sender) to rank 0 (receiver, recording) over transport.
 func shmPair(t *testing.T, transport string, jobID string) (*TCPEndpoint, *TCPEndpoint, *dataRecorder) {
 	t.Helper()
+	return shmPairSpin(t, transport, jobID, 0)
+}
+
+// shmPairSpin is shmPair with TCPConfig.SpinWait spin.
+func shmPairSpin(t *testing.T, transport string, jobID string, spin time.Duration) (*TCPEndpoint, *TCPEndpoint, *dataRecorder) {
+	t.Helper()
 	s := secret()
 	lnA, _ := net.Listen("tcp", "127.0.0.1:0")
 	lnB, _ := net.Listen("tcp", "127.0.0.1:0")
 	addrs := []string{lnA.Addr().String(), lnB.Addr().String()}
 	cfg := func(rank int, ln net.Listener) TCPConfig {
 		return TCPConfig{Rank: rank, Size: 2, Addrs: addrs, Listener: ln, Secret: s, DialTimeout: 2 * time.Second,
-			Transport: transport, JobID: jobID, Logf: t.Logf}
+			Transport: transport, JobID: jobID, SpinWait: spin, Logf: t.Logf}
 	}
 	a, err := NewTCP(cfg(0, lnA))
 	if err != nil {
@@ -548,5 +554,39 @@ func TestShmDialerWithoutARingFallsBackToTCP(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.frames) != 1 || rec.frames[0].Tag != 5 || string(rec.payload[0]) != "hi" {
 		t.Fatalf("frames %v", rec.frames)
+	}
+}
+
+// A ring reader polls only as the socket readers would (a core of its own, or forced) and
+// otherwise sleeps on the ring's futex at once; a writer wakes it.
+func TestShmReaderSleepsOnTheFutexUnlessItMayPoll(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spin  time.Duration
+		parks bool
+	}{{"never", -1, true}, {"forced", time.Hour, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, rec := shmPairSpin(t, TransportAuto, "shmspin"+tc.name, tc.spin)
+			send := func(tag int32) {
+				t.Helper()
+				if err := b.Send(0, &Header{Kind: KindEager, Tag: tag, Len: 1, Total: 1}, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+				rec.wait(t, 1)
+			}
+			send(0)
+			rr := a.rings[1].Load()
+			if rr == nil {
+				t.Fatal("no ring reader for rank 1")
+			}
+			parked := false
+			for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline) && !parked; time.Sleep(time.Millisecond) {
+				parked = rr.parked.Load()
+			}
+			if parked != tc.parks {
+				t.Fatalf("reader parked on the futex: %v, want %v", parked, tc.parks)
+			}
+			send(1) // a sleeping reader is woken by the writer
+		})
 	}
 }
