@@ -208,7 +208,7 @@ func (e *TCPEndpoint) ringMAC(t *transcript, name string) []byte {
 func (e *TCPEndpoint) offerRing(conn net.Conn, t *transcript) (*shmLink, error) {
 	id := nodeIdentity()
 	want := byte(0)
-	if e.transport != TransportTCP {
+	if shmSupported && e.transport != TransportTCP {
 		want = 1
 	}
 	if _, err := conn.Write(append(append(offerMagic[:], want), id[:]...)); err != nil {
@@ -312,7 +312,7 @@ func (e *TCPEndpoint) answerRing(conn net.Conn, t *transcript) (*shmLink, error)
 	}
 	id := nodeIdentity()
 	accept := byte(0)
-	if offer[8] == 1 && e.transport != TransportTCP && [32]byte(offer[9:]) == id {
+	if shmSupported && offer[8] == 1 && e.transport != TransportTCP && [32]byte(offer[9:]) == id {
 		accept = 1
 	}
 	if _, err := conn.Write(append(answerMagic[:], accept)); err != nil {
@@ -406,24 +406,6 @@ func (e *TCPEndpoint) openRing(name string, t *transcript) (*shmLink, error) {
 		return nil, err
 	}
 	return &shmLink{mem: mem, ring: ring}, nil
-}
-
-// readRemote fills dst from address addr of process pid.
-func readRemote(pid int, dst []byte, addr uint64) error {
-	if len(dst) == 0 {
-		return nil
-	}
-	local := []unix.Iovec{{Base: &dst[0]}}
-	local[0].SetLen(len(dst))
-	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(dst)}}
-	n, err := unix.ProcessVMReadv(pid, local, remote, 0)
-	if err != nil {
-		return fmt.Errorf("process_vm_readv from pid %d: %w", pid, err)
-	}
-	if n != len(dst) {
-		return fmt.Errorf("process_vm_readv from pid %d: %d of %d bytes", pid, n, len(dst))
-	}
-	return nil
 }
 
 // cmaForbidden reports errors by which the kernel or its settings refuse process_vm_readv

@@ -103,6 +103,9 @@ func shmPair(t *testing.T, transport string, jobID string) (*TCPEndpoint, *TCPEn
 // shmPairSpin is shmPair with TCPConfig.SpinWait spin.
 func shmPairSpin(t *testing.T, transport string, jobID string, spin time.Duration) (*TCPEndpoint, *TCPEndpoint, *dataRecorder) {
 	t.Helper()
+	if !shmSupported {
+		t.Skip("no shared-memory transport on this system")
+	}
 	s := secret()
 	lnA, _ := net.Listen("tcp", "127.0.0.1:0")
 	lnB, _ := net.Listen("tcp", "127.0.0.1:0")

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // A shared-memory ring carries one ordered pair's frames between two processes of a node: the
@@ -286,20 +284,3 @@ func (rw *ringWriter) waitFor(deadline time.Time, ready func() bool) error {
 }
 
 var errRingTimeout = errors.New("reader did not make room in time")
-
-// Futexes on the shared words. They are process-shared (not FUTEX_PRIVATE): the two sides are
-// different processes. Errors are ignored on purpose: a wait that returns early (EAGAIN,
-// EINTR, timeout) only makes the caller look again, and a wake that finds no sleeper is free.
-const (
-	futexWaitOp = 0 // FUTEX_WAIT
-	futexWakeOp = 1 // FUTEX_WAKE
-)
-
-func futexWait(word *atomic.Uint32, val uint32, timeout time.Duration) {
-	ts := unix.NsecToTimespec(int64(timeout))
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-func futexWake(word *atomic.Uint32) {
-	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWakeOp, 1, 0, 0, 0)
-}
