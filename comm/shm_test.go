@@ -85,13 +85,7 @@ func (r *dataRecorder) PeerClosed(peer int, flags uint8, err error) {
 
 func (r *dataRecorder) wait(t *testing.T, n int) {
 	t.Helper()
-	for i := 0; i < n; i++ {
-		select {
-		case <-r.got:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("waited for %d events, got %d", n, i)
-		}
-	}
+	waitCallbacks(t, r.got, n)
 }
 
 // shmPair connects rank 1 (sender) to rank 0 (receiver, recording) over transport.

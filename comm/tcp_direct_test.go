@@ -165,9 +165,15 @@ func (r *directRecorder) PeerClosed(peer int, flags uint8, err error) {
 
 func (r *directRecorder) wait(t *testing.T, n int) {
 	t.Helper()
+	waitCallbacks(t, r.got, n)
+}
+
+// waitCallbacks waits for n signals of a recording handler's callbacks.
+func waitCallbacks(t *testing.T, got <-chan struct{}, n int) {
+	t.Helper()
 	for i := 0; i < n; i++ {
 		select {
-		case <-r.got:
+		case <-got:
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%d of %d callbacks arrived", i, n)
 		}
