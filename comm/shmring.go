@@ -44,9 +44,11 @@ var ErrRingCorrupt = errors.New("comm: shared-memory ring corrupt")
 // errRingGone ends a ring wait: the peer process is gone or the local side was closed.
 var errRingGone = errors.New("ring peer gone")
 
-// ringSleep bounds one futex sleep: wake-ups are not trusted (the peer may die between
-// publishing and waking, or be hostile), so a sleeper re-checks its condition this often.
-const ringSleep = 50 * time.Millisecond
+// ringSleep bounds one futex sleep. Wakes are not what ends a wait for a dead peer (the
+// watcher of the connection's socket marks the ring gone and wakes both sides), so this only
+// covers a writer that publishes without waking (a buggy or hostile peer, which harms only its
+// own stream); long, so that idle rings cost nothing.
+const ringSleep = time.Second
 
 // shmRing is one side's view of a ring mapping.
 type shmRing struct {
@@ -278,7 +280,11 @@ func (rw *ringWriter) waitFor(deadline time.Time, ready func() bool) error {
 			rw.r.wwait.Store(0)
 			continue
 		}
-		futexWait(rw.r.wwait, 1, ringSleep)
+		sleep := ringSleep
+		if !deadline.IsZero() {
+			sleep = min(sleep, max(time.Until(deadline), time.Millisecond))
+		}
+		futexWait(rw.r.wwait, 1, sleep)
 		rw.r.wwait.Store(0)
 	}
 }
