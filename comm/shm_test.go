@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -154,7 +156,7 @@ func TestShmPeersOnOneNodeUseARingAndKeepOrder(t *testing.T) {
 	for _, tc := range []struct {
 		transport string
 		cma       bool
-	}{{TransportAuto, true}, {TransportShmCopy, false}} {
+	}{{TransportShmCMA, true}, {TransportShmCopy, false}} {
 		t.Run(tc.transport, func(t *testing.T) {
 			a, b, rec := shmPair(t, tc.transport, "shmorder")
 			_ = a
@@ -216,7 +218,7 @@ func TestShmTransportTCPForcesSockets(t *testing.T) {
 }
 
 func TestShmDiscardedRemoteDataReleasesTheSender(t *testing.T) {
-	_, b, rec := shmPair(t, TransportAuto, "shmdiscard")
+	_, b, rec := shmPair(t, TransportShmCMA, "shmdiscard")
 	rec.discard = true
 	sendMessage(t, b, 7, pattern(1<<20, 1), 256<<10) // returns only once the reader took each chunk
 	if err := b.Send(0, &Header{Kind: KindEager, Tag: 9, Len: 2, Total: 2}, []byte("ok")); err != nil {
@@ -586,4 +588,30 @@ func TestShmReaderSleepsOnTheFutexUnlessItMayPoll(t *testing.T) {
 			send(1) // a sleeping reader is woken by the writer
 		})
 	}
+}
+
+func TestShmSingleCopyOnlyWhereItIsFaster(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		cma, copied time.Duration
+		want        bool
+	}{
+		{ms, ms, true},       // one copy as fast as one: half the work of the ring
+		{2 * ms, ms, true},   // as fast as the ring's two copies
+		{3 * ms, ms, false},  // slower than them
+		{24 * ms, ms, false}, // page pinning under virtualization, as measured here
+	} {
+		if got := singleCopyPays(c.cma, c.copied); got != c.want {
+			t.Errorf("process_vm_readv %v, copy %v: single copy %v, want %v", c.cma, c.copied, got, c.want)
+		}
+	}
+	// The probe itself, on ourselves.
+	probe := make([]byte, cmaProbeSize)
+	copy(probe, "0123456789abcdef")
+	cma, copied, err := timeSingleCopy(os.Getpid(), uint64(uintptr(unsafe.Pointer(&probe[0]))), probe[:cmaProbeCheck])
+	if err != nil || cma <= 0 || copied <= 0 {
+		t.Fatalf("probe: %v, %v, %v", cma, copied, err)
+	}
+	runtime.KeepAlive(probe)
+	t.Logf("process_vm_readv of %d KiB: %v, copy: %v", cmaProbeSize>>10, cma, copied)
 }
