@@ -271,7 +271,10 @@ func (rw *ringWriter) waitFor(deadline time.Time, ready func() bool) error {
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			return fmt.Errorf("comm: shared-memory write: %w", errRingTimeout)
 		}
-		if rw.pollIn.poll(start) {
+		// Only the short window: the reader drains a full ring in microseconds if it runs, and
+		// a writer that polls longer takes the core it may need (the long window while a
+		// goroutine waits is for readers).
+		if rw.pollIn.pollShort(start) {
 			runtime.Gosched()
 			continue
 		}

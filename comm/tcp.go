@@ -604,6 +604,11 @@ func (p *pollPolicy) poll(last int64) bool {
 	return time.Duration(monoNow()-since) <= window && p.writing.Load() == 0 && (p.gate == nil || p.gate.allow())
 }
 
+// pollShort is poll without the long window of a waiting goroutine.
+func (p *pollPolicy) pollShort(last int64) bool {
+	return p != nil && time.Duration(monoNow()-last) <= p.spin && p.writing.Load() == 0 && (p.gate == nil || p.gate.allow())
+}
+
 // gateOpen reports whether polling is allowed by the node's load (a wake is then useful).
 func (p *pollPolicy) gateOpen() bool {
 	return p != nil && (p.gate == nil || p.gate.open.Load())
