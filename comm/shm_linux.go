@@ -2,32 +2,13 @@ package comm
 
 import (
 	"fmt"
-	"sync/atomic"
-	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// shmSupported: rings need process-shared futexes (and may use process_vm_readv).
+// shmSupported: shared memory between ranks is used on Linux, where it is tested (and where
+// process_vm_readv exists).
 const shmSupported = true
-
-// Futexes on the shared words. They are process-shared (not FUTEX_PRIVATE): the two sides are
-// different processes. Errors are ignored on purpose: a wait that returns early (EAGAIN,
-// EINTR, timeout) only makes the caller look again, and a wake that finds no sleeper is free.
-const (
-	futexWaitOp = 0 // FUTEX_WAIT
-	futexWakeOp = 1 // FUTEX_WAKE
-)
-
-func futexWait(word *atomic.Uint32, val uint32, timeout time.Duration) {
-	ts := unix.NsecToTimespec(int64(timeout))
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-func futexWake(word *atomic.Uint32) {
-	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWakeOp, 1, 0, 0, 0)
-}
 
 // readRemote fills dst from address addr of process pid.
 func readRemote(pid int, dst []byte, addr uint64) error {

@@ -557,8 +557,8 @@ func TestShmDialerWithoutARingFallsBackToTCP(t *testing.T) {
 }
 
 // A ring reader polls only as the socket readers would (a core of its own, or forced) and
-// otherwise sleeps on the ring's futex at once; a writer wakes it.
-func TestShmReaderSleepsOnTheFutexUnlessItMayPoll(t *testing.T) {
+// otherwise sleeps at once (parked on its bell); a writer wakes it.
+func TestShmReaderSleepsUnlessItMayPoll(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		spin  time.Duration
@@ -583,7 +583,7 @@ func TestShmReaderSleepsOnTheFutexUnlessItMayPoll(t *testing.T) {
 				parked = rr.parked.Load()
 			}
 			if parked != tc.parks {
-				t.Fatalf("reader parked on the futex: %v, want %v", parked, tc.parks)
+				t.Fatalf("reader parked: %v, want %v", parked, tc.parks)
 			}
 			send(1) // a sleeping reader is woken by the writer
 		})

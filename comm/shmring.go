@@ -28,8 +28,8 @@ const (
 	ringMACOff    = 16  // [32]byte: HMAC binding the segment to the handshake that created it
 	ringTailOff   = 128 // uint64: bytes written (writer)
 	ringHeadOff   = 256 // uint64: bytes read (reader)
-	ringRWaitOff  = 384 // uint32: 1 while the reader sleeps on it (futex)
-	ringWWaitOff  = 512 // uint32: 1 while the writer sleeps on it (futex)
+	ringRWaitOff  = 384 // uint32: 1 while the reader sleeps (wants a doorbell)
+	ringWWaitOff  = 512 // uint32: 1 while the writer sleeps (wants a doorbell)
 	ringAckedOff  = 640 // uint64: single-copy chunks the reader has taken
 	ringDataOff   = 4096
 	ringDataBytes = 256 << 10 // a power of two
@@ -44,11 +44,14 @@ var ErrRingCorrupt = errors.New("comm: shared-memory ring corrupt")
 // errRingGone ends a ring wait: the peer process is gone or the local side was closed.
 var errRingGone = errors.New("ring peer gone")
 
-// ringSleep bounds one futex sleep. Wakes are not what ends a wait for a dead peer (the
-// watcher of the connection's socket marks the ring gone and wakes both sides), so this only
-// covers a writer that publishes without waking (a buggy or hostile peer, which harms only its
-// own stream); long, so that idle rings cost nothing.
-const ringSleep = time.Second
+// A side that has nothing to do sleeps in Go's scheduler, not in a system call: ranks run
+// with one P (GOMAXPROCS = cores / ranks), and a goroutine blocked in a futex system call
+// keeps the rank's P until the runtime's monitor takes it back (20 us to 10 ms later), which
+// stalled the rank's other goroutines (measured: a 2 MiB allreduce took 5-10 ms instead of
+// 1 ms). So a sleeper flags its wait in the ring (rwait, wwait) and parks on its bell; the
+// other side, seeing the flag, rings it with a byte on the pair's TCP connection, which wakes
+// the sleeper through the network poller like any socket. A dead peer rings it too: its
+// socket closes.
 
 // shmRing is one side's view of a ring mapping.
 type shmRing struct {
@@ -60,6 +63,9 @@ type shmRing struct {
 	wwait *atomic.Uint32
 	acked *atomic.Uint64
 	gone  atomic.Bool // set from private memory by whoever learns that the stream is over
+	bell  chan struct{}
+	// ringPeer rings the other side's bell (a byte on the socket); nil: nobody to wake.
+	ringPeer func()
 }
 
 // newShmRing views mem (len ringMapBytes, 8-byte aligned, as mappings are) as a ring.
@@ -76,6 +82,7 @@ func newShmRing(mem []byte) (*shmRing, error) {
 		rwait: (*atomic.Uint32)(at(ringRWaitOff)),
 		wwait: (*atomic.Uint32)(at(ringWWaitOff)),
 		acked: (*atomic.Uint64)(at(ringAckedOff)),
+		bell:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -86,11 +93,25 @@ func initRingHeader(mem []byte, mac []byte) {
 	copy(mem[ringMACOff:ringMACOff+macSize], mac)
 }
 
-// markGone ends the waits of both sides of this view and wakes them.
+// markGone ends the wait of this side and wakes it.
 func (r *shmRing) markGone() {
 	r.gone.Store(true)
-	futexWake(r.rwait)
-	futexWake(r.wwait)
+	r.ring()
+}
+
+// ring wakes this side if it sleeps (a doorbell arrived, or a goroutine waits for a message).
+func (r *shmRing) ring() {
+	select {
+	case r.bell <- struct{}{}:
+	default:
+	}
+}
+
+// wakePeer rings the other side's bell if it said it sleeps on word.
+func (r *shmRing) wakePeer(word *atomic.Uint32) {
+	if word.Swap(0) != 0 && r.ringPeer != nil {
+		r.ringPeer()
+	}
 }
 
 // ringReader is the reading side: an io.Reader over the stream.
@@ -133,9 +154,7 @@ func (rr *ringReader) Read(p []byte) (int, error) {
 	copy(p[k:n], rr.r.data)
 	rr.head += uint64(n)
 	rr.r.head.Store(rr.head)
-	if rr.r.wwait.Swap(0) != 0 {
-		futexWake(rr.r.wwait)
-	}
+	rr.r.wakePeer(rr.r.wwait)
 	return n, nil
 }
 
@@ -169,27 +188,25 @@ func (rr *ringReader) wait() (int, error) {
 			continue
 		}
 		rr.parked.Store(true)
-		futexWait(rr.r.rwait, 1, ringSleep)
+		<-rr.r.bell
 		rr.parked.Store(false)
 		rr.r.rwait.Store(0)
 		rr.last = monoNow() // a wake means data or a waiting goroutine: poll again
 	}
 }
 
-// wake makes a reader sleeping on the futex poll again (WaitNotifier).
+// wake makes a sleeping reader poll again (WaitNotifier).
 func (rr *ringReader) wake() {
 	if rr == nil || !rr.parked.Load() || !rr.pollIn.gateOpen() {
 		return
 	}
-	futexWake(rr.r.rwait)
+	rr.r.ring()
 }
 
 // ack publishes that the single-copy chunk seq has been taken, releasing its writer.
 func (rr *ringReader) ack(seq uint64) {
 	rr.r.acked.Store(seq)
-	if rr.r.wwait.Swap(0) != 0 {
-		futexWake(rr.r.wwait)
-	}
+	rr.r.wakePeer(rr.r.wwait)
 }
 
 // ringWriter is the writing side. Its methods are called under the peer's write lock.
@@ -245,9 +262,7 @@ func (rw *ringWriter) write(deadline time.Time, bufs ...[]byte) error {
 func (rw *ringWriter) publish() {
 	ringRaceEdge()
 	rw.r.tail.Store(rw.tail)
-	if rw.r.rwait.Swap(0) != 0 {
-		futexWake(rw.r.rwait)
-	}
+	rw.r.wakePeer(rw.r.rwait)
 }
 
 func (rw *ringWriter) hasSpace() bool {
@@ -283,11 +298,16 @@ func (rw *ringWriter) waitFor(deadline time.Time, ready func() bool) error {
 			rw.r.wwait.Store(0)
 			continue
 		}
-		sleep := ringSleep
-		if !deadline.IsZero() {
-			sleep = min(sleep, max(time.Until(deadline), time.Millisecond))
+		if deadline.IsZero() {
+			<-rw.r.bell
+		} else {
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-rw.r.bell:
+			case <-t.C:
+			}
+			t.Stop()
 		}
-		futexWait(rw.r.wwait, 1, sleep)
 		rw.r.wwait.Store(0)
 	}
 }

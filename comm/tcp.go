@@ -281,14 +281,28 @@ func (e *TCPEndpoint) serveConn(conn net.Conn) {
 		return
 	}
 	if link != nil {
-		// The dialer writes nothing more on the socket: it ends when the dialer's process
-		// does, or when we close it.
+		// The dialer writes only doorbells on the socket now (see shmRing), and it ends when
+		// the dialer's process does, or when we close it. Our doorbells for the dialer go the
+		// other way, under the lock of our Byes on this socket.
+		e.mu.Lock()
+		wmu := e.in[conn]
+		e.mu.Unlock()
+		link.ring.ringPeer = func() {
+			wmu.Lock()
+			conn.Write(doorbell[:])
+			wmu.Unlock()
+		}
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			var b [1]byte
-			conn.Read(b[:])
-			link.ring.markGone()
+			var b [64]byte
+			for {
+				if _, err := conn.Read(b[:]); err != nil {
+					link.ring.markGone()
+					return
+				}
+				link.ring.ring()
+			}
 		}()
 	}
 
@@ -565,7 +579,7 @@ func newSpinReader(conn net.Conn, rc syscall.RawConn, policy *pollPolicy) *spinR
 }
 
 // pollPolicy decides, for the readers of sockets and rings alike, whether a reader that found
-// nothing polls again or sleeps (in the network poller, or on the ring's futex).
+// nothing polls again or sleeps (in the network poller, or on the ring's bell).
 type pollPolicy struct {
 	spin    time.Duration // polling window after data arrived
 	long    time.Duration // polling window while the process waits for a message
@@ -803,6 +817,9 @@ func (e *TCPEndpoint) connect(peer int, p *tcpPeer) (net.Conn, error) {
 		p.mu.Unlock()
 		return nil, err
 	}
+	if link != nil {
+		link.ring.ringPeer = func() { conn.Write(doorbell[:]) } // under p.mu, like every write
+	}
 	p.mu.Lock()
 	p.conn, p.link = conn, link
 	p.mu.Unlock()
@@ -817,7 +834,16 @@ func (e *TCPEndpoint) connect(peer int, p *tcpPeer) (net.Conn, error) {
 func (e *TCPEndpoint) watchOutgoing(peer int, p *tcpPeer, conn net.Conn, link *shmLink) {
 	defer e.wg.Done()
 	var hb [HeaderSize]byte
-	_, err := io.ReadFull(conn, hb[:])
+	var err error
+	for {
+		if _, err = io.ReadFull(conn, hb[:1]); err != nil || link == nil || hb[0] != doorbell[0] {
+			break
+		}
+		link.ring.ring() // the reader made room, or took a single-copy chunk
+	}
+	if err == nil {
+		_, err = io.ReadFull(conn, hb[1:])
+	}
 	if link != nil {
 		link.ring.markGone() // before p.mu, which a waiting Send holds
 	}
@@ -862,6 +888,10 @@ func (e *TCPEndpoint) watchOutgoing(peer int, p *tcpPeer, conn net.Conn, link *s
 		e.handler.PeerClosed(peer, flags, nil)
 	}
 }
+
+// doorbell wakes the other side of a shared-memory ring (see shmRing); it cannot start a
+// frame header, whose first byte is Magic0.
+var doorbell = [1]byte{0}
 
 // byeTimeout bounds the write of a Bye: a peer that does not read it in time is not waited for.
 const byeTimeout = time.Second
