@@ -37,9 +37,10 @@ import (
 // private, has the expected size and carries that MAC -- proof that the job's authenticated
 // peer made it -- and then the dialer removes the name, so nothing is left on /dev/shm even if
 // both crash later. From then on the connection's frames, its Bye included, go through the
-// ring; the socket stays open only to notice the other process's death. Large Data frames are
-// read by the receiver straight out of the sender's memory with process_vm_readv where the
-// kernel allows it (one copy), else streamed through the ring.
+// ring; the socket stays open to notice the other process's death and to carry the doorbells
+// that wake a sleeping side (see shmRing). Large Data frames are read by the receiver straight
+// out of the sender's memory with process_vm_readv where the kernel allows it and a probe finds
+// it faster than the ring (one copy), else streamed through the ring.
 //
 // A redirect (migration) ends the old connection with a Bye through its ring and dials the
 // successor, which negotiates afresh: a rank that moves onto its peer's node switches to
