@@ -203,6 +203,14 @@ func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag in
 // to ProcNull) returns a nil Request, which waits return from at once, so that the common case
 // allocates nothing.
 func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
+	h := headerPool.Get().(*comm.Header) // a header of our own would escape to the heap
+	defer headerPool.Put(h)
+	return c.sendWith(h, op, ctx, buf, elem, dest, tag)
+}
+
+// sendWith is startSend with a frame header of the caller's, which it overwrites (collSender
+// uses one header for all the messages of a collective call).
+func (c *Comm) sendWith(h *comm.Header, op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
 	w, err := c.worldRankOf(op, dest, false)
 	if err != nil {
 		return nil, err
@@ -211,8 +219,6 @@ func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, ta
 		return nil, nil
 	}
 	e := c.e
-	h := headerPool.Get().(*comm.Header) // a header of our own would escape to the heap
-	defer headerPool.Put(h)
 	*h = comm.Header{Kind: comm.KindEager, Elem: elem, Ctx: ctx, Tag: int32(tag), Total: uint64(len(buf))}
 	if w == e.rank {
 		e.mu.Lock()
