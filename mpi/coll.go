@@ -85,6 +85,11 @@ func (c *Comm) Barrier() (err error) {
 	if t := observe("Barrier"); t != nil {
 		defer func() { t.done(c, -1, 0, err) }()
 	}
+	c.afterNonblocking()
+	return c.barrierImpl()
+}
+
+func (c *Comm) barrierImpl() error {
 	if err := c.valid("Barrier"); err != nil {
 		return err
 	}
@@ -103,6 +108,7 @@ func Bcast[T Elem](c *Comm, buf []T, root int) (err error) {
 	if t := observe("Bcast"); t != nil {
 		defer func() { t.done(c, -1, len(buf)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return bcastImpl[T](c, buf, root)
 }
 
@@ -152,6 +158,7 @@ func Reduce[T Number](c *Comm, send, recv []T, op Op, root int) (err error) {
 	if t := observe("Reduce"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return reduceImpl[T](c, send, recv, op, root)
 }
 
@@ -241,6 +248,7 @@ func Allreduce[T Number](c *Comm, send, recv []T, op Op) (err error) {
 	if t := observe("Allreduce"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return allreduceImpl[T](c, send, recv, op)
 }
 
@@ -616,6 +624,7 @@ func Scan[T Number](c *Comm, send, recv []T, op Op) (err error) {
 	if t := observe("Scan"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return scanImpl(c, "Scan", send, recv, op, false)
 }
 
@@ -625,6 +634,7 @@ func Exscan[T Number](c *Comm, send, recv []T, op Op) (err error) {
 	if t := observe("Exscan"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return scanImpl(c, "Exscan", send, recv, op, true)
 }
 
@@ -685,6 +695,7 @@ func Gather[T Elem](c *Comm, send, recv []T, root int) (err error) {
 	if t := observe("Gather"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return gatherImpl[T](c, send, recv, root)
 }
 
@@ -742,6 +753,7 @@ func Scatter[T Elem](c *Comm, send, recv []T, root int) (err error) {
 	if t := observe("Scatter"); t != nil {
 		defer func() { t.done(c, -1, len(recv)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return scatterImpl[T](c, send, recv, root)
 }
 
@@ -810,6 +822,7 @@ func Allgather[T Elem](c *Comm, send, recv []T) (err error) {
 	if t := observe("Allgather"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return allgatherImpl[T](c, send, recv)
 }
 
@@ -835,6 +848,7 @@ func Allgatherv[T Elem](c *Comm, send, recv []T, counts []int) (err error) {
 	if t := observe("Allgatherv"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return allgathervImpl[T](c, send, recv, counts)
 }
 
@@ -907,6 +921,7 @@ func Alltoall[T Elem](c *Comm, send, recv []T) (err error) {
 	if t := observe("Alltoall"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return alltoallImpl[T](c, send, recv)
 }
 
@@ -939,6 +954,7 @@ func Alltoallv[T Elem](c *Comm, send []T, sendCounts []int, recv []T, recvCounts
 	if err := c.valid("Alltoallv"); err != nil {
 		return err
 	}
+	c.afterNonblocking()
 	var bad error
 	if len(sendCounts) != c.Size() || len(recvCounts) != c.Size() {
 		bad = countError("Alltoallv", "%d send and %d receive counts for %d ranks", len(sendCounts), len(recvCounts), c.Size())
@@ -998,6 +1014,7 @@ func Gatherv[T Elem](c *Comm, send, recv []T, counts []int, root int) (err error
 	if t := observe("Gatherv"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return gathervImpl[T](c, send, recv, counts, root)
 }
 
@@ -1056,6 +1073,7 @@ func Scatterv[T Elem](c *Comm, send, recv []T, counts []int, root int) (err erro
 	if t := observe("Scatterv"); t != nil {
 		defer func() { t.done(c, -1, len(recv)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return scattervImpl[T](c, send, recv, counts, root)
 }
 

@@ -65,6 +65,9 @@ type engine struct {
 	arrived   *sync.Cond // a message was queued (Probe waits on it)
 	nextCtx   uint32     // next free communicator context (even; ctx+1 is its collective context)
 
+	// nonblockingColls counts the nonblocking collectives (Iallreduce, ...) not completed yet.
+	nonblockingColls atomic.Int64
+
 	// waitHint is the endpoint's comm.WaitNotifier, if it has one.
 	waitHint comm.WaitNotifier
 
@@ -476,7 +479,7 @@ func (e *engine) isRetired() bool {
 func (e *engine) pending() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := len(e.sends) + len(e.recvs)
+	n := len(e.sends) + len(e.recvs) + int(e.nonblockingColls.Load())
 	for _, r := range e.inflight {
 		if r != nil {
 			n++

@@ -8,6 +8,7 @@ func ReduceScatter[T Number](c *Comm, send, recv []T, counts []int, op Op) (err 
 	if t := observe("ReduceScatter"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return reduceScatterImpl(c, "ReduceScatter", send, recv, counts, op)
 }
 
@@ -20,6 +21,7 @@ func ReduceScatterBlock[T Number](c *Comm, send, recv []T, op Op) (err error) {
 	if err := c.valid("ReduceScatterBlock"); err != nil {
 		return err
 	}
+	c.afterNonblocking()
 	counts := make([]int, c.Size())
 	for i := range counts {
 		counts[i] = len(recv)

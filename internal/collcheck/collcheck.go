@@ -331,3 +331,7 @@ func sum(xs []int) int {
 	}
 	return s
 }
+
+func isCount(err error) bool { return errors.Is(err, mpi.ErrCount) }
+
+func isOp(err error) bool { return errors.Is(err, mpi.ErrOp) }
