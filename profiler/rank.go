@@ -33,6 +33,9 @@ var knownOps = [...]struct {
 	{"ReduceScatterBlock", kindColl}, {"Scan", kindColl}, {"Gather", kindColl},
 	{"Scatter", kindColl}, {"Allgather", kindColl}, {"Allgatherv", kindColl},
 	{"Alltoall", kindColl}, {"Gatherv", kindColl}, {"Scatterv", kindColl},
+	{"Exscan", kindColl}, {"ReduceScatter", kindColl}, {"Alltoallv", kindColl},
+	{"Ibarrier", kindColl}, {"Ibcast", kindColl}, {"Ireduce", kindColl}, {"Iallreduce", kindColl},
+	{"Iallgather", kindColl}, {"Ialltoall", kindColl},
 }
 
 const numOps = len(knownOps)
@@ -84,6 +87,24 @@ func opIndex(op string) int {
 		return 20
 	case "Scatterv":
 		return 21
+	case "Exscan":
+		return 22
+	case "ReduceScatter":
+		return 23
+	case "Alltoallv":
+		return 24
+	case "Ibarrier":
+		return 25
+	case "Ibcast":
+		return 26
+	case "Ireduce":
+		return 27
+	case "Iallreduce":
+		return 28
+	case "Iallgather":
+		return 29
+	case "Ialltoall":
+		return 30
 	}
 	return -1
 }
