@@ -260,7 +260,9 @@ func allreduceImpl[T Number](c *Comm, send, recv []T, op Op) error {
 		return collErr("Allreduce", err)
 	}
 	if len(recv) != len(send) {
-		return fmt.Errorf("mpi: Allreduce: %w: recv has %d elements, send %d", ErrCount, len(recv), len(send))
+		// Take part all the same (into memory of its own), so that the other ranks finish.
+		bad := countError("Allreduce", "recv has %d elements, send %d", len(recv), len(send))
+		return firstErr(bad, allreduceImpl(c, send, make([]T, len(send)), op))
 	}
 	p := c.Size()
 	if p > 1 && len(send)*sizeOf[T]() >= allreduceRingMin && len(send) >= p && op.elementwise() {

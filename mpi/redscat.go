@@ -43,8 +43,12 @@ func reduceScatterImpl[T Number](c *Comm, name string, send, recv []T, counts []
 	}
 	if !op.elementwise() {
 		// Pairs must not be cut, and a non-commutative operation must see the ranks in order.
-		full, h := getScratch[T](len(send))
-		defer putScratch(h)
+		var full []T
+		if r == 0 {
+			var h *[]uint64
+			full, h = getScratch[T](len(send))
+			defer putScratch(h)
+		}
 		rerr := reduceImpl(c, send, full, op, 0)
 		if rerr != nil && !misfitErr(rerr) {
 			return rerr

@@ -37,6 +37,7 @@ var Misfits = []Check{
 	{"allgatherv-misfit", AllgathervMisfit},
 	{"alltoallv-misfit", AlltoallvMisfit},
 	{"reducescatter-misfit", ReduceScatterMisfit},
+	{"allreduce-recv-misfit", AllreduceRecvMisfit},
 }
 
 // Find returns the check called name.
@@ -320,6 +321,31 @@ func ReduceScatterMisfit(c *mpi.Comm) error {
 		}
 	} else if err := wantCountOrNil("ReduceScatter", err); err != nil {
 		return err
+	}
+	return stillUsable(c)
+}
+
+// AllreduceRecvMisfit: rank 0's receive buffer is too short. Rank 0 gets ErrCount; the others
+// get the right sum (rank 0 took part all the same), small and large.
+func AllreduceRecvMisfit(c *mpi.Comm) error {
+	p := c.Size()
+	for _, n := range []int{2, 20000} {
+		send := make([]int64, n)
+		for i := range send {
+			send[i] = int64(c.Rank())
+		}
+		recv := make([]int64, n)
+		if c.Rank() == 0 {
+			recv = recv[:1]
+		}
+		err := mpi.Allreduce(c, send, recv, mpi.Sum)
+		if c.Rank() == 0 {
+			if err := wantCount("Allreduce rank 0", err); err != nil {
+				return err
+			}
+		} else if err != nil || recv[n-1] != int64(p*(p-1)/2) {
+			return fmt.Errorf("Allreduce n %d: %v %v", n, recv[n-1], err)
+		}
 	}
 	return stillUsable(c)
 }
