@@ -522,6 +522,42 @@ func UserOpNonCommutative(c *mpi.Comm) error {
 			}
 		}
 	}
+	// MPICH scantst's witness of the order: in must hold lower ranks than inout.
+	const bad = -1000
+	lowerFirst := mpi.NewOp("lowerFirst", false, func(in, inout []int32) {
+		for i := range inout {
+			if in[i] < 0 || inout[i] < 0 || in[i] >= inout[i] {
+				inout[i] = bad
+			} else {
+				inout[i] = in[i]
+			}
+		}
+	})
+	for _, n := range []int{1, 20000} {
+		mine := make([]int32, n)
+		for i := range mine {
+			mine[i] = int32(r)
+		}
+		out := make([]int32, n)
+		if err := mpi.Scan(c, mine, out, lowerFirst); err != nil {
+			return err
+		}
+		if out[0] != 0 || out[n-1] != 0 {
+			return fmt.Errorf("Scan lowerFirst n %d: %d %d, want 0 (an operand came out of rank order)", n, out[0], out[n-1])
+		}
+		if err := mpi.Allreduce(c, mine, out, lowerFirst); err != nil {
+			return err
+		}
+		if out[0] != 0 || out[n-1] != 0 {
+			return fmt.Errorf("Allreduce lowerFirst n %d: %d %d, want 0", n, out[0], out[n-1])
+		}
+		if err := mpi.Reduce(c, mine, out, lowerFirst, p-1); err != nil {
+			return err
+		}
+		if r == p-1 && (out[0] != 0 || out[n-1] != 0) {
+			return fmt.Errorf("Reduce lowerFirst n %d: %d %d, want 0", n, out[0], out[n-1])
+		}
+	}
 	blocks := repeat(rankMatrix(r), p)
 	out := make([]int64, 4)
 	if err := mpi.ReduceScatterBlock(c, blocks, out, matProd); err != nil {
