@@ -66,8 +66,8 @@ func cexchange[T Elem](c *Comm, send []T, dest int, recv []T, src, tag int) erro
 }
 
 func collErr(op string, err error) error {
-	if err == nil {
-		return nil
+	if err == nil || misfitErr(err) {
+		return err // a misfit's error already names the call that found it
 	}
 	return fmt.Errorf("mpi: %s: %w", op, err)
 }
@@ -275,6 +275,9 @@ func allreduceImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	return collErr("Allreduce", recursiveDoubling(c, recv, op))
 }
 
+// recursiveDoubling is the small-vector Allreduce. A rank that receives a vector of another
+// length (or word that another rank did) finishes its rounds sending aborts, so that its later
+// partners learn of the misfit instead of waiting for it.
 func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 	p, rank := c.Size(), c.Rank()
 	pof2 := 1 << (bits.Len(uint(p)) - 1)
@@ -283,6 +286,7 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 	defer putScratch(tmpBuf)
 	s := newCollSender[T](c)
 	defer s.release()
+	var bad error
 	// Fold the first 2*rem ranks pairwise so that a power of two takes part in the doubling.
 	newrank := rank - rem
 	if rank < 2*rem {
@@ -292,10 +296,13 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 			}
 			newrank = -1
 		} else {
-			if err := cwait(crecv(c, tmp, rank-1, tagAllreduce)); err != nil {
-				return err
+			b, fatal := crecvFit(c, "Allreduce", tmp, rank-1, tagAllreduce, nil)
+			if fatal != nil {
+				return fatal
 			}
-			apply(op, tmp, acc)
+			if bad = b; bad == nil {
+				apply(op, tmp, acc)
+			}
 			newrank = rank / 2
 		}
 	}
@@ -314,12 +321,20 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 			if err := cpost(c, rr, tmp, dst, tagAllreduce); err != nil {
 				return err
 			}
-			if err := s.send(acc, dst, tagAllreduce); err != nil {
+			if err := s.sendFit(acc, bad, dst, tagAllreduce); err != nil {
 				c.e.withdraw(rr.ctx, reqs[i:i+1])
 				return err
 			}
-			if _, err := rr.wait(); err != nil {
-				return err
+			st, err := rr.wait()
+			if err != nil || st.Count != len(tmp) {
+				b, fatal := fitOutcome("Allreduce", st, err, len(tmp))
+				if fatal != nil {
+					return fatal
+				}
+				bad = firstErr(bad, b)
+			}
+			if bad != nil {
+				continue
 			}
 			if dst < rank {
 				apply(op, tmp, acc)
@@ -330,11 +345,12 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 	}
 	if rank < 2*rem {
 		if rank%2 == 1 {
-			return s.send(acc, rank-1, tagAllreduce)
+			return firstErr(s.sendFit(acc, bad, rank-1, tagAllreduce), bad)
 		}
-		return cwait(crecv(c, acc, rank+1, tagAllreduce))
+		b, fatal := crecvFit(c, "Allreduce", acc, rank+1, tagAllreduce, nil)
+		return firstErr(fatal, b)
 	}
-	return nil
+	return bad
 }
 
 // The pipelined ring of Allreduce. The vector is cut into p blocks (ringBlock) and every block
@@ -586,6 +602,14 @@ func (s *collSender[T]) release() {
 // reused.
 func (s *collSender[T]) send(buf []T, dest, tag int) error {
 	return cwait(s.c.sendWith(s.h, "collective", s.c.ctx+1, asBytes(buf), s.elem, dest, tag))
+}
+
+// sendFit is send, or an abort if bad is set (see collfit.go).
+func (s *collSender[T]) sendFit(buf []T, bad error, dest, tag int) error {
+	if bad != nil {
+		return cwait(s.c.sendWith(s.h, "collective", s.c.ctx+1, nil, elemAbort, dest, tag))
+	}
+	return s.send(buf, dest, tag)
 }
 
 // withdraw takes back the receives of reqs (all posted on context ctx) that no message has

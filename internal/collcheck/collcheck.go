@@ -38,6 +38,7 @@ var Misfits = []Check{
 	{"alltoallv-misfit", AlltoallvMisfit},
 	{"reducescatter-misfit", ReduceScatterMisfit},
 	{"allreduce-recv-misfit", AllreduceRecvMisfit},
+	{"allreduce-length-misfit", AllreduceLengthMisfit},
 }
 
 // Find returns the check called name.
@@ -346,6 +347,26 @@ func AllreduceRecvMisfit(c *mpi.Comm) error {
 		} else if err != nil || recv[n-1] != int64(p*(p-1)/2) {
 			return fmt.Errorf("Allreduce n %d: %v %v", n, recv[n-1], err)
 		}
+	}
+	return stillUsable(c)
+}
+
+// AllreduceLengthMisfit: the last rank reduces one element more than the others (vectors
+// below the ring's threshold). The last rank gets ErrCount, the others nil or ErrCount, and no
+// rank blocks.
+func AllreduceLengthMisfit(c *mpi.Comm) error {
+	p, r := c.Size(), c.Rank()
+	n := 3
+	if r == p-1 {
+		n = 4
+	}
+	err := mpi.Allreduce(c, make([]float64, n), make([]float64, n), mpi.Sum)
+	if r == p-1 && p > 1 {
+		if err := wantCount("Allreduce last rank", err); err != nil {
+			return err
+		}
+	} else if err := wantCountOrNil("Allreduce", err); err != nil {
+		return err
 	}
 	return stillUsable(c)
 }
