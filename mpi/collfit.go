@@ -39,13 +39,12 @@ func countError(op, format string, a ...any) error {
 // elements: bad is a misfit (the message was shorter, longer, of another element type, or an
 // abort), fatal anything else (a failed peer, a finalized process), which ends the call.
 func fitOutcome(op string, st Status, err error, want int) (bad, fatal error) {
-	var ab *AbandonedError
 	switch {
 	case err == nil && st.Count == want:
 		return nil, nil
 	case err == nil:
 		return countError(op, "rank %d sent %d elements where this rank's buffer takes %d", st.Source, st.Count, want), nil
-	case errors.As(err, &ab):
+	case isAbandoned(err):
 		return fmt.Errorf("mpi: %s: %w", op, err), nil
 	case errors.Is(err, ErrTruncate), errors.Is(err, ErrTypeMismatch):
 		return fmt.Errorf("mpi: %s: %w: %w", op, ErrCount, err), nil
@@ -122,3 +121,11 @@ func firstErr(a, b error) error {
 // misfitErr reports whether err, returned by a collective, is a misfit (ErrCount) rather than
 // a failure of the job.
 func misfitErr(err error) bool { return errors.Is(err, ErrCount) }
+
+// isAbandoned reports whether err is an *AbandonedError. It is a function of its own because
+// the target of errors.As escapes: declared in fitOutcome, it would be allocated by every
+// receive of every collective.
+func isAbandoned(err error) bool {
+	var ab *AbandonedError
+	return errors.As(err, &ab)
+}
