@@ -3,6 +3,8 @@ package mpi
 import (
 	"errors"
 	"fmt"
+
+	"github.com/mpios/mpios/comm"
 )
 
 // Buffers that do not fit a collective.
@@ -15,6 +17,12 @@ import (
 // would have received. A rank that receives an abort does the same and returns an
 // *AbandonedError. So every rank that can see the misfit, and every rank whose result depends
 // on it, returns an error that matches ErrCount, and none of them blocks.
+
+// elemAbort is the element type of the empty message sent in place of a collective's data by
+// a rank that found (or heard of) a misfit: the last wire code the transport accepts, kept
+// apart from the element types' sequence in types.go so that new element types do not
+// collide with it.
+const elemAbort uint8 = comm.MaxElemType
 
 // AbandonedError reports that a rank before this one in a collective found buffers that do not
 // fit the operation (it returned ErrCount with the details) and sent word of it instead of its

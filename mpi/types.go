@@ -61,13 +61,10 @@ const (
 	elemComplex64
 	elemComplex128
 	elemValue // a msgpack-encoded Go value (SendValue)
-	// elemAbort marks an empty collective message sent in place of the data: the sender (or a
-	// rank before it) found that the buffers of the collective do not fit. See collabort.go.
-	elemAbort
 )
 
 var elemNames = [...]string{"bytes", "int8", "int16", "int32", "int64", "int", "uint8", "uint16",
-	"uint32", "uint64", "uint", "float32", "float64", "complex64", "complex128", "value", "abort"}
+	"uint32", "uint64", "uint", "float32", "float64", "complex64", "complex128", "value"}
 
 func elemName(code uint8) string {
 	if int(code) < len(elemNames) {
