@@ -206,7 +206,7 @@ func ScatterMisfit(c *mpi.Comm) error {
 	return stillUsable(c)
 }
 
-// GathervMisfit: rank 1 sends 20000 elements where the root's counts say 10. The root gets
+// GathervMisfit: rank 1 sends 40000 elements where the root's counts say 10. The root gets
 // ErrCount; the sender is not left blocked in its rendezvous.
 func GathervMisfit(c *mpi.Comm) error {
 	p, r := c.Size(), c.Rank()
@@ -216,7 +216,7 @@ func GathervMisfit(c *mpi.Comm) error {
 	}
 	n := 10
 	if r == 1 {
-		n = 20000
+		n = 40000 // 80 KB: a rendezvous message
 	}
 	var recv []int16
 	if r == 0 {
