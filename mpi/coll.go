@@ -103,7 +103,9 @@ func (c *Comm) barrierImpl() error {
 	return nil
 }
 
-// Bcast copies buf of rank root into buf of every rank (binomial tree).
+// Bcast copies buf of rank root into buf of every rank (binomial tree). Every buf must be as
+// long as the root's: a rank whose buf is not returns ErrCount, and so do the ranks below it in
+// the tree, which it sends word of the misfit instead of data.
 func Bcast[T Elem](c *Comm, buf []T, root int) (err error) {
 	if t := observe("Bcast"); t != nil {
 		defer func() { t.done(c, -1, len(buf)*sizeOf[T](), err) }()
@@ -153,7 +155,8 @@ func bcastImpl[T Elem](c *Comm, buf []T, root int) error {
 }
 
 // Reduce combines send of every rank with op, element by element, into recv at root (binomial
-// tree). recv is only used at root and must be as long as send there.
+// tree). recv is only used at root and must be as long as send there; send and recv may be
+// the same slice (in place).
 func Reduce[T Number](c *Comm, send, recv []T, op Op, root int) (err error) {
 	if t := observe("Reduce"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
@@ -243,7 +246,8 @@ func opCheck[T Number](name string, op Op, n int) (bad, fatal error) {
 // Allreduce combines send of every rank with op into recv on every rank. Small vectors use
 // recursive doubling, large ones a pipelined ring (reduce-scatter, then allgather). Every rank
 // gets bitwise the same result, which depends only on the inputs, op and the communicator
-// size. send and recv may be the same slice.
+// size. send and recv may be the same slice. Operations that are not elementwise (MaxLoc,
+// MinLoc, user-defined) always use recursive doubling, which keeps pairs whole and rank order.
 func Allreduce[T Number](c *Comm, send, recv []T, op Op) (err error) {
 	if t := observe("Allreduce"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
