@@ -21,6 +21,7 @@ func init() {
 		Check{"user-op-commutative", UserOpCommutative},
 		Check{"user-op-noncommutative", UserOpNonCommutative},
 		Check{"nonblocking", Nonblocking},
+		Check{"ibarrier-waits-for-every-rank", IbarrierWaitsForEveryRank},
 	)
 }
 
@@ -669,4 +670,32 @@ func Nonblocking(c *mpi.Comm) error {
 		return fmt.Errorf("%d operations pending after every request completed", c.Pending())
 	}
 	return nil
+}
+
+// IbarrierWaitsForEveryRank (MPICH ibarrier): an Ibarrier is not complete while another rank
+// has not started it (rank 0 tests it while the others wait for rank 0's go-ahead), and
+// completes once all have.
+func IbarrierWaitsForEveryRank(c *mpi.Comm) error {
+	p, r := c.Size(), c.Rank()
+	if r != 0 {
+		if _, err := mpi.Recv(c, make([]int32, 1), 0, 5); err != nil {
+			return err
+		}
+	}
+	req, err := c.Ibarrier()
+	if err != nil {
+		return err
+	}
+	if r == 0 {
+		if _, done, err := req.Test(); p > 1 && (done || err != nil) {
+			return fmt.Errorf("Ibarrier complete (%v, %v) before the other ranks started it", done, err)
+		}
+		for k := 1; k < p; k++ {
+			if err := mpi.Send(c, []int32{1}, k, 5); err != nil {
+				return err
+			}
+		}
+	}
+	_, err = req.Wait()
+	return err
 }
