@@ -34,6 +34,7 @@ type message struct {
 	data   []byte // eager payload; nil for an RTS
 	rts    bool
 	sendID uint64 // the sender's request id (RTS)
+	ack    *Request // a synchronous send to this rank itself, completed when the message matches
 }
 
 // queues holds one context's posted receives and unexpected messages, each in arrival order.
@@ -135,6 +136,12 @@ func (e *engine) HandleFrame(peer int, h *comm.Header, payload []byte) error {
 // arrive matches a message from peer against the posted receives of its context, or queues it.
 // fromNet is false for messages a rank sends itself, which must never wait for queue space.
 func (e *engine) arrive(peer int, h *comm.Header, payload []byte, fromNet bool) {
+	e.arriveAck(peer, h, payload, fromNet, nil)
+}
+
+// arriveAck is arrive for a synchronous send of a rank to itself: ack completes when a
+// receive matches the message.
+func (e *engine) arriveAck(peer int, h *comm.Header, payload []byte, fromNet bool, ack *Request) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -149,11 +156,12 @@ func (e *engine) arrive(peer int, h *comm.Header, payload []byte, fromNet bool) 
 				e.startRendezvous(r, peer, h.Tag, h.Elem, h.Total, h.ID, true)
 			} else {
 				r.deliver(peer, h.Tag, h.Elem, payload)
+				e.acknowledge(ack)
 			}
 			return
 		}
 	}
-	m := &message{peer: peer, tag: h.Tag, elem: h.Elem, total: h.Total, rts: h.Kind == comm.KindRTS, sendID: h.ID}
+	m := &message{peer: peer, tag: h.Tag, elem: h.Elem, total: h.Total, rts: h.Kind == comm.KindRTS, sendID: h.ID, ack: ack}
 	if !m.rts {
 		m.data = append([]byte(nil), payload...)
 		e.unexpSize[peer] += int64(len(m.data))
@@ -224,11 +232,7 @@ func (e *engine) post(r *Request) error {
 				e.space.Broadcast()
 			}
 			e.mu.Unlock()
-			if m.rts {
-				e.startRendezvous(r, m.peer, m.tag, m.elem, m.total, m.sendID, false)
-			} else {
-				r.deliver(m.peer, m.tag, m.elem, m.data)
-			}
+			e.receive(r, m)
 			return nil
 		}
 	}
@@ -242,6 +246,28 @@ func (e *engine) post(r *Request) error {
 	q.posted = append(q.posted, r)
 	e.mu.Unlock()
 	return nil
+}
+
+// receive completes receive r with message m, taken out of the unexpected queue: it delivers
+// an eager payload or starts the rendezvous of a large or synchronous one.
+func (e *engine) receive(r *Request, m *message) {
+	if m.rts {
+		e.startRendezvous(r, m.peer, m.tag, m.elem, m.total, m.sendID, false)
+		return
+	}
+	r.deliver(m.peer, m.tag, m.elem, m.data)
+	e.acknowledge(m.ack)
+}
+
+// acknowledge completes a synchronous send of this rank to itself whose message matched.
+func (e *engine) acknowledge(ack *Request) {
+	if ack == nil {
+		return
+	}
+	e.mu.Lock()
+	delete(e.sends, ack.id)
+	e.mu.Unlock()
+	ack.complete(Status{}, nil)
 }
 
 // startRendezvous answers an RTS that receive r matched: it checks the buffer, registers r for
