@@ -65,6 +65,7 @@ type engine struct {
 	space     *sync.Cond // unexpected bytes drained, or a failure
 	arrived   *sync.Cond // a message was queued (Probe waits on it)
 	nextCtx   uint32     // next free communicator context (even; ctx+1 is its collective context)
+	claimed   int        // messages taken by Mprobe and not yet received
 
 	// waitHint is the endpoint's comm.WaitNotifier, if it has one.
 	waitHint comm.WaitNotifier
@@ -502,7 +503,7 @@ func (e *engine) isRetired() bool {
 func (e *engine) pending() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := len(e.sends) + len(e.recvs)
+	n := len(e.sends) + len(e.recvs) + e.claimed
 	for _, r := range e.inflight {
 		if r != nil {
 			n++
@@ -527,25 +528,41 @@ func (e *engine) close() {
 
 // probe looks for a matching unexpected message; with wait it blocks until one arrives.
 func (e *engine) probe(c *Comm, ctx uint32, peer, tag int, wait bool) (Status, bool, error) {
+	_, st, ok, err := e.find(c, ctx, peer, tag, wait, false)
+	return st, ok, err
+}
+
+// take is probe that also takes the message out of the unexpected queue (Mprobe).
+func (e *engine) take(c *Comm, ctx uint32, peer, tag int, wait bool) (*message, Status, bool, error) {
+	return e.find(c, ctx, peer, tag, wait, true)
+}
+
+func (e *engine) find(c *Comm, ctx uint32, peer, tag int, wait, take bool) (*message, Status, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	probe := &Request{peer: peer, tag: tag}
 	for {
 		if err := e.failure(); err != nil {
-			return Status{}, false, err
+			return nil, Status{}, false, err
 		}
 		if q := e.ctxs[ctx]; q != nil {
-			for _, m := range q.unexp {
+			for i, m := range q.unexp {
 				if matches(probe, m.peer, m.tag) {
-					return Status{Source: c.commRank(m.peer), Tag: int(m.tag), Count: int(m.total) / elemSize(m.elem)}, true, nil
+					if take {
+						q.unexp = append(q.unexp[:i], q.unexp[i+1:]...)
+						e.unexpSize[m.peer] -= int64(len(m.data))
+						e.claimed++
+						e.space.Broadcast()
+					}
+					return m, Status{Source: c.commRank(m.peer), Tag: int(m.tag), Count: int(m.total) / elemSize(m.elem)}, true, nil
 				}
 			}
 		}
 		if peer >= 0 && e.peerErr[peer] != nil {
-			return Status{}, false, e.peerErr[peer]
+			return nil, Status{}, false, e.peerErr[peer]
 		}
 		if !wait {
-			return Status{}, false, nil
+			return nil, Status{}, false, nil
 		}
 		e.arrived.Wait()
 	}

@@ -87,14 +87,18 @@ func Sendrecv[T Elem](c *Comm, send []T, dest, sendtag int, recv []T, source, re
 				RecvPeer: st.Source, RecvBytes: st.Count * sizeOf[T](), Start: t.start, Dur: time.Since(t.start), Err: err})
 		}()
 	}
-	if err := checkTag("Sendrecv", sendtag, false); err != nil { // before a receive is posted
+	return sendrecv(c, "Sendrecv", send, dest, sendtag, recv, source, recvtag)
+}
+
+func sendrecv[T Elem](c *Comm, op string, send []T, dest, sendtag int, recv []T, source, recvtag int) (Status, error) {
+	if err := checkTag(op, sendtag, false); err != nil { // before a receive is posted
 		return Status{}, err
 	}
 	rr, err := irecvT(c, recv, source, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
-	sr, err := c.startSend("Sendrecv", c.ctx, asBytes(send), elemCode[T](), dest, sendtag)
+	sr, err := c.startSend(op, c.ctx, asBytes(send), elemCode[T](), dest, sendtag)
 	if err != nil {
 		st, _ := rr.wait() // no buffer may stay in use after we return
 		return st, err
