@@ -33,7 +33,7 @@ type message struct {
 	total  uint64
 	data   []byte // eager payload; nil for an RTS
 	rts    bool
-	sendID uint64 // the sender's request id (RTS)
+	sendID uint64   // the sender's request id (RTS)
 	ack    *Request // a synchronous send to this rank itself, completed when the message matches
 }
 
