@@ -29,10 +29,7 @@ type Cart struct {
 // other as possible (the largest as small as possible, then the smallest as large as possible)
 // and in non-increasing order. It fails with ErrTopology if nnodes is not a multiple of the
 // product of the fixed entries, or an entry is negative.
-func DimsCreate(nnodes int, dims []int) (err error) {
-	if t := observe("DimsCreate"); t != nil {
-		defer func() { t.done(nil, -1, 0, err) }()
-	}
+func DimsCreate(nnodes int, dims []int) error {
 	if nnodes < 1 {
 		return fmt.Errorf("mpi: DimsCreate: %w: %d nodes", ErrTopology, nnodes)
 	}
@@ -198,9 +195,6 @@ func (t *Cart) RankOf(coords []int) (int, error) {
 //	down, up := cart.Shift(0, 1)
 //	mpi.Sendrecv(cart.Comm, lastRow, up, 0, ghostBelow, down, 0)
 func (t *Cart) Shift(dim, disp int) (source, dest int, err error) {
-	if tr := observe("CartShift"); tr != nil {
-		defer func() { tr.done(t.Comm, -1, 0, err) }()
-	}
 	if dim < 0 || dim >= len(t.dims) {
 		return 0, 0, fmt.Errorf("mpi: Shift: %w: dimension %d not in [0,%d)", ErrTopology, dim, len(t.dims))
 	}

@@ -128,7 +128,7 @@ func testAllTestAny(c *mpi.Comm) error {
 func receiveCancel(c *mpi.Comm) error {
 	r := c.Rank()
 	buf := []float64{-1, -1}
-	req, err := mpi.Irecv(c, buf, mpi.AnySource, 77)
+	req, err := mpi.Irecv(c, buf, mpi.AnySource, 76) // sent only after the barrier below
 	if err != nil {
 		return err
 	}
@@ -142,9 +142,15 @@ func receiveCancel(c *mpi.Comm) error {
 	if err := check(errors.Is(req.Cancel(), mpi.ErrCancel), "second cancel succeeded"); err != nil {
 		return err
 	}
+	if err := c.Barrier(); err != nil {
+		return err
+	}
 	// Rank 1 sends to rank 0, which cancels a receive the message has already matched.
 	switch r {
 	case 1:
+		if err := mpi.Send(c, []float64{5}, 0, 76); err != nil {
+			return err
+		}
 		if err := mpi.Send(c, []float64{1, 2}, 0, 77); err != nil {
 			return err
 		}
@@ -159,6 +165,10 @@ func receiveCancel(c *mpi.Comm) error {
 			return err
 		}
 	case 0:
+		// The cancelled receive did not take this message.
+		if _, err := mpi.Recv(c, buf[:1], 1, 76); err != nil || buf[0] != 5 {
+			return check(false, "message after a cancelled receive: %v %v", buf, err)
+		}
 		if _, err := c.Probe(1, 77); err != nil { // the message has arrived
 			return err
 		}
@@ -173,7 +183,7 @@ func receiveCancel(c *mpi.Comm) error {
 		}
 		one := []float64{0}
 		if _, err := mpi.Recv(c, one, 1, 78); err != nil || one[0] != 3 {
-			return check(false, "message after a cancelled receive: %v %v", one, err)
+			return check(false, "message after a failed cancel of a send: %v %v", one, err)
 		}
 	}
 	return nil
