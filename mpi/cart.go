@@ -22,6 +22,16 @@ type Cart struct {
 	dims    []int
 	periods []bool
 	coords  []int // of the calling rank
+	view    bool  // made by CartView: the communicator is not the Cart's own
+}
+
+// Free releases the Cart's communicator (MPI_Comm_free); for a CartView it does nothing, as
+// the communicator belongs to the caller.
+func (t *Cart) Free() error {
+	if t != nil && t.view {
+		return nil
+	}
+	return t.commOrNil().Free()
 }
 
 // DimsCreate chooses a balanced grid of nnodes ranks (MPI_Dims_create): the entries of dims
@@ -119,6 +129,28 @@ func CartCreate(c *Comm, dims []int, periods []bool, reorder bool) (cart *Cart, 
 		return nil, err
 	}
 	return newCart(sub, slices.Clone(dims), slices.Clone(periods)), nil
+}
+
+// CartView lays all of c's ranks out on the grid dims, in c's order, without making a new
+// communicator: the Cart shares c's context (a message sent on one matches receives on the
+// other, as on one communicator) and creating it involves no communication. The product of
+// dims must equal c's size. It is the topology for programs that must recreate it alone: a
+// successor process of a migration makes the same view of its new world, where CartCreate,
+// being collective, would wait for ranks that are not calling it.
+func CartView(c *Comm, dims []int, periods []bool) (*Cart, error) {
+	if err := c.valid("CartView"); err != nil {
+		return nil, err
+	}
+	n, err := gridSize("CartView", dims, periods)
+	if err != nil {
+		return nil, err
+	}
+	if n != c.Size() {
+		return nil, fmt.Errorf("mpi: CartView: %w: a grid of %d ranks over a communicator of %d", ErrTopology, n, c.Size())
+	}
+	t := newCart(c, slices.Clone(dims), slices.Clone(periods))
+	t.view = true
+	return t, nil
 }
 
 func gridSize(op string, dims []int, periods []bool) (int, error) {

@@ -232,7 +232,21 @@ func neighborCollectives(c *mpi.Comm) error {
 			if err := checkNeighbors(cart); err != nil {
 				return fmt.Errorf("dims %v periodic %v: %w", dims, periodic, err)
 			}
+			// The same grid as a view of c: no new communicator, the same neighbours.
+			view, err := mpi.CartView(c, dims, periods)
+			if err != nil {
+				return err
+			}
+			if err := checkNeighbors(view); err != nil {
+				return fmt.Errorf("view %v periodic %v: %w", dims, periodic, err)
+			}
+			if err := view.Free(); err != nil || view.Compare(c) != mpi.Ident || c.Barrier() != nil {
+				return fmt.Errorf("a view's Free freed its communicator (%v)", err)
+			}
 		}
+	}
+	if _, err := mpi.CartView(c, []int{p + 1}, []bool{false}); !errors.Is(err, mpi.ErrTopology) {
+		return fmt.Errorf("a view larger than the communicator: %v", err)
 	}
 	return nil
 }
