@@ -157,7 +157,9 @@ func (e *engine) arriveAck(peer int, h *comm.Header, payload []byte, fromNet boo
 				e.startRendezvous(r, peer, h.Tag, h.Elem, h.Total, h.ID, true)
 			} else {
 				r.deliver(peer, h.Tag, h.Elem, payload)
-				e.acknowledge(ack)
+				if ack != nil {
+					e.acknowledge(ack)
+				}
 			}
 			return
 		}
@@ -257,14 +259,13 @@ func (e *engine) receive(r *Request, m *message) {
 		return
 	}
 	r.deliver(m.peer, m.tag, m.elem, m.data)
-	e.acknowledge(m.ack)
+	if m.ack != nil {
+		e.acknowledge(m.ack)
+	}
 }
 
 // acknowledge completes a synchronous send of this rank to itself whose message matched.
 func (e *engine) acknowledge(ack *Request) {
-	if ack == nil {
-		return
-	}
 	e.mu.Lock()
 	delete(e.sends, ack.id)
 	e.mu.Unlock()
