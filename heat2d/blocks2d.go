@@ -90,41 +90,30 @@ func (b *blocks2D) shiftColumn(src []float64, dest int, ghost []float64, source,
 // dump gathers every block on rank 0 and writes the interior grid to path as raw
 // little-endian float64 values, row-major, n*n in total, as dumpGrid does for row blocks.
 func (b *blocks2D) dump(u []float64, path string) error {
-	c, n, w := b.cart.Comm, b.n, b.cols+2
-	send := make([]float64, 0, b.rows*b.cols)
-	for i := 1; i <= b.rows; i++ {
-		send = append(send, u[i*w+1:i*w+1+b.cols]...)
-	}
+	c, n := b.cart.Comm, b.n
 	dims := b.cart.Dims()
-	size := c.Size()
-	counts := make([]int, size)
-	for r := range size {
-		coords, err := b.cart.Coords(r)
-		if err != nil {
-			return err
-		}
-		_, rows := solverkit.BlockRange(n, dims[0], coords[0])
-		_, cols := solverkit.BlockRange(n, dims[1], coords[1])
+	// block returns the first row and column of rank r's block and its size.
+	block := func(r int) (row0, rows, col0, cols int) {
+		coords, _ := b.cart.Coords(r)
+		row0, rows = solverkit.BlockRange(n, dims[0], coords[0])
+		col0, cols = solverkit.BlockRange(n, dims[1], coords[1])
+		return row0, rows, col0, cols
+	}
+	counts := make([]int, c.Size())
+	for r := range counts {
+		_, rows, _, cols := block(r)
 		counts[r] = rows * cols
 	}
-	var recv []float64
-	if c.Rank() == 0 {
-		recv = make([]float64, n*n)
-	}
-	if err := mpi.Gatherv(c, send, recv, counts, 0); err != nil {
-		return fmt.Errorf("dump gatherv: %w", err)
-	}
-	if c.Rank() != 0 {
-		return nil
+	all, err := gatherInterior(c, u, b.rows, b.cols, counts)
+	if err != nil || c.Rank() != 0 {
+		return err
 	}
 	grid := make([]float64, n*n)
 	off := 0
-	for r := range size {
-		coords, _ := b.cart.Coords(r)
-		row0, rows := solverkit.BlockRange(n, dims[0], coords[0])
-		col0, cols := solverkit.BlockRange(n, dims[1], coords[1])
+	for r := range counts {
+		row0, rows, col0, cols := block(r)
 		for i := range rows {
-			copy(grid[(row0+i)*n+col0:(row0+i)*n+col0+cols], recv[off+i*cols:off+(i+1)*cols])
+			copy(grid[(row0+i)*n+col0:][:cols], all[off+i*cols:][:cols])
 		}
 		off += rows * cols
 	}

@@ -345,26 +345,38 @@ func run(args []string, stdout io.Writer) (err error) {
 // dumpGrid gathers the interior rows of every rank on rank 0 and writes them
 // to path as raw little-endian float64 values, row-major, n*n in total.
 func dumpGrid(c *mpi.Comm, u []float64, rows, n int, path string) error {
-	w := n + 2
-	send := make([]float64, 0, rows*n)
-	for i := 1; i <= rows; i++ {
-		send = append(send, u[i*w+1:i*w+1+n]...)
-	}
 	size := c.Size()
 	counts := make([]int, size)
 	for r := range size {
 		_, cnt := solverkit.BlockRange(n, size, r)
 		counts[r] = cnt * n
 	}
+	all, err := gatherInterior(c, u, rows, n, counts)
+	if err != nil || c.Rank() != 0 {
+		return err
+	}
+	return solverkit.WriteFloats(path, all)
+}
+
+// gatherInterior gathers the interior cells of every rank's rows x cols block on rank 0,
+// rank after rank, each row-major; counts[r] is the number of cells of rank r. Other ranks
+// get nil.
+func gatherInterior(c *mpi.Comm, u []float64, rows, cols int, counts []int) ([]float64, error) {
+	w := cols + 2
+	send := make([]float64, 0, rows*cols)
+	for i := 1; i <= rows; i++ {
+		send = append(send, u[i*w+1:i*w+1+cols]...)
+	}
 	var recv []float64
 	if c.Rank() == 0 {
-		recv = make([]float64, n*n)
+		total := 0
+		for _, n := range counts {
+			total += n
+		}
+		recv = make([]float64, total)
 	}
 	if err := mpi.Gatherv(c, send, recv, counts, 0); err != nil {
-		return fmt.Errorf("dump gatherv: %w", err)
+		return nil, fmt.Errorf("dump gatherv: %w", err)
 	}
-	if c.Rank() != 0 {
-		return nil
-	}
-	return solverkit.WriteFloats(path, recv)
+	return recv, nil
 }
