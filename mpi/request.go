@@ -9,9 +9,10 @@ import (
 	"github.com/mpios/mpios/comm"
 )
 
-// Request is a pending nonblocking operation, returned by Isend and Irecv. Complete it with
-// Wait, Test, WaitAll or WaitAny. A Request may be waited on from any goroutine; the buffer of
-// the operation belongs to mpi until the request completes.
+// Request is a pending nonblocking operation, returned by Isend, Irecv, Issend, Imrecv and the
+// persistent SendInit, SsendInit and RecvInit. Complete it with Wait, Test, WaitAll, WaitAny,
+// WaitSome, TestAll, TestAny or TestSome. A Request may be waited on from any goroutine; the
+// buffer of the operation belongs to mpi until the request completes.
 type Request struct {
 	e    *engine
 	comm *Comm
@@ -175,8 +176,9 @@ func waitAll(reqs ...*Request) error {
 	return first
 }
 
-// WaitAny waits until one of the non-nil requests completes and returns its index and status.
-// It returns -1 if every request is nil.
+// WaitAny waits until one of the active requests completes and returns its index and status.
+// It returns -1 if none is active (every request is nil, or a persistent request never
+// started).
 func WaitAny(reqs ...*Request) (int, Status, error) {
 	for {
 		i, st, done, err := testAny(reqs)
