@@ -93,14 +93,12 @@ func (r *Request) Start() (err error) {
 }
 
 // reportStart tells the interceptor about one activation: a send's peer and size, so that a
-// profiler counts the traffic of persistent sends.
+// profiler counts the traffic of persistent sends (a receive's is reported when it completes,
+// by the Wait that completes it).
 func (r *Request) reportStart(t *trace, err error) {
 	peer, bytes := -1, 0
-	if r != nil && r.persist != nil {
-		peer = r.persist.peer
-		if r.send {
-			bytes = len(r.persist.buf)
-		}
+	if r != nil && r.persist != nil && r.send {
+		peer, bytes = r.persist.peer, len(r.persist.buf)
 	}
 	t.done(r.commOrNil(), peer, bytes, err)
 }
