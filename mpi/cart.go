@@ -70,27 +70,50 @@ func DimsCreate(nnodes int, dims []int) error {
 }
 
 // balancedFactors splits n into k factors, non-increasing, the largest as small as possible
-// and then the smallest as large as possible.
+// and then the smallest as large as possible. It searches the divisors of n only: the largest
+// of k factors of m is at least the k-th root of m, which keeps the search small even for
+// n of a billion.
 func balancedFactors(n, k int) []int {
+	var divisors []int // of n, increasing
+	var high []int
+	for d := 1; d*d <= n; d++ {
+		if n%d == 0 {
+			divisors = append(divisors, d)
+			if d*d != n {
+				high = append(high, n/d)
+			}
+		}
+	}
+	slices.Reverse(high)
+	divisors = append(divisors, high...)
+	atLeastRoot := func(d, k, m int) bool { // d^k >= m, without overflow
+		p := 1
+		for range k {
+			if p >= (m+d-1)/d {
+				return true
+			}
+			p *= d
+		}
+		return p >= m
+	}
 	var best, cur []int
 	var search func(rem, k, limit int)
 	search = func(rem, k, limit int) {
 		if k == 1 {
-			if rem > limit {
-				return
-			}
-			cand := append(slices.Clone(cur), rem)
-			if best == nil || cand[0] < best[0] || (cand[0] == best[0] && cand[len(cand)-1] > best[len(best)-1]) {
-				best = cand
+			if rem <= limit {
+				cand := append(slices.Clone(cur), rem)
+				if best == nil || cand[0] < best[0] || (cand[0] == best[0] && rem > best[len(best)-1]) {
+					best = cand
+				}
 			}
 			return
 		}
-		for f := min(rem, limit); f >= 1; f-- {
-			if rem%f != 0 {
-				continue
+		for _, f := range divisors {
+			if f > limit || f > rem || (best != nil && len(cur) == 0 && f > best[0]) {
+				break
 			}
-			if best != nil && len(cur) == 0 && f > best[0] {
-				continue // cannot beat the best's largest factor
+			if rem%f != 0 || !atLeastRoot(f, k, rem) {
+				continue
 			}
 			cur = append(cur, f)
 			search(rem/f, k-1, f)
