@@ -24,3 +24,18 @@ func TestMPICHSemantics(t *testing.T) {
 		})
 	}
 }
+
+// TestCommSplitTypeOneMachine: goroutine ranks, over the in-process transport or TCP on
+// loopback, all share one node.
+func TestCommSplitTypeOneMachine(t *testing.T) {
+	forEach(t, 3, func(c *mpi.Comm) error {
+		node, err := mpi.CommSplitType(c, mpi.SplitShared, 0)
+		if err != nil {
+			return err
+		}
+		if node.Size() != c.Size() || node.Compare(c) != mpi.Congruent {
+			return fmt.Errorf("node communicator of %d ranks (%v), want all %d", node.Size(), node.Compare(c), c.Size())
+		}
+		return nil
+	})
+}

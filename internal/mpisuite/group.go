@@ -167,18 +167,25 @@ func commCreate(c *mpi.Comm) error {
 	return nil
 }
 
-// commSplitType: ranks on one node (here every rank: one machine) form one communicator,
-// ordered by key.
+// commSplitType: the node communicators partition the ranks consistently (every member of
+// one agrees on who is in it), ordered by key; a sub-communicator splits by node as well.
 func commSplitType(c *mpi.Comm) error {
 	p, r := c.Size(), c.Rank()
 	node, err := mpi.CommSplitType(c, mpi.SplitShared, p-r)
 	if err != nil {
 		return err
 	}
-	if err := check(node.Size() == p && node.Rank() == p-1-r, "node communicator: size %d rank %d", node.Size(), node.Rank()); err != nil {
+	if err := sameNodeView(c, node); err != nil {
 		return err
 	}
-	// A sub-communicator splits by node as well.
+	// Ordered by key p-r: decreasing rank of c.
+	next := node.Rank() + 1
+	if next < node.Size() {
+		w, _ := node.Group().TranslateRanks([]int{node.Rank(), next}, c.Group())
+		if err := check(w[0] > w[1], "node ranks %d, %d are ranks %v of c: want decreasing", node.Rank(), next, w); err != nil {
+			return err
+		}
+	}
 	half, err := c.Split(r%2, r)
 	if err != nil {
 		return err
@@ -187,5 +194,35 @@ func commSplitType(c *mpi.Comm) error {
 	if err != nil {
 		return err
 	}
-	return check(hn.Size() == half.Size() && hn.Compare(half) == mpi.Congruent, "node of a half: size %d of %d", hn.Size(), half.Size())
+	if err := sameNodeView(half, hn); err != nil {
+		return err
+	}
+	// The node communicator of a half is the half's part of this rank's node.
+	inter := node.Group().Intersection(half.Group())
+	return check(inter.Compare(hn.Group()) != mpi.Unequal, "node of a half: %d ranks, %d of the node are in the half", hn.Size(), inter.Size())
+}
+
+// sameNodeView checks that the node communicators partition c: every rank names its node by
+// its lowest member, and exactly the members name the same.
+func sameNodeView(c, node *mpi.Comm) error {
+	g := node.Group()
+	members := make([]int, g.Size())
+	for i := range members {
+		members[i] = i
+	}
+	inC, err := g.TranslateRanks(members, c.Group())
+	if err != nil {
+		return err
+	}
+	leader := slices.Min(inC)
+	all := make([]int, c.Size())
+	if err := mpi.Allgather(c, []int{leader}, all); err != nil {
+		return err
+	}
+	for q, l := range all {
+		if (l == leader) != slices.Contains(inC, q) {
+			return fmt.Errorf("rank %d names node %d; the node of rank %d is %v", q, l, c.Rank(), inC)
+		}
+	}
+	return nil
 }
