@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/comm"
-	"github.com/mpios/mpios/internal/mpitest"
 	"github.com/mpios/mpios/mpi"
 )
 
@@ -16,15 +15,7 @@ import (
 func TestDeadPeerFailsNewBlockingCalls(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.String(), func(t *testing.T) {
-			eps := mpitest.Endpoints(t, tr, 3)
-			worlds := make([]*mpi.Comm, 3)
-			for i := range eps {
-				w, err := mpi.Attach(eps[i])
-				if err != nil {
-					t.Fatal(err)
-				}
-				worlds[i] = w
-			}
+			eps, worlds := attachAll(t, tr, 3)
 			errs := make(chan error, 4)
 			go func() {
 				r, err := mpi.Issend(worlds[0], []int{1}, 2, 0) // rank 2 never receives it
