@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/natsembed"
 )
 
 // NATSOptions says how to reach and authenticate to the NATS control plane. At most one of
@@ -66,7 +66,7 @@ func (o NATSOptions) Connect(logger *log.Logger, closed func()) (*nats.Conn, err
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logf("reconnected to NATS at %s", launch.RedactURL(nc.ConnectedUrl()))
+			logf("reconnected to NATS at %s", natsembed.RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {
@@ -89,7 +89,7 @@ func (o NATSOptions) Connect(logger *log.Logger, closed func()) (*nats.Conn, err
 	}
 	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("pcmd: connect to NATS at %s: %w", launch.RedactURL(o.URL), err)
+		return nil, fmt.Errorf("pcmd: connect to NATS at %s: %w", natsembed.RedactURL(o.URL), err)
 	}
 	return nc, nil
 }
