@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,12 +25,17 @@ type control struct {
 
 // startControl connects to the job's control plane and fetches the log so far.
 func startControl(env job.Env, log io.Writer) (*control, error) {
-	nc, err := nats.Connect(env.NATSURL,
+	// Credentials and TLS files beside the URL, as the launcher passes them (natsconn.Environ).
+	auth, err := natsconn.FromEnviron(nil).AuthOptions()
+	if err != nil {
+		return nil, fmt.Errorf("pcm: connect to control plane: %w", err)
+	}
+	nc, err := nats.Connect(env.NATSURL, append(auth,
 		nats.Name(fmt.Sprintf("mpios %s rank %d pcm", env.JobID, env.Rank)),
 		nats.Timeout(10*time.Second),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("pcm: connect to control plane: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
 )
 
 // Defaults for Config fields left zero.
@@ -67,6 +68,10 @@ type Config struct {
 
 	Starter    Starter // nil = Local{}
 	RuntimeDir string  // where the job Record is written; "" = RuntimeDir()
+
+	// NATSAuth authenticates mpirun to NATSURL (credentials, TLS); its URL and Name are
+	// not used. The ranks get the same options through their environment (see Env).
+	NATSAuth natsconn.Options
 }
 
 // FailureKind says why a job failed.
@@ -268,7 +273,11 @@ type runner struct {
 
 func (r *runner) connect(url string) error {
 	id := r.cfg.JobID
-	nc, err := nats.Connect(url,
+	auth, err := r.cfg.NATSAuth.AuthOptions()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, append(auth,
 		nats.Name("mpirun "+id),
 		nats.Timeout(5*time.Second),
 		// The job must survive a restart of an external server; the ranks reconnect too.
@@ -287,7 +296,7 @@ func (r *runner) connect(url string) error {
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			r.stderr.logf("NATS: %v", err)
 		}),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("launch: connect to NATS at %s: %w", RedactURL(url), err)
 	}

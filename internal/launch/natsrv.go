@@ -7,10 +7,11 @@ import (
 	"net"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mpios/mpios/internal/natsconn"
 )
 
 // embeddedNATS is the job-private NATS server mpirun runs when no --nats URL is given.
@@ -77,21 +78,4 @@ func randomHex(n int) (string, error) {
 
 // RedactURL returns a NATS URL (or comma-separated list of URLs) with any user, password or
 // token removed, for printing.
-func RedactURL(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		u, err := url.Parse(p)
-		if err != nil || u.Host == "" {
-			// Unparseable or no scheme: keep only what follows a possible "creds@".
-			if at := strings.LastIndex(p, "@"); at >= 0 {
-				p = p[at+1:]
-			}
-			parts[i] = p
-			continue
-		}
-		u.User = nil
-		parts[i] = u.String()
-	}
-	return strings.Join(parts, ",")
-}
+func RedactURL(s string) string { return natsconn.RedactURL(s) }

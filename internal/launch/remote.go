@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
 )
 
 // HostSlots is one entry of mpirun's --hosts or --hostfile: a pcmd node and how many ranks
@@ -146,6 +147,9 @@ type RemoteConfig struct {
 	// KeepAlive is the lease given to the nodes: they stop the job's ranks when mpirun has
 	// been silent for that long (it died). 0 = 10s.
 	KeepAlive time.Duration
+
+	// NATSAuth authenticates to NATSURL (credentials, TLS); its URL and Name are not used.
+	NATSAuth natsconn.Options
 }
 
 // Remote is a Starter that runs ranks on pcmd nodes over NATS. Ranks are placed round-robin
@@ -206,13 +210,17 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		cfg.KeepAlive = 10 * time.Second
 	}
 	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), quit: make(chan struct{})}
-	nc, err := nats.Connect(cfg.NATSURL,
+	auth, err := cfg.NATSAuth.AuthOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(auth,
 		nats.Name("mpirun remote starter"),
 		nats.Timeout(5*time.Second),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.NoCallbacksAfterClientClose(),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("launch: connect to NATS at %s: %w", RedactURL(cfg.NATSURL), err)
 	}
