@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -40,6 +41,16 @@ const (
 	SchemeJobMAC   Scheme = 1 // HMAC-SHA256 under a JobKey; Auth has macSize bytes
 	SchemeNKeySign Scheme = 2 // ed25519 signature by Envelope.Key; Auth has sigSize bytes
 )
+
+func (s Scheme) String() string {
+	switch s {
+	case SchemeJobMAC:
+		return "job MAC"
+	case SchemeNKeySign:
+		return "NKey signature"
+	}
+	return "scheme(" + strconv.Itoa(int(s)) + ")"
+}
 
 const (
 	macSize = 32
@@ -156,7 +167,7 @@ func (e *Envelope) validate() error {
 			return fmt.Errorf("%w: signature of %d bytes by key %.60q", ErrMalformed, len(e.Auth), e.Key)
 		}
 	default:
-		return fmt.Errorf("%w: scheme %d", ErrMalformed, e.Scheme)
+		return fmt.Errorf("%w: %v", ErrMalformed, e.Scheme)
 	}
 	if e.Seq == 0 {
 		return fmt.Errorf("%w: sequence number 0", ErrMalformed)
@@ -189,13 +200,6 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func checkSubject(subject string) error {
-	if subject == "" || len(subject) > maxSubject {
-		return fmt.Errorf("ctlauth: subject of %d bytes", len(subject))
-	}
-	return nil
-}
-
 // Message is a verified envelope's content.
 type Message struct {
 	From Sender
@@ -203,4 +207,44 @@ type Message struct {
 	Seq  uint64
 	Time time.Time
 	Body []byte
+}
+
+// newEnvelope checks subject and body and returns the envelope to authenticate.
+func newEnvelope(subject string, scheme Scheme, from Sender, key string, seq uint64, body []byte, now time.Time) (Envelope, error) {
+	if subject == "" || len(subject) > maxSubject {
+		return Envelope{}, fmt.Errorf("ctlauth: subject of %d bytes", len(subject))
+	}
+	if len(body) > MaxBody {
+		return Envelope{}, fmt.Errorf("ctlauth: body of %d bytes, at most %d", len(body), MaxBody)
+	}
+	return Envelope{Version: Version, Scheme: scheme, From: from, Key: key, Seq: seq, Time: now.UnixNano(), Body: body}, nil
+}
+
+// decodeScheme decodes an envelope received on subject that must use scheme.
+func decodeScheme(data []byte, subject string, scheme Scheme) (Envelope, error) {
+	e, err := DecodeEnvelope(data)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if e.Scheme != scheme {
+		return Envelope{}, fmt.Errorf("%w: on %s: %v, want a %v", ErrMalformed, subject, e.Scheme, scheme)
+	}
+	return e, nil
+}
+
+// message returns the content of a verified envelope.
+func (e *Envelope) message() Message {
+	return Message{From: e.From, Seq: e.Seq, Time: time.Unix(0, e.Time), Body: e.Body}
+}
+
+// lockedGuard is a ReplayGuard shared by a verifier's concurrent callers.
+type lockedGuard struct {
+	mu sync.Mutex
+	g  *ReplayGuard
+}
+
+func (l *lockedGuard) accept(sender string, e *Envelope, now time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.g.Accept(sender, e.Seq, time.Unix(0, e.Time), now)
 }

@@ -90,13 +90,10 @@ func NewJobWrapper(key JobKey, from Sender, first uint64) (*JobWrapper, error) {
 
 // Wrap returns body authenticated for publication on subject at time now.
 func (w *JobWrapper) Wrap(subject string, body []byte, now time.Time) ([]byte, error) {
-	if err := checkSubject(subject); err != nil {
+	e, err := newEnvelope(subject, SchemeJobMAC, w.from, "", w.seq.take(), body, now)
+	if err != nil {
 		return nil, err
 	}
-	if len(body) > MaxBody {
-		return nil, fmt.Errorf("ctlauth: body of %d bytes, at most %d", len(body), MaxBody)
-	}
-	e := Envelope{Version: Version, Scheme: SchemeJobMAC, From: w.from, Seq: w.seq.take(), Time: now.UnixNano(), Body: body}
 	e.Auth = w.key.tag(&e, subject)
 	return msgpack.Marshal(&e)
 }
@@ -104,8 +101,7 @@ func (w *JobWrapper) Wrap(subject string, body []byte, now time.Time) ([]byte, e
 // JobVerifier verifies the messages of one job and refuses replays. Safe for concurrent use.
 type JobVerifier struct {
 	key   JobKey
-	mu    sync.Mutex
-	guard *ReplayGuard
+	guard lockedGuard
 }
 
 // NewJobVerifier returns a verifier for key's job.
@@ -117,27 +113,21 @@ func NewJobVerifier(key JobKey, opts ReplayOptions) (*JobVerifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &JobVerifier{key: key, guard: g}, nil
+	return &JobVerifier{key: key, guard: lockedGuard{g: g}}, nil
 }
 
 // Verify authenticates data received on subject at time now and returns its content. The
 // error wraps ErrMalformed, ErrForged, ErrStale, ErrReplay or ErrTooManySenders.
 func (v *JobVerifier) Verify(subject string, data []byte, now time.Time) (Message, error) {
-	e, err := DecodeEnvelope(data)
+	e, err := decodeScheme(data, subject, SchemeJobMAC)
 	if err != nil {
 		return Message{}, err
-	}
-	if e.Scheme != SchemeJobMAC {
-		return Message{}, fmt.Errorf("%w: on %s: scheme %d, want a job MAC", ErrMalformed, subject, e.Scheme)
 	}
 	if !hmac.Equal(e.Auth, v.key.tag(&e, subject)) {
 		return Message{}, fmt.Errorf("%w: message from %s on %s under the key of job %s", ErrForged, e.From, subject, v.key.job)
 	}
-	v.mu.Lock()
-	err = v.guard.Accept(e.From.String(), e.Seq, time.Unix(0, e.Time), now)
-	v.mu.Unlock()
-	if err != nil {
+	if err := v.guard.accept(e.From.String(), &e, now); err != nil {
 		return Message{}, fmt.Errorf("job %s, %s: %w", v.key.job, subject, err)
 	}
-	return Message{From: e.From, Seq: e.Seq, Time: time.Unix(0, e.Time), Body: e.Body}, nil
+	return e.message(), nil
 }

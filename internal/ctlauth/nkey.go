@@ -2,7 +2,6 @@ package ctlauth
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -43,18 +42,13 @@ func (w *KeyWrapper) PublicKey() string { return w.pub }
 
 // Wrap returns body signed for publication on subject at time now.
 func (w *KeyWrapper) Wrap(subject string, body []byte, now time.Time) ([]byte, error) {
-	if err := checkSubject(subject); err != nil {
+	e, err := newEnvelope(subject, SchemeNKeySign, w.from, w.pub, w.seq.take(), body, now)
+	if err != nil {
 		return nil, err
 	}
-	if len(body) > MaxBody {
-		return nil, fmt.Errorf("ctlauth: body of %d bytes, at most %d", len(body), MaxBody)
-	}
-	e := Envelope{Version: Version, Scheme: SchemeNKeySign, From: w.from, Key: w.pub, Seq: w.seq.take(), Time: now.UnixNano(), Body: body}
-	sig, err := w.kp.Sign(e.signedBytes(subject))
-	if err != nil {
+	if e.Auth, err = w.kp.Sign(e.signedBytes(subject)); err != nil {
 		return nil, fmt.Errorf("ctlauth: sign with %s: %w", w.pub, err)
 	}
-	e.Auth = sig
 	return msgpack.Marshal(&e)
 }
 
@@ -69,8 +63,7 @@ type KeySet interface {
 // concurrent use.
 type KeyVerifier struct {
 	keys  KeySet
-	mu    sync.Mutex
-	guard *ReplayGuard
+	guard lockedGuard
 }
 
 // NewKeyVerifier returns a verifier trusting keys.
@@ -82,19 +75,16 @@ func NewKeyVerifier(keys KeySet, opts ReplayOptions) (*KeyVerifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &KeyVerifier{keys: keys, guard: g}, nil
+	return &KeyVerifier{keys: keys, guard: lockedGuard{g: g}}, nil
 }
 
 // Verify authenticates data received on subject at time now and returns its content; the
 // signer is Message.Key. The error wraps ErrMalformed, ErrForged, ErrUntrusted, ErrStale,
 // ErrReplay or ErrTooManySenders.
 func (v *KeyVerifier) Verify(subject string, data []byte, now time.Time) (Message, error) {
-	e, err := DecodeEnvelope(data)
+	e, err := decodeScheme(data, subject, SchemeNKeySign)
 	if err != nil {
 		return Message{}, err
-	}
-	if e.Scheme != SchemeNKeySign {
-		return Message{}, fmt.Errorf("%w: on %s: scheme %d, want a signature", ErrMalformed, subject, e.Scheme)
 	}
 	pk, err := nkeys.FromPublicKey(e.Key)
 	if err != nil {
@@ -107,11 +97,10 @@ func (v *KeyVerifier) Verify(subject string, data []byte, now time.Time) (Messag
 	if err := v.keys.Trust(e.Key, e.From); err != nil {
 		return Message{}, fmt.Errorf("%w: %s as %s on %s: %v", ErrUntrusted, e.Key, e.From, subject, err)
 	}
-	v.mu.Lock()
-	err = v.guard.Accept(e.Key+" "+e.From.String(), e.Seq, time.Unix(0, e.Time), now)
-	v.mu.Unlock()
-	if err != nil {
+	if err := v.guard.accept(e.Key+" "+e.From.String(), &e, now); err != nil {
 		return Message{}, fmt.Errorf("%s: %w", subject, err)
 	}
-	return Message{From: e.From, Key: e.Key, Seq: e.Seq, Time: time.Unix(0, e.Time), Body: e.Body}, nil
+	m := e.message()
+	m.Key = e.Key
+	return m, nil
 }

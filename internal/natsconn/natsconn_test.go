@@ -1,4 +1,4 @@
-package natsconn
+package natsconn_test
 
 import (
 	"os"
@@ -12,11 +12,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/natsconn/natstest"
 )
 
 // roundTrip checks that the connection o makes carries a request and its reply.
-func roundTrip(t *testing.T, o Options) error {
+func roundTrip(t *testing.T, o natsconn.Options) error {
 	t.Helper()
 	nc, err := o.Connect(nil, nil)
 	if err != nil {
@@ -39,7 +40,7 @@ func roundTrip(t *testing.T, o Options) error {
 func TestTLSWithTheServersCAAndAClientCertificateConnects(t *testing.T) {
 	p := natstest.NewPKI(t, t.TempDir())
 	url := natstest.TLSServer(t, p, true)
-	if err := roundTrip(t, Options{URL: url, CAFile: p.CAFile, CertFile: p.ClientCert, KeyFile: p.ClientKey}); err != nil {
+	if err := roundTrip(t, natsconn.Options{URL: url, CAFile: p.CAFile, CertFile: p.ClientCert, KeyFile: p.ClientKey}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -48,10 +49,10 @@ func TestTLSServerNotSignedByTheGivenCAIsRefused(t *testing.T) {
 	p := natstest.NewPKI(t, t.TempDir())
 	other := natstest.NewPKI(t, t.TempDir())
 	url := natstest.TLSServer(t, p, false)
-	if err := roundTrip(t, Options{URL: url, CAFile: p.CAFile}); err != nil {
+	if err := roundTrip(t, natsconn.Options{URL: url, CAFile: p.CAFile}); err != nil {
 		t.Fatalf("own CA: %v", err)
 	}
-	for name, o := range map[string]Options{
+	for name, o := range map[string]natsconn.Options{
 		"another CA":          {URL: url, CAFile: other.CAFile},
 		"the system's CAs":    {URL: url},
 		"plain nats:// to it": {URL: strings.Replace(url, "tls://", "nats://", 1), CAFile: other.CAFile},
@@ -66,7 +67,7 @@ func TestTLSServerVerifyingClientsRefusesOneWithoutCertificate(t *testing.T) {
 	p := natstest.NewPKI(t, t.TempDir())
 	other := natstest.NewPKI(t, t.TempDir())
 	url := natstest.TLSServer(t, p, true)
-	for name, o := range map[string]Options{
+	for name, o := range map[string]natsconn.Options{
 		"no certificate":                 {URL: url, CAFile: p.CAFile},
 		"a certificate of another CA":    {URL: url, CAFile: p.CAFile, CertFile: other.ClientCert, KeyFile: other.ClientKey},
 		"the server's own key as client": {URL: url, CAFile: p.CAFile, CertFile: p.ClientCert, KeyFile: p.ServerKey},
@@ -84,18 +85,18 @@ func TestTokenFromAFileOrTheEnvironment(t *testing.T) {
 	if err := os.WriteFile(file, []byte("s3cret-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := roundTrip(t, Options{URL: url, TokenFile: file}); err != nil {
+	if err := roundTrip(t, natsconn.Options{URL: url, TokenFile: file}); err != nil {
 		t.Errorf("token file: %v", err)
 	}
-	env := FromEnviron(func(k string) string { return map[string]string{EnvToken: "s3cret-token"}[k] })
+	env := natsconn.FromEnviron(func(k string) string { return map[string]string{natsconn.EnvToken: "s3cret-token"}[k] })
 	env.URL = url
 	if err := roundTrip(t, env); err != nil {
 		t.Errorf("token from the environment: %v", err)
 	}
-	if err := roundTrip(t, Options{URL: url, Token: "guess"}); err == nil {
+	if err := roundTrip(t, natsconn.Options{URL: url, Token: "guess"}); err == nil {
 		t.Error("wrong token connected")
 	}
-	if err := roundTrip(t, Options{URL: url}); err == nil {
+	if err := roundTrip(t, natsconn.Options{URL: url}); err == nil {
 		t.Error("no token connected")
 	}
 }
@@ -111,7 +112,7 @@ func TestNKeySeedFile(t *testing.T) {
 	if err := os.WriteFile(file, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := roundTrip(t, Options{URL: url, NKeyFile: file}); err != nil {
+	if err := roundTrip(t, natsconn.Options{URL: url, NKeyFile: file}); err != nil {
 		t.Errorf("listed nkey: %v", err)
 	}
 	other, _ := nkeys.CreateUser()
@@ -120,7 +121,7 @@ func TestNKeySeedFile(t *testing.T) {
 	if err := os.WriteFile(ofile, oseed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := roundTrip(t, Options{URL: url, NKeyFile: ofile}); err == nil {
+	if err := roundTrip(t, natsconn.Options{URL: url, NKeyFile: ofile}); err == nil {
 		t.Error("unlisted nkey connected")
 	}
 }
@@ -130,7 +131,7 @@ func TestOptionMistakesAreReportedBeforeConnecting(t *testing.T) {
 	empty := filepath.Join(dir, "empty")
 	os.WriteFile(empty, []byte(" \n"), 0o600)
 	missing := filepath.Join(dir, "missing")
-	cases := map[string]Options{
+	cases := map[string]natsconn.Options{
 		"no NATS URL":                        {},
 		"give only one of":                   {URL: "nats://x", Token: "t", User: "u", Password: "p"},
 		"a token or a token file, not both":  {URL: "nats://x", Token: "t", TokenFile: empty},
@@ -154,7 +155,7 @@ func TestOptionMistakesAreReportedBeforeConnecting(t *testing.T) {
 }
 
 func TestEnvironmentRoundTrip(t *testing.T) {
-	o := Options{CredsFile: "/c", NKeyFile: "/n", Token: "t", TokenFile: "/t", User: "u", Password: "p", CAFile: "/ca", CertFile: "/cert", KeyFile: "/key"}
+	o := natsconn.Options{CredsFile: "/c", NKeyFile: "/n", Token: "t", TokenFile: "/t", User: "u", Password: "p", CAFile: "/ca", CertFile: "/cert", KeyFile: "/key"}
 	env := map[string]string{}
 	for _, kv := range o.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -163,10 +164,10 @@ func TestEnvironmentRoundTrip(t *testing.T) {
 		}
 		env[k] = v
 	}
-	if got := FromEnviron(func(k string) string { return env[k] }); got != o {
+	if got := natsconn.FromEnviron(func(k string) string { return env[k] }); got != o {
 		t.Errorf("round trip %+v, want %+v", got, o)
 	}
-	if got := (Options{URL: "nats://x"}).Environ(); got != nil {
+	if got := (natsconn.Options{URL: "nats://x"}).Environ(); got != nil {
 		t.Errorf("no options give %q", got)
 	}
 }
@@ -179,8 +180,8 @@ func TestRedactURL(t *testing.T) {
 		"tls://127.0.0.1:4222":             "tls://127.0.0.1:4222",
 		"nats://%zz:secret@host:4222/x?y=": "host:4222/x?y=",
 	} {
-		if got := RedactURL(in); got != want {
-			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		if got := natsconn.RedactURL(in); got != want {
+			t.Errorf("natsconn.RedactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 // PKI is a test certificate authority with a server certificate (for 127.0.0.1 and
@@ -75,20 +77,7 @@ func writePEM(t testing.TB, file, kind string, der []byte) {
 // configure (nil: none) sets its options. It returns the server's port.
 func StartServer(t testing.TB, configure func(*server.Options)) (port int) {
 	t.Helper()
-	opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true, NoSystemAccount: true}
-	if configure != nil {
-		configure(opts)
-	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv.Addr().(*net.TCPAddr).Port
+	return testbin.NATSServerWith(t, configure).Addr().(*net.TCPAddr).Port
 }
 
 // TLSServer starts a server that requires TLS with p's server certificate and, if
