@@ -333,3 +333,16 @@ func TestNodeCardIsBelievedOnlyFromItsKnownNode(t *testing.T) {
 		t.Errorf("garbage card: %v", err)
 	}
 }
+
+func TestEnvelopeOfTheOtherSchemeIsRefused(t *testing.T) {
+	kp, pub := userKey(t)
+	kv, _ := NewKeyVerifier(authorized(t, pub+"\n"), ReplayOptions{})
+	kw, _ := NewKeyWrapper(kp, Sender{Role: RoleLauncher}, 0)
+	jw, jv := jobPair(t, Sender{Role: RoleLauncher}, ReplayOptions{})
+	if _, err := jv.Verify(ctl, wrap(t, kw, ctl, "x", t0), t0); !errors.Is(err, ErrMalformed) {
+		t.Errorf("signed envelope to the job verifier: %v, want ErrMalformed", err)
+	}
+	if _, err := kv.Verify(ctl, wrap(t, jw, ctl, "x", t0), t0); !errors.Is(err, ErrMalformed) {
+		t.Errorf("job envelope to the key verifier: %v, want ErrMalformed", err)
+	}
+}
