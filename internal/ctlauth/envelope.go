@@ -42,6 +42,7 @@ const (
 	SchemeNKeySign Scheme = 2 // ed25519 signature by Envelope.Key; Auth has sigSize bytes
 )
 
+// String names the scheme for messages.
 func (s Scheme) String() string {
 	switch s {
 	case SchemeJobMAC:
@@ -73,6 +74,7 @@ const (
 	RoleTool     Role = 4 // the job owner's tools (pcmd migrate, pcmd checkpoint)
 )
 
+// String names the role for messages.
 func (r Role) String() string {
 	switch r {
 	case RoleLauncher:
@@ -117,6 +119,8 @@ func (s Sender) Validate() error {
 	return nil
 }
 
+// String identifies the sender, as "rank 3.1@n2" (rank 3, incarnation 1, on node n2);
+// distinct senders have distinct strings.
 func (s Sender) String() string {
 	out := s.Role.String()
 	if s.Role == RoleRank {

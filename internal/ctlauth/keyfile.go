@@ -30,6 +30,7 @@ type ParseError struct {
 	Msg  string
 }
 
+// Error implements error.
 func (e *ParseError) Error() string {
 	return fmt.Sprintf("ctlauth: %s line %d: %s", e.File, e.Line, e.Msg)
 }

@@ -346,3 +346,20 @@ func TestEnvelopeOfTheOtherSchemeIsRefused(t *testing.T) {
 		t.Errorf("job envelope to the key verifier: %v, want ErrMalformed", err)
 	}
 }
+
+func BenchmarkKeyWrapVerify(b *testing.B) {
+	kp, pub := userKey(b)
+	v, _ := NewKeyVerifier(authorized(b, pub+"\n"), ReplayOptions{})
+	w, _ := NewKeyWrapper(kp, Sender{Role: RoleLauncher}, 0)
+	body := make([]byte, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		data, err := w.Wrap(spawnSubject, body, t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := v.Verify(spawnSubject, data, t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
