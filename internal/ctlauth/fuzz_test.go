@@ -2,6 +2,7 @@ package ctlauth
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nkeys"
@@ -54,6 +55,34 @@ func FuzzJobVerify(f *testing.F) {
 		// Only what the key's holder wrapped verifies: the seed, however re-encoded.
 		if m.From != from || string(m.Body) != "seed" || m.Seq != 1 || !m.Time.Equal(t0) {
 			t.Fatalf("accepted a message the key never authenticated: %+v", m)
+		}
+	})
+}
+
+func FuzzParseAuthorizedKeys(f *testing.F) {
+	const key = "UA23U7FF6V3A3MDBC7WUK23AYVKJD5CELOZ5EJB7OHTDCENXOHN3RAUR"
+	f.Add("# comment\n" + key + " alice\n")
+	f.Add(`jobs="a-*",programs="/opt/*" ` + key + ` bob` + "\n")
+	f.Add(`jobs="a ` + key)
+	f.Fuzz(func(t *testing.T, text string) {
+		a, err := ParseAuthorizedKeys(strings.NewReader(text), "fuzz")
+		if err != nil {
+			return
+		}
+		for _, k := range a.Keys() {
+			// Whatever is accepted is a user key whose options are usable patterns.
+			if !nkeys.IsValidPublicUserKey(k.Key) {
+				t.Fatalf("accepted %q", k.Key)
+			}
+			if got, ok := a.Lookup(k.Key); !ok || got.Line != k.Line {
+				t.Fatalf("lookup of %s: %+v", k.Key, got)
+			}
+			for _, p := range k.Programs {
+				if !strings.HasPrefix(p, "/") {
+					t.Fatalf("relative program pattern %q", p)
+				}
+			}
+			_ = k.Permits("job", "/opt/x")
 		}
 	})
 }
