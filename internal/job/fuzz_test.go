@@ -3,6 +3,7 @@ package job_test
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -236,4 +237,60 @@ func TestDecodeRefusesANilTimeWithAnError(t *testing.T) {
 	if err := job.Decode(data, &info); err == nil {
 		t.Fatalf("decoded %+v", info)
 	}
+}
+
+// An array header announcing 3e9 elements made msgpack allocate them all and the receiver die
+// out of memory; found by FuzzDecodeReconfLog.
+func TestDecodeRefusesAnnouncedLengthsTheMessageCannotHold(t *testing.T) {
+	for name, data := range map[string][]byte{
+		"array32 of 3e9":      []byte("\x81\xa7entries\xdd\xb2\xd0\x5e\x00"),
+		"map32 of 4e9":        []byte("\xdf\xee\x6b\x28\x00"),
+		"nested too deep":     bytes.Repeat([]byte{0x91}, 100),
+		"bin32 of 4 GiB":      []byte("\x81\xa4line\xc6\xff\xff\xff\xff"),
+		"truncated float":     []byte("\xcb\x00"),
+		"never-used code c1":  []byte("\xc1"),
+		"2e6 elements in all": append([]byte("\xdd\x00\x1e\x84\x80"), bytes.Repeat([]byte{0xc0}, 2_000_000)...),
+	} {
+		var l job.ReconfLog
+		if err := job.Decode(data, &l); err == nil {
+			t.Errorf("%s: decoded %+v", name, l)
+		}
+	}
+	// Real messages still decode, including empty and nil fields.
+	for _, v := range []any{nodeInfo(), job.ReconfLog{}, job.SpawnRequest{Job: "j", Args: []string{}}, job.RankOutput{Line: []byte{}}} {
+		data, _ := job.Encode(v)
+		into := reflect.New(reflect.TypeOf(v))
+		if err := job.Decode(data, into.Interface()); err != nil {
+			t.Errorf("%T: %v", v, err)
+		}
+	}
+}
+
+// BenchmarkDecodeNodeView measures job.Decode (shape check and msgpack) against msgpack
+// alone, on a discovery reply naming 64 peers.
+func BenchmarkDecodeNodeView(b *testing.B) {
+	v := job.NodeView{Self: nodeInfo()}
+	for range 64 {
+		v.Peers = append(v.Peers, job.PeerInfo{Info: nodeInfo(), Age: time.Second})
+	}
+	data, err := job.Encode(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("job.Decode", func(b *testing.B) {
+		for b.Loop() {
+			var got job.NodeView
+			if err := job.Decode(data, &got); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("msgpack.Unmarshal", func(b *testing.B) {
+		for b.Loop() {
+			var got job.NodeView
+			if err := msgpack.Unmarshal(data, &got); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -212,6 +212,9 @@ func Decode(data []byte, v any) (err error) {
 			err = fmt.Errorf("job: decode %T: malformed input: %v", v, p)
 		}
 	}()
+	if err := checkShape(data); err != nil {
+		return fmt.Errorf("job: decode %T: %w", v, err)
+	}
 	if err := msgpack.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("job: decode %T: %w", v, err)
 	}
