@@ -243,13 +243,13 @@ func TestDecodeRefusesANilTimeWithAnError(t *testing.T) {
 // out of memory; found by FuzzDecodeReconfLog.
 func TestDecodeRefusesAnnouncedLengthsTheMessageCannotHold(t *testing.T) {
 	for name, data := range map[string][]byte{
-		"array32 of 3e9":      []byte("\x81\xa7entries\xdd\xb2\xd0\x5e\x00"),
-		"map32 of 4e9":        []byte("\xdf\xee\x6b\x28\x00"),
-		"nested too deep":     bytes.Repeat([]byte{0x91}, 100),
-		"bin32 of 4 GiB":      []byte("\x81\xa4line\xc6\xff\xff\xff\xff"),
-		"truncated float":     []byte("\xcb\x00"),
-		"never-used code c1":  []byte("\xc1"),
-		"2e6 elements in all": append([]byte("\xdd\x00\x1e\x84\x80"), bytes.Repeat([]byte{0xc0}, 2_000_000)...),
+		"array32 of 3e9":     []byte("\x81\xa7entries\xdd\xb2\xd0\x5e\x00"),
+		"map32 of 4e9":       []byte("\xdf\xee\x6b\x28\x00"),
+		"nested too deep":    bytes.Repeat([]byte{0x91}, 300),
+		"bin32 of 4 GiB":     []byte("\x81\xa4line\xc6\xff\xff\xff\xff"),
+		"truncated float":    []byte("\xcb\x00"),
+		"never-used code c1": []byte("\xc1"),
+		"trailing bytes":     []byte("\x80\x80"),
 	} {
 		var l job.ReconfLog
 		if err := job.Decode(data, &l); err == nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/mpios/mpios/internal/msgpackcheck"
 )
 
 // Environment variables set by the launcher for every rank.
@@ -212,7 +214,9 @@ func Decode(data []byte, v any) (err error) {
 			err = fmt.Errorf("job: decode %T: malformed input: %v", v, p)
 		}
 	}()
-	if err := checkShape(data); err != nil {
+	// The decoder preallocates the lengths arrays announce: 9 bytes announcing 3e9 elements
+	// killed any receiver out of memory (found by FuzzDecodeReconfLog).
+	if err := msgpackcheck.Check(data); err != nil {
 		return fmt.Errorf("job: decode %T: %w", v, err)
 	}
 	if err := msgpack.Unmarshal(data, v); err != nil {
