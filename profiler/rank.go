@@ -33,6 +33,8 @@ var knownOps = [...]struct {
 	{"ReduceScatterBlock", kindColl}, {"Scan", kindColl}, {"Gather", kindColl},
 	{"Scatter", kindColl}, {"Allgather", kindColl}, {"Allgatherv", kindColl},
 	{"Alltoall", kindColl}, {"Gatherv", kindColl}, {"Scatterv", kindColl},
+	{"Ssend", kindSend}, {"Issend", kindSend}, {"Start", kindSend}, {"SendrecvReplace", kindSend},
+	{"Mrecv", kindRecv}, {"NeighborAllgather", kindColl}, {"NeighborAlltoall", kindColl},
 }
 
 const numOps = len(knownOps)
@@ -84,6 +86,20 @@ func opIndex(op string) int {
 		return 20
 	case "Scatterv":
 		return 21
+	case "Ssend":
+		return 22
+	case "Issend":
+		return 23
+	case "Start":
+		return 24
+	case "SendrecvReplace":
+		return 25
+	case "Mrecv":
+		return 26
+	case "NeighborAllgather":
+		return 27
+	case "NeighborAlltoall":
+		return 28
 	}
 	return -1
 }
@@ -191,7 +207,7 @@ func (s *rankState) record(ev *mpi.CallEvent) {
 		return // failed calls moved no data we can vouch for
 	}
 	c := ev.Comm
-	if ev.Op == "Sendrecv" {
+	if ev.Op == "Sendrecv" || ev.Op == "SendrecvReplace" {
 		// The receive half counts whatever the send half's peer is (ProcNull at the edge
 		// of a domain sends nothing but still receives from the other side).
 		if c != nil && ev.RecvPeer >= 0 && ev.RecvPeer < c.Size() {

@@ -19,6 +19,7 @@ import (
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
 	"github.com/mpios/mpios/internal/natsconn"
+	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/iosbridge"
 )
 
@@ -176,8 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, sigs <-ch
 		fmt.Fprintf(stderr, "mpirun: %v (see mpirun --help)\n", ue)
 		return statusUsage
 	default:
-		msg, _ := strings.CutPrefix(err.Error(), "launch: ")
-		fmt.Fprintf(stderr, "mpirun: %s\n", msg)
+		fmt.Fprintf(stderr, "mpirun: %s\n", launch.Message(err))
 		return 1
 	}
 }
@@ -224,7 +224,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			}
 			if hosts != nil {
 				// Placement is decided, and checked against the nodes, before anything starts.
-				remote, err := launch.NewRemote(launch.RemoteConfig{
+				remote, err := nodeclient.NewRemote(nodeclient.RemoteConfig{
 					NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Hosts: hosts, NP: cfg.NP,
 					Logf: func(format string, args ...any) {
 						fmt.Fprintf(stderr, "mpirun: "+format+"\n", args...)
@@ -341,7 +341,7 @@ func config(c *cli.Context) (launch.Config, error) {
 }
 
 // hostsOf reads --hosts or --hostfile; nil means the ranks run on this machine.
-func hostsOf(c *cli.Context) ([]launch.HostSlots, error) {
+func hostsOf(c *cli.Context) ([]nodeclient.HostSlots, error) {
 	hosts, file := c.String("hosts"), c.String("hostfile")
 	switch {
 	case c.IsSet("hosts") && c.IsSet("hostfile"):
@@ -354,9 +354,9 @@ func hostsOf(c *cli.Context) ([]launch.HostSlots, error) {
 		return nil, &usageError{"--hosts and --hostfile need --nats URL, the NATS server the pcmd nodes use"}
 	}
 	if c.IsSet("hosts") {
-		h, err := launch.ParseHosts(hosts)
+		h, err := nodeclient.ParseHosts(hosts)
 		if err != nil {
-			return nil, &usageError{"--hosts: " + strings.TrimPrefix(err.Error(), "launch: ")}
+			return nil, &usageError{"--hosts: " + launch.Message(err)}
 		}
 		return h, nil
 	}
@@ -365,9 +365,9 @@ func hostsOf(c *cli.Context) ([]launch.HostSlots, error) {
 		return nil, &usageError{"--hostfile: " + err.Error()}
 	}
 	defer f.Close()
-	h, err := launch.ParseHostfile(f)
+	h, err := nodeclient.ParseHostfile(f)
 	if err != nil {
-		return nil, &usageError{fmt.Sprintf("--hostfile %s: %s", file, strings.TrimPrefix(err.Error(), "launch: "))}
+		return nil, &usageError{fmt.Sprintf("--hostfile %s: %s", file, launch.Message(err))}
 	}
 	return h, nil
 }

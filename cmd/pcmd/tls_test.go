@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/natsconn/natstest"
-	"github.com/mpios/mpios/internal/pcmd"
+	"github.com/mpios/mpios/internal/nodestatus"
 )
 
 // TestClusterOverTLS runs two pcmd nodes and a job over both on a NATS server that requires
@@ -31,7 +31,7 @@ func TestClusterOverTLS(t *testing.T) {
 	tlsFlags := []string{"--nats", url, "--nats-ca", pki.CAFile, "--nats-cert", pki.ClientCert, "--nats-key", pki.ClientKey}
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		p := run(t, 10*time.Second, nil, "pcmd", append([]string{"status", "--json", "--wait", "300ms"}, tlsFlags...)...)
-		var st pcmd.Status
+		var st nodestatus.Status
 		if p.code == 0 && json.Unmarshal([]byte(p.stdout.String()), &st) == nil && len(st.Nodes) == 2 {
 			break
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/iosbridge"
 	"github.com/mpios/mpios/profiler"
 )
@@ -76,8 +77,9 @@ func FuzzDecodeControlReply(f *testing.F) {
 }
 
 func FuzzDecodeReconfLog(f *testing.F) {
-	fuzzDecode(f, job.ReconfLog.Validate, job.ReconfLog{Entries: []job.Reconf{
-		{Seq: 1, Kind: job.ControlCheckpoint}, {Seq: 2, Kind: job.ControlMigrate, Ranks: []int{0}, To: "n1"}}})
+	fuzzDecode(f, reconf.Log.Validate, reconf.Log{Entries: []reconf.Reconfiguration{
+		{Seq: 1, Kind: reconf.Checkpoint, State: reconf.Committed},
+		{Seq: 2, Kind: reconf.Migrate, Ranks: []int{0}, To: "n1", State: reconf.Proposed}}})
 }
 
 func FuzzDecodeMigrateRequest(f *testing.F) {
@@ -100,7 +102,7 @@ func FuzzDecodeSuccessorGone(f *testing.F) {
 func FuzzDecodeJobInfo(f *testing.F) {
 	fuzzDecode[job.JobInfo](f, nil, job.JobInfo{Job: "j", Size: 2,
 		Ranks:      []job.JobRank{{Rank: 0, Node: "n1", PID: 10}},
-		Migrations: []job.Migration{{Seq: 1, Rank: 0, From: "n1", To: "n2", State: "done", At: at}}})
+		Migrations: []job.Migration{{Seq: 1, Rank: 0, From: "n1", To: "n2", State: reconf.Committed, At: at}}})
 }
 
 // Rendezvous and events.
@@ -251,13 +253,13 @@ func TestDecodeRefusesAnnouncedLengthsTheMessageCannotHold(t *testing.T) {
 		"never-used code c1": []byte("\xc1"),
 		"trailing bytes":     []byte("\x80\x80"),
 	} {
-		var l job.ReconfLog
+		var l reconf.Log
 		if err := job.Decode(data, &l); err == nil {
 			t.Errorf("%s: decoded %+v", name, l)
 		}
 	}
 	// Real messages still decode, including empty and nil fields.
-	for _, v := range []any{nodeInfo(), job.ReconfLog{}, job.SpawnRequest{Job: "j", Args: []string{}}, job.RankOutput{Line: []byte{}}} {
+	for _, v := range []any{nodeInfo(), reconf.Log{}, job.SpawnRequest{Job: "j", Args: []string{}}, job.RankOutput{Line: []byte{}}} {
 		data, _ := job.Encode(v)
 		into := reflect.New(reflect.TypeOf(v))
 		if err := job.Decode(data, into.Interface()); err != nil {

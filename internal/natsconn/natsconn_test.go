@@ -174,11 +174,13 @@ func TestEnvironmentRoundTrip(t *testing.T) {
 
 func TestRedactURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"nats://u:p@h:4222":                "nats://h:4222",
-		"nats://tok@h:1, tls://a:b@g:2":    "nats://h:1,tls://g:2",
-		"u:p@h:4222":                       "h:4222",
-		"tls://127.0.0.1:4222":             "tls://127.0.0.1:4222",
-		"nats://%zz:secret@host:4222/x?y=": "host:4222/x?y=",
+		"nats://u:p@h:4222":                    "nats://h:4222",
+		"nats://tok@h:1, tls://a:b@g:2":        "nats://h:1,tls://g:2",
+		"u:p@h:4222":                           "h:4222",
+		"tls://127.0.0.1:4222":                 "tls://127.0.0.1:4222",
+		"nats://%zz:secret@host:4222/x?y=":     "host:4222/x?y=",
+		"nats://tok@h:1,nats://a:b@h2:2":       "nats://h:1,nats://h2:2",
+		"tls://u:p%40x@host.example:4443/?a=b": "tls://host.example:4443/?a=b",
 	} {
 		if got := natsconn.RedactURL(in); got != want {
 			t.Errorf("natsconn.RedactURL(%q) = %q, want %q", in, got, want)
