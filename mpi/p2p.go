@@ -160,6 +160,9 @@ func SendValue(c *Comm, v any, dest, tag int) (err error) {
 	if err != nil {
 		return fmt.Errorf("mpi: SendValue: encode %T: %w", v, err)
 	}
+	if len(data) > maxValueBytes {
+		return fmt.Errorf("mpi: SendValue: %T encodes to %d bytes, RecvValue takes at most %d", v, len(data), maxValueBytes)
+	}
 	r, err := c.startSend("SendValue", c.ctx, data, elemValue, dest, tag)
 	if err != nil {
 		return err
@@ -168,8 +171,12 @@ func SendValue(c *Comm, v any, dest, tag int) (err error) {
 	return err
 }
 
+// maxValueBytes bounds the encoded size of a value RecvValue accepts, as it allocates the
+// buffer the sender announces.
+const maxValueBytes = 1 << 30
+
 // RecvValue receives a value sent with SendValue into the value ptr points to. Status.Count is
-// the encoded size in bytes.
+// the encoded size in bytes. A message of more than 1 GiB fails with a TruncationError.
 func RecvValue(c *Comm, ptr any, source, tag int) (st Status, err error) {
 	if t := observe("RecvValue"); t != nil {
 		defer func() { t.done(c, st.Source, st.Count, err) }()

@@ -3,6 +3,7 @@ package mpi
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +74,10 @@ func (r *Request) check(peer int, tag int32, elem uint8, total uint64) (Status, 
 	}
 	if total%uint64(r.esize) != 0 {
 		return st, &TypeMismatchError{Source: st.Source, Tag: st.Tag, Sent: fmt.Sprintf("%d bytes", total), Want: elemName(r.elem)}
+	}
+	if r.alloc && total > maxValueBytes {
+		// Checked before anything is allocated: a message may announce up to comm.MaxMessage.
+		return st, &TruncationError{Source: st.Source, Tag: st.Tag, Have: maxValueBytes, Need: int(min(total, math.MaxInt))}
 	}
 	st.Count = int(total / uint64(r.esize))
 	if total > uint64(len(r.buf)) && !r.alloc {
