@@ -3,13 +3,14 @@ package comm
 import (
 	"fmt"
 	"os"
-	"path"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mpios/mpios/internal/nodecpu"
 )
 
 // When the reader of a TCP connection polls its socket instead of sleeping in the Go network
@@ -101,101 +102,17 @@ func spinPolicy(cfg *TCPConfig) (SpinPolicy, error) {
 }
 
 // usableCPUs is the number of CPUs this process may run on: its affinity mask (NumCPU) or
-// its cgroup's CPU bandwidth quota, whichever is smaller.
+// its cgroup's CPU bandwidth quota, whichever is smaller (see nodecpu.Reader.UsableCPUs).
 func usableCPUs() float64 {
 	n := float64(runtime.NumCPU())
-	if q := cgroupCPULimit("/proc/self/cgroup", "/sys/fs/cgroup"); q > 0 && q < n {
-		return q
+	r, err := nodecpu.New(nil)
+	if err != nil {
+		return n
+	}
+	if u, err := r.UsableCPUs(); err == nil && u > 0 && u < n {
+		return u
 	}
 	return n
-}
-
-// cgroupCPULimit returns the tightest CPU quota (in CPUs) on the path from this process's
-// cgroup to the root, for cgroup v2 and v1, or 0 if there is none.
-func cgroupCPULimit(selfCgroup, root string) float64 {
-	data, err := os.ReadFile(selfCgroup)
-	if err != nil {
-		return 0
-	}
-	limit := 0.0
-	tighten := func(q float64, ok bool) {
-		if ok && (limit == 0 || q < limit) {
-			limit = q
-		}
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		// hierarchy-ID:controller-list:path
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		if f[0] == "0" && f[1] == "" { // v2
-			for _, dir := range ancestors(root, f[2]) {
-				b, err := os.ReadFile(dir + "/cpu.max")
-				if err == nil {
-					tighten(parseCPUMax(string(b)))
-				}
-			}
-			continue
-		}
-		if !hasController(f[1], "cpu") {
-			continue
-		}
-		for _, mount := range []string{root + "/cpu,cpuacct", root + "/cpu"} {
-			for _, dir := range ancestors(mount, f[2]) {
-				quota, err1 := os.ReadFile(dir + "/cpu.cfs_quota_us")
-				period, err2 := os.ReadFile(dir + "/cpu.cfs_period_us")
-				if err1 == nil && err2 == nil {
-					tighten(parseCFSQuota(string(quota), string(period)))
-				}
-			}
-		}
-	}
-	return limit
-}
-
-// ancestors returns the directories from mount/p up to mount. (Inside a cgroup namespace p
-// is "/" and mount is the namespace's root.)
-func ancestors(mount, p string) []string {
-	var dirs []string
-	for p = path.Clean("/" + p); ; p = path.Dir(p) {
-		dirs = append(dirs, strings.TrimSuffix(mount+p, "/"))
-		if p == "/" {
-			return dirs
-		}
-	}
-}
-
-func hasController(list, name string) bool {
-	for _, c := range strings.Split(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
-}
-
-// parseCPUMax parses a cgroup v2 cpu.max ("max 100000" or "150000 100000").
-func parseCPUMax(s string) (float64, bool) {
-	f := strings.Fields(s)
-	if len(f) != 2 || f[0] == "max" {
-		return 0, false
-	}
-	return quotaCPUs(f[0], f[1])
-}
-
-// parseCFSQuota parses cgroup v1 cpu.cfs_quota_us (-1: none) and cpu.cfs_period_us.
-func parseCFSQuota(quota, period string) (float64, bool) {
-	return quotaCPUs(strings.TrimSpace(quota), strings.TrimSpace(period))
-}
-
-func quotaCPUs(quota, period string) (float64, bool) {
-	q, err1 := strconv.ParseInt(quota, 10, 64)
-	p, err2 := strconv.ParseInt(period, 10, 64)
-	if err1 != nil || err2 != nil || q <= 0 || p <= 0 {
-		return 0, false
-	}
-	return float64(q) / float64(p), true
 }
 
 // Run-time gate of adaptive polling.
@@ -348,125 +265,16 @@ func (g *loadGate) allow() bool {
 	return open
 }
 
-// openStallSource returns the kernel's CPU pressure stall counter ("some" line of
-// /proc/pressure/cpu, Linux 4.20+ when PSI is enabled); else an estimate from the number of
-// runnable threads in /proc/loadavg; nil where neither exists.
+// openStallSource returns the node's CPU stall counter (nodecpu.Stall: Linux CPU pressure,
+// else the runnable threads of /proc/loadavg); nil where neither exists.
 func openStallSource() stallSource {
-	buf := make([]byte, 256)
-	read := func(f *os.File) ([]byte, error) {
-		n, err := f.ReadAt(buf, 0)
-		if n == 0 && err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
-	if f, err := os.Open("/proc/pressure/cpu"); err == nil {
-		src := func() (uint64, error) {
-			b, err := read(f)
-			if err != nil {
-				return 0, err
-			}
-			return parsePressureTotal(b)
-		}
-		if _, err := src(); err == nil { // with PSI switched off, the file exists but reads fail
-			return src
-		}
-		f.Close()
-	}
-	f, err := os.Open("/proc/loadavg")
+	r, err := nodecpu.New(nil)
 	if err != nil {
 		return nil
 	}
-	cpus := onlineCPUs()
-	start := time.Now()
-	var stall float64 // µs
-	var lastAt time.Duration
-	return func() (uint64, error) {
-		b, err := read(f)
-		if err != nil {
-			return 0, err
-		}
-		running, err := parseLoadavgRunning(b)
-		if err != nil {
-			return 0, err
-		}
-		now := time.Since(start)
-		stall += float64((now - lastAt).Microseconds()) * runnableExcess(running, cpus)
-		lastAt = now
-		return uint64(stall), nil
-	}
-}
-
-// runnableExcess estimates the share of time some thread waits for a CPU from one sample of
-// the number of runnable threads (which includes the sampling thread): 0 while they fit the
-// CPUs, else the share of them that cannot run.
-func runnableExcess(running, cpus int) float64 {
-	if running <= cpus || running <= 0 {
-		return 0
-	}
-	return float64(running-cpus) / float64(running)
-}
-
-// parseLoadavgRunning extracts the runnable threads of /proc/loadavg ("0.15 1.16 2.80 2/91 30864").
-func parseLoadavgRunning(b []byte) (int, error) {
-	f := strings.Fields(string(b))
-	if len(f) < 4 {
-		return 0, fmt.Errorf("comm: /proc/loadavg: %q", b)
-	}
-	run, _, ok := strings.Cut(f[3], "/")
-	n, err := strconv.Atoi(run)
-	if !ok || err != nil {
-		return 0, fmt.Errorf("comm: /proc/loadavg: runnable threads in %q", f[3])
-	}
-	return n, nil
-}
-
-// onlineCPUs is the number of CPUs of the node (runnable-thread counts are node-wide, not
-// limited to this process's affinity mask).
-func onlineCPUs() int {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err == nil {
-		if n := parseCPUList(strings.TrimSpace(string(b))); n > 0 {
-			return n
-		}
-	}
-	return runtime.NumCPU()
-}
-
-// parseCPUList counts the CPUs of a kernel CPU list such as "0-3,8,10-11"; 0 if malformed.
-func parseCPUList(s string) int {
-	n := 0
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return 0
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return 0
-			}
-		}
-		n += b - a + 1
-	}
-	return n
-}
-
-// parsePressureTotal extracts total= of the "some" line of a PSI file.
-func parsePressureTotal(b []byte) (uint64, error) {
-	s := string(b)
-	line, _, _ := strings.Cut(s, "\n")
-	if !strings.HasPrefix(line, "some ") {
-		return 0, fmt.Errorf("comm: pressure file: no 'some' line in %q", s)
-	}
-	_, v, ok := strings.Cut(line, "total=")
-	if !ok {
-		return 0, fmt.Errorf("comm: pressure file: no total in %q", line)
-	}
-	t, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	st, err := r.OpenStall(nil)
 	if err != nil {
-		return 0, fmt.Errorf("comm: pressure file: total: %w", err)
+		return nil
 	}
-	return t, nil
+	return st.Read
 }

@@ -3,8 +3,6 @@ package comm
 import (
 	"errors"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,67 +90,6 @@ func TestSpinPolicyFromConfigAndEnvironment(t *testing.T) {
 	_, err = NewTCP(TCPConfig{Rank: 0, Size: 1, Addrs: []string{ln.Addr().String()}, Listener: ln, Secret: secret()})
 	if err == nil || !strings.Contains(err.Error(), EnvSpin) {
 		t.Errorf("NewTCP with %s=fast: err %v, want an error naming it", EnvSpin, err)
-	}
-}
-
-func TestCgroupQuotaParsing(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want float64
-		ok   bool
-	}{
-		{"max 100000\n", 0, false},
-		{"150000 100000\n", 1.5, true},
-		{"200000 100000", 2, true},
-		{"garbage", 0, false},
-	} {
-		if got, ok := parseCPUMax(c.in); got != c.want || ok != c.ok {
-			t.Errorf("parseCPUMax(%q) = %v, %v", c.in, got, ok)
-		}
-	}
-	if _, ok := parseCFSQuota("-1\n", "100000\n"); ok {
-		t.Error("cfs quota -1 read as a limit")
-	}
-	if got, ok := parseCFSQuota("50000\n", "100000\n"); !ok || got != 0.5 {
-		t.Errorf("cfs quota 50000/100000 = %v, %v", got, ok)
-	}
-}
-
-func TestCgroupCPULimit(t *testing.T) {
-	write := func(path, content string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// v2: the tightest quota on the way to the root counts.
-	root := t.TempDir()
-	write(root+"/self", "0::/jobs/j1\n")
-	write(root+"/fs/cpu.max", "max 100000\n")
-	write(root+"/fs/jobs/cpu.max", "150000 100000\n")
-	write(root+"/fs/jobs/j1/cpu.max", "max 100000\n")
-	if got := cgroupCPULimit(root+"/self", root+"/fs"); got != 1.5 {
-		t.Errorf("v2 limit = %v, want 1.5", got)
-	}
-	// v1, cpu,cpuacct mount.
-	root = t.TempDir()
-	write(root+"/self", "4:memory:/x\n3:cpu,cpuacct:/slice/a\n0::/\n")
-	write(root+"/fs/cpu,cpuacct/slice/a/cpu.cfs_quota_us", "300000\n")
-	write(root+"/fs/cpu,cpuacct/slice/a/cpu.cfs_period_us", "100000\n")
-	write(root+"/fs/cpu,cpuacct/cpu.cfs_quota_us", "-1\n")
-	write(root+"/fs/cpu,cpuacct/cpu.cfs_period_us", "100000\n")
-	if got := cgroupCPULimit(root+"/self", root+"/fs"); got != 3 {
-		t.Errorf("v1 limit = %v, want 3", got)
-	}
-	// No files, no limit.
-	if got := cgroupCPULimit(root+"/missing", root+"/fs"); got != 0 {
-		t.Errorf("limit without a cgroup file = %v", got)
-	}
-	if n := usableCPUs(); n <= 0 {
-		t.Errorf("usableCPUs() = %v", n)
 	}
 }
 
@@ -253,35 +190,7 @@ func TestLoadGateSamplesTheSource(t *testing.T) {
 	}
 }
 
-func TestStallSourceParsing(t *testing.T) {
-	psi := "some avg10=1.22 avg60=1.42 avg300=17.99 total=3395547653\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-	if v, err := parsePressureTotal([]byte(psi)); err != nil || v != 3395547653 {
-		t.Errorf("parsePressureTotal = %v, %v", v, err)
-	}
-	for _, bad := range []string{"", "full total=3\n", "some avg10=1\n", "some total=x\n"} {
-		if _, err := parsePressureTotal([]byte(bad)); err == nil {
-			t.Errorf("parsePressureTotal(%q) accepted", bad)
-		}
-	}
-	if n, err := parseLoadavgRunning([]byte("0.15 1.16 2.80 3/91 30864\n")); err != nil || n != 3 {
-		t.Errorf("parseLoadavgRunning = %v, %v", n, err)
-	}
-	if _, err := parseLoadavgRunning([]byte("0.15 1.16")); err == nil {
-		t.Error("short loadavg accepted")
-	}
-	for s, want := range map[string]int{"0-1": 2, "0": 1, "0-3,8,10-11": 7, "": 0, "3-1": 0, "a": 0} {
-		if got := parseCPUList(s); got != want {
-			t.Errorf("parseCPUList(%q) = %d, want %d", s, got, want)
-		}
-	}
-	for _, c := range []struct {
-		running, cpus int
-		want          float64
-	}{{1, 2, 0}, {2, 2, 0}, {3, 2, 1.0 / 3}, {8, 2, 0.75}, {0, 2, 0}} {
-		if got := runnableExcess(c.running, c.cpus); got != c.want {
-			t.Errorf("runnableExcess(%d, %d) = %v, want %v", c.running, c.cpus, got, c.want)
-		}
-	}
+func TestStallSourceOfThisMachine(t *testing.T) {
 	// This machine's source, if it has one, counts up.
 	if src := openStallSource(); src != nil {
 		a, err1 := src()

@@ -3,6 +3,7 @@ package iosbridge
 import (
 	"fmt"
 	"math"
+	"time"
 )
 
 // ATSRASLocalRate is eq. 2.2 of Desell's thesis: M(L,A) = P(A)/T(A), the messages per second
@@ -19,9 +20,9 @@ func ATSRASLocalRate(p, t float64) (m float64, ok bool) {
 //
 //	M(R,A) = F(A)/P(A) + T(A) / (F(A) * (S(A,L) − S(A,R)))
 //
-// with F(A) the average FLOPs per message, S(A,t) the messages A sent to theater t. The
-// printed formula is kept verbatim (the seed is the specification); ok is false wherever it
-// divides by zero: P(A)=0, F(A)=0 or S(A,L)=S(A,R).
+// with F(A) the average FLOPs per message, S(A,t) the messages A sent to theater t. ok is
+// false wherever it divides by zero: P(A)=0, F(A)=0 or S(A,L)=S(A,R). It is kept to document
+// the seed; the policy does not use it (see ATSRASRemoteEstimate for why).
 func ATSRASRemoteRate(f, p, t, sl, sr float64) (m float64, ok bool) {
 	den := f * (sl - sr)
 	if p == 0 || den == 0 {
@@ -30,14 +31,48 @@ func ATSRASRemoteRate(f, p, t, sl, sr float64) (m float64, ok bool) {
 	return f/p + t/den, true
 }
 
+// ATSRASRemoteEstimate is the policy's eq. 2.3: the messages per second actor A would process
+// at the remote theater R, from the quantities the printed equation names, measured.
+//
+// The printed formula cannot be applied as printed: its terms do not have the unit of a rate,
+// it is undefined for an actor that sends nothing (S(A,L) = S(A,R) = 0, the thesis's
+// "unconnected" benchmark, which ATS-RAS spreads over the nodes, Fig. 3.4), and its second
+// term grows with S(A,L) − S(A,R), so it would move an actor away from the theater it talks
+// to, against the prose ("co-locate tightly coupled actors", "if the actor will process
+// messages faster remote, it is migrated"). What the prose asks for is predicted here from
+// the same quantities. Locally A takes T(A)/P(A) per message: F(A) computing and c = T(A)/P(A)
+// − F(A) communicating. Remotely:
+//
+//	M(R,A) = 1 / (F(A)·u/a + c·(X_R + 1)/(X_L + 1))
+//
+// with F(A) the computation per message measured here (RankProfile.ComputePerMessage: FLOPs
+// over this node's speed for A, as a node without hardware counters measures them), u the
+// CPU A gets here and a = min(1, free CPUs of R) the CPU it would get there, and X_L =
+// S(A) − S(A,L), X_R = S(A) − S(A,R) the messages that cross the network now and after the
+// move (S(A) all messages A sent): the communication time scales with them (+1: the waits
+// for the peers that no move removes). ok is false when P(A), T(A) or F(A) is unknown or R
+// has no free CPU.
+func ATSRASRemoteEstimate(f, p, t float64, total, sl, sr int64, u, a float64) (m float64, ok bool) {
+	if p <= 0 || t <= 0 || f <= 0 || a <= 0 || u <= 0 {
+		return 0, false
+	}
+	c := math.Max(0, t/p-f)
+	xl, xr := float64(total-sl), float64(total-sr)
+	per := f*u/math.Min(1, a) + c*(xr+1)/(xl+1)
+	if per <= 0 {
+		return 0, false
+	}
+	return 1 / per, true
+}
+
 // ATSRASGain is eq. 2.1 as printed: G(L,R,A) = M(L,A) − M(R,A).
 func ATSRASGain(ml, mr float64) float64 { return ml - mr }
 
 // ATSRAS is Application Topology Sensitive RAS (thesis §2.2.1.2, eq. 2.1–2.3). For each
-// candidate rank it evaluates the printed equations with:
+// candidate rank it evaluates eq. 2.2 and the policy's eq. 2.3 (ATSRASRemoteEstimate) with:
 //
 //	P(A) = RankProfile.MessagesProcessed, T(A) = RankProfile.Window (seconds),
-//	F(A) = RankProfile.FlopsPerMessage,
+//	F(A) = RankProfile.ComputePerMessage (seconds; filled by the profiler),
 //	S(A,L), S(A,R) = messages the rank sent to peer ranks hosted on Local / Remote.
 //
 // Sign: eq. 2.1 as printed is local minus remote, while the prose says the module "chooses
@@ -54,12 +89,20 @@ func (ATSRAS) Name() string { return PolicyATSRAS }
 func (ATSRAS) Decide(in DecisionInput) Decision {
 	d := Decision{Policy: PolicyATSRAS, Reason: "no rank would process messages faster remotely"}
 	best := math.Inf(-1)
+	free := in.Remote.FreeCPUs()
 	for _, r := range in.Ranks {
 		_, sl := r.commTo(in.Local)
 		_, sr := r.commTo(in.Remote)
-		p, t, f := float64(r.MessagesProcessed), r.Window.Seconds(), r.FlopsPerMessage
+		var total int64
+		for _, pc := range r.Peers {
+			if pc.Rank != r.Rank {
+				total += pc.Messages
+			}
+		}
+		p, t, f := float64(r.MessagesProcessed), r.Window.Seconds(), r.ComputePerMessage.Seconds()
+		u := r.cpuUse(in.Local)
 		ml, ok1 := ATSRASLocalRate(p, t)
-		mr, ok2 := ATSRASRemoteRate(f, p, t, float64(sl), float64(sr))
+		mr, ok2 := ATSRASRemoteEstimate(f, p, t, total, sl, sr, u, free)
 		if !ok1 || !ok2 {
 			continue
 		}
@@ -70,7 +113,8 @@ func (ATSRAS) Decide(in DecisionInput) Decision {
 		}
 		best = inc
 		d.Migrate, d.Rank, d.Gain = true, r.ID(), inc
-		d.Reason = fmt.Sprintf("eq.2.1 G=M(L)-M(R)=%.4g-%.4g=%.4g: %s processes %.4g msg/s more at %s", ml, mr, g, r.ID(), inc, in.Remote.Node)
+		d.Reason = fmt.Sprintf("eq.2.1 G=M(L)-M(R)=%.4g-%.4g=%.4g (F=%v/msg, CPU %.2f here, %.2f free there, sent %d here %d there of %d): %s processes %.4g msg/s more at %s",
+			ml, mr, g, r.ComputePerMessage.Round(time.Microsecond), u, free, sl, sr, total, r.ID(), inc, in.Remote.Node)
 	}
 	return d
 }

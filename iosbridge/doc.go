@@ -4,30 +4,36 @@
 // NATS, clocks or the global random source; time (now time.Time) and randomness (Rand) are
 // passed in, so every run replays exactly from a seed.
 //
-// The design follows the seeds in /work/shared/seeds:
+// The design follows these papers:
 //
-//   - 004 (MPI/IOS paper): an IOS agent has a profiling, a decision and a protocol
+//   - the MPI/IOS paper (El Maghraoui, Szymanski, Varela: "An architecture for
+//     reconfigurable iterative MPI applications in dynamic environments"): an IOS agent has a profiling, a decision and a protocol
 //     component; idle or newly joined nodes send steal requests carrying their profile; the
 //     receiver's decision component predicts the gain of migrating a process and PCM moves
 //     it. The default policy "mpiios" is the paper's gain,
 //     Γ = (Σ_r w_r·Δ_r)·log(L) − M, Δ_r = (a_r − u_r)/(a_r + u_r), with L the remaining
 //     life (remaining iterations × iteration time) and M the migration cost (state bytes /
-//     measured bandwidth); migrate only if Γ > 0. See MPIIOS for the interpretation.
-//   - 000 (Desell's thesis) §2.2.1: the RAS protocol (Node): steal when CPU usage is below a
+//     bandwidth); migrate only if Γ > 0. See MPIIOS for the interpretation.
+//   - Desell's thesis ("Autonomic grid computing using malleability and migration: an
+//     actor-oriented software framework") §2.2.1: the RAS protocol (Node): steal when CPU usage is below a
 //     threshold, random neighbour, TTL, forward with TTL−1 or fail at TTL 0, one
 //     outstanding steal. §2.2.1.1 S-RAS ("sras"), §2.2.1.2 ATS-RAS eq. 2.1–2.3 ("atsras"),
 //     §2.2.1.3 FLC-RAS tables 2.2/2.3 and the four Sugeno rules with threshold 0.5
-//     ("flcras"). Where a printed formula's sign contradicts the prose (eq. 2.1, g_c of
-//     table 2.2) the doc comment of the policy says what we did and why.
-//   - 003 (IO middleware paper): RS/ARS random stealing over a peer network, steal packets
+//     ("flcras"). Where a printed formula contradicts the prose (the sign of eq. 2.1 and
+//     g_c of table 2.2, eq. 2.3 as a whole) the doc comment of the policy says what we did
+//     and why. ATS-RAS's F(A) is measured by package profiler.
+//   - the IO middleware paper (Szymanski, Varela, Cummings, Napolitano: "Dynamically
+//     reconfigurable scientific computing on large-scale heterogeneous grids"): RS/ARS random stealing over a peer network, steal packets
 //     with a time to live, joining through peer servers, no central coordination.
 //
 // A job may choose its own policy (mpirun --policy): RankProfile.Policy, applied by PerRank,
 // which NewNode puts inside the stability guard; a job that chose "none" is never moved.
 //
 // Stability (Stabilize, applied by NewNode around every policy) adds what the thesis found
-// missing: a cooldown per rank, a no-flip hysteresis on free CPUs so similar nodes never
-// ping-pong, and no migration without positive gain.
+// missing: a cooldown per migrated rank, a no-flip hysteresis on free CPUs (a margin relative
+// to node size) so similar nodes never ping-pong, and no migration without positive gain.
+// A load change ends a node's steal back-off, so the network reacts to it within a sampling
+// period and a heartbeat.
 //
 // # Wiring (pcmd)
 //
@@ -36,13 +42,14 @@
 //   - at start: NewNode(Config{ID, Policy: PolicyByName(flag), Rand: rand.New(...)}), then
 //     Join(now, seeds); later Join again for every node that appears in pcmd's heartbeat
 //     table, and Step a Leave for every node that disappears from it;
-//   - every sample period: Sampler.Sample plus the PMPI rank profiles → Update(now, ...);
-//     after each measured checkpoint transfer: LinkProfile.Observe → SetLink;
+//   - every sample period: Sampler.Sample plus the ranks' profiles (package profiler,
+//     completed with their processes' CPU time and memory) → Update(now, ...);
 //   - on a timer (≈500 ms): Tick(now);
 //   - on every protocol message from NATS (msgpack-decoded Message): Step(now, msg);
 //     errors mean a bad or misaddressed message and are logged, not fatal;
 //   - after each of the above: Ready(); publish every Message to its To node's subject, in
-//     order; hand every Migration to PCM (checkpoint the rank, restart on Migration.To), and
-//     call MigrationFailed if PCM gives up; keep Ready().Decisions for the status page;
+//     order; ask the job of every Migration to move the rank to Migration.To (a control
+//     request to its mpirun), and call MigrationFailed and Cooldown if the job refuses or
+//     does not answer; keep Ready().Decisions for the status page;
 //   - at shutdown: Leave(now), publish Ready().Messages.
 package iosbridge

@@ -72,20 +72,6 @@ func ExampleMPIIOSGain() {
 	// Output: 2.814
 }
 
-func ExampleCPUUtilization() {
-	prev, _ := iosbridge.ParseProcStat("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 100 0 50 800 50 0 0 0 0 0\n")
-	cur, _ := iosbridge.ParseProcStat("cpu  400 0 150 1100 150 0 0 0 0 0\ncpu0 400 0 150 1100 150 0 0 0 0 0\n")
-	u, err := iosbridge.CPUUtilization(prev, cur)
-	fmt.Println(u, err)
-	// Output: 0.5 <nil>
-}
-
-func ExampleParseCgroupV2CPUMax() {
-	quota, limited, _ := iosbridge.ParseCgroupV2CPUMax("150000 100000\n")
-	fmt.Println(iosbridge.EffectiveCPUs(8, quota, limited))
-	// Output: 1.5
-}
-
 func ExampleSampler() {
 	// In production Root is "" (the real /proc and /sys/fs/cgroup); here a fake tree.
 	root, _ := os.MkdirTemp("", "iosbridge")
@@ -96,10 +82,21 @@ func ExampleSampler() {
 	}
 	write("proc/stat", "cpu  0 0 0 1000 0 0 0 0 0 0\ncpu0 0 0 0 500 0 0 0 0 0 0\ncpu1 0 0 0 500 0 0 0 0 0 0\n")
 	write("proc/meminfo", "MemTotal: 2048 kB\nMemAvailable: 1024 kB\n")
+	write("proc/self/cgroup", "0::/\n")
+	write("proc/self/mountinfo", "31 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
 	write("sys/fs/cgroup/cpu.max", "100000 100000\n")
 
 	s := &iosbridge.Sampler{Node: "n1", Root: root}
 	p, err := s.Sample(time.Unix(0, 0), nil)
 	fmt.Println(p.CPUs, p.EffectiveCPUs, p.Availability, p.MemFreeBytes, err)
 	// Output: 2 1 1 1048576 <nil>
+}
+
+func ExampleATSRASRemoteEstimate() {
+	// A rank processed 100 messages in 10 s (M(L) = 10/s), computing 50 ms per message at
+	// half a CPU; of the 7 messages it sent, 6 went to the stealer's ranks and 1 to a rank
+	// here. With a whole CPU free there, it would process about 25 messages per second.
+	m, ok := iosbridge.ATSRASRemoteEstimate(0.05, 100, 10, 7, 1, 6, 0.5, 1)
+	fmt.Printf("%.2f %v\n", m, ok)
+	// Output: 25.45 true
 }

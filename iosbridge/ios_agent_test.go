@@ -139,39 +139,17 @@ func ptr[T any](v T) *T { return &v }
 
 // MPI/IOS: "application entity profiles: processing, communication, data accesses, memory
 // usage". The agent reads a rank's CPU time and resident memory from /proc/PID/stat.
-func TestParseProcPIDStat(t *testing.T) {
+func TestSamplerProcess(t *testing.T) {
 	// A command name with spaces and parentheses; utime 250, stime 50, starttime 4242, rss 300.
 	line := "1234 (my (odd) prog) S 1 1234 1234 0 -1 4194304 99 0 0 0 250 50 0 0 20 0 1 0 4242 3133440 300 18446744073709551615 0\n"
-	pt, err := ParseProcPIDStat(line, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pt.CPU != 3*time.Second || pt.RSSBytes != 300*4096 || pt.StartTicks != 4242 {
-		t.Fatalf("%+v", pt)
-	}
-	for _, bad := range []string{"", "1 (x) S 1 2 3", strings.Replace(line, " 250 ", " x ", 1)} {
-		if _, err := ParseProcPIDStat(bad, 4096); err == nil {
-			t.Errorf("ParseProcPIDStat(%q): want error", bad)
-		}
-	}
 	root := t.TempDir()
 	writeFile(t, root, "proc/77/stat", line)
 	s := &Sampler{Root: root}
-	if pt, err := s.Process(77); err != nil || pt.CPU != 3*time.Second {
+	if pt, err := s.Process(77); err != nil || pt.CPU != 3*time.Second || pt.StartTicks != 4242 {
 		t.Fatalf("Process: %+v %v", pt, err)
 	}
 	if _, err := s.Process(78); err == nil {
 		t.Fatal("missing process: want error")
-	}
-}
-
-func TestParseProcCgroup(t *testing.T) {
-	v2, v1 := ParseProcCgroup("12:cpu,cpuacct:/system.slice/pcmd.service\n3:memory:/x\n0::/system.slice/pcmd.service\n")
-	if v2 != "/system.slice/pcmd.service" || v1 != "/system.slice/pcmd.service" {
-		t.Fatalf("%q %q", v2, v1)
-	}
-	if v2, v1 := ParseProcCgroup("0::/../../etc\nbogus\n"); v2 != "" || v1 != "" {
-		t.Fatalf("escaping path accepted: %q %q", v2, v1)
 	}
 }
 
@@ -182,14 +160,10 @@ func TestSamplerOwnCgroupQuotaAndAncestors(t *testing.T) {
 	writeFile(t, root, "proc/stat", statBusy) // 4 CPUs
 	writeFile(t, root, "proc/meminfo", meminfo)
 	writeFile(t, root, "proc/self/cgroup", "0::/mpios.slice/pcmd.service\n")
-	writeFile(t, root, "sys/fs/cgroup/cgroup.controllers", "cpu memory\n")
+	writeFile(t, root, "proc/self/mountinfo", "31 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
 	writeFile(t, root, "sys/fs/cgroup/mpios.slice/cpu.max", "300000 100000\n")
 	writeFile(t, root, "sys/fs/cgroup/mpios.slice/pcmd.service/cpu.max", "max 100000\n")
-	dir, ok := OwnCgroupDir(root)
-	if !ok || !strings.HasSuffix(dir, "sys/fs/cgroup/mpios.slice/pcmd.service") {
-		t.Fatalf("OwnCgroupDir = %q %v", dir, ok)
-	}
-	s := &Sampler{Node: "n", Root: root, CgroupDir: dir}
+	s := &Sampler{Node: "n", Root: root}
 	p, err := s.Sample(t0, nil)
 	if err != nil || p.EffectiveCPUs != 3 {
 		t.Fatalf("parent slice quota: %+v %v", p, err)
@@ -198,15 +172,19 @@ func TestSamplerOwnCgroupQuotaAndAncestors(t *testing.T) {
 	if p, err = s.Sample(t0, nil); err != nil || p.EffectiveCPUs != 1.5 {
 		t.Fatalf("own quota: %+v %v", p, err)
 	}
-	// A hybrid hierarchy (no cgroup.controllers at the mount) uses the v1 cpu controller.
+	// A hybrid layout uses the v1 cpu controller, and cpuacct mounted apart for the usage.
 	root2 := t.TempDir()
-	writeFile(t, root2, "proc/self/cgroup", "4:cpu,cpuacct:/job\n0::/\n")
-	writeFile(t, root2, "sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us", "100000\n")
-	if dir, ok := OwnCgroupDir(root2); !ok || !strings.HasSuffix(dir, "cpu,cpuacct/job") {
-		t.Fatalf("hybrid: %q %v", dir, ok)
-	}
-	if _, ok := OwnCgroupDir(t.TempDir()); ok {
-		t.Fatal("no /proc/self/cgroup: want !ok")
+	writeFile(t, root2, "proc/stat", statBusy)
+	writeFile(t, root2, "proc/meminfo", meminfo)
+	writeFile(t, root2, "proc/self/cgroup", "2:cpuacct:/job\n1:cpu:/job\n0::/\n")
+	writeFile(t, root2, "proc/self/mountinfo", "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"+
+		"33 31 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n")
+	writeFile(t, root2, "sys/fs/cgroup/cpu/job/cpu.cfs_quota_us", "100000\n")
+	writeFile(t, root2, "sys/fs/cgroup/cpu/job/cpu.cfs_period_us", "100000\n")
+	writeFile(t, root2, "sys/fs/cgroup/cpuacct/job/cpuacct.usage", "0\n")
+	s = &Sampler{Node: "n", Root: root2}
+	if p, err = s.Sample(t0, nil); err != nil || p.EffectiveCPUs != 1 || p.LoadSource != "cgroup v1 cpuacct.usage" {
+		t.Fatalf("hybrid: %+v %v", p, err)
 	}
 }
 
@@ -215,6 +193,7 @@ func TestSamplerCgroupUsageLimitsAvailability(t *testing.T) {
 	root := t.TempDir()
 	writeFile(t, root, "proc/stat", statPrev) // 2 CPUs, 15% busy since boot
 	writeFile(t, root, "proc/meminfo", meminfo)
+	inCgroup(t, root, 2)
 	writeFile(t, root, "sys/fs/cgroup/cpu.max", "100000 100000\n") // 1 CPU
 	writeFile(t, root, "sys/fs/cgroup/cpu.stat", "usage_usec 1000000\nuser_usec 1\n")
 	s := &Sampler{Node: "n", Root: root}
@@ -229,12 +208,8 @@ func TestSamplerCgroupUsageLimitsAvailability(t *testing.T) {
 		t.Fatal(err)
 	}
 	approx(t, "availability under a used quota", p.Availability, 0.25)
-	approx(t, "CgroupAvailability", CgroupAvailability(4, 2, 0.9, 0.5), 0.2) // host idle 0.4 < quota left 1.5
-	if u, err := ParseCgroupV2CPUStat("usage_usec 5\n"); err != nil || u != 5*time.Microsecond {
-		t.Fatalf("%v %v", u, err)
-	}
-	if _, err := ParseCgroupV2CPUStat("user_usec 5\n"); err == nil {
-		t.Fatal("no usage_usec: want error")
+	if p.LoadSource != "cgroup v2 cpu.stat usage_usec" {
+		t.Errorf("load source %q", p.LoadSource)
 	}
 }
 

@@ -172,7 +172,6 @@ type Node struct {
 	local    NodeProfile
 	hasLocal bool
 	ranks    []RankProfile
-	links    map[string]LinkProfile
 
 	outgoing map[RankID]pending // given away, still listed locally until PCM finishes
 	incoming map[RankID]pending // promised to us, not yet listed locally
@@ -197,7 +196,6 @@ func NewNode(cfg Config) (*Node, error) {
 		cfg:      cfg,
 		policy:   Stabilize(PerRank(cfg.Policy), cfg.Stability),
 		peers:    map[string]*peerState{},
-		links:    map[string]LinkProfile{},
 		outgoing: map[RankID]pending{},
 		incoming: map[RankID]pending{},
 		arrived:  map[RankID]time.Time{},
@@ -276,6 +274,9 @@ func (n *Node) Update(now time.Time, local NodeProfile, ranks []RankProfile) err
 			return err
 		}
 	}
+	if n.hasLocal && n.local.Availability < n.cfg.StealThreshold && local.Availability >= n.cfg.StealThreshold {
+		n.loadChanged(now) // this node just became free: look for work now
+	}
 	n.local = local
 	n.local.Ranks = append([]RankID(nil), local.Ranks...)
 	n.ranks = append([]RankProfile(nil), ranks...)
@@ -292,19 +293,6 @@ func (n *Node) Update(now time.Time, local NodeProfile, ranks []RankProfile) err
 		}
 	}
 	n.expire(now)
-	return nil
-}
-
-// SetLink records the measured path from this node to l.To (see LinkProfile.Observe); the
-// policy uses it to price migrations to that stealer.
-func (n *Node) SetLink(l LinkProfile) error {
-	if l.From != n.cfg.ID {
-		return fmt.Errorf("iosbridge: node %s: link from %s", n.cfg.ID, l.From)
-	}
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	n.links[l.To] = l
 	return nil
 }
 
@@ -425,9 +413,6 @@ func (n *Node) Step(now time.Time, m Message) error {
 func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
 		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand}
-		if l, ok := n.links[m.Origin]; ok {
-			in.Link = &l
-		}
 		d := n.policy.Decide(in)
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
 			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
@@ -611,7 +596,27 @@ func (n *Node) touch(now time.Time, m Message) {
 	ps.lastSeen = now
 	if m.Profile != nil && m.Profile.Node == m.From {
 		p := *m.Profile
+		if n.loaded(p) && (ps.profile == nil || !n.loaded(*ps.profile)) {
+			n.loadChanged(now) // a neighbour just became loaded: it may give work now
+		}
 		ps.profile = &p
+	}
+}
+
+// loaded reports whether a node with profile p may give work away: it hosts ranks and has
+// less spare CPU than the steal threshold.
+func (n *Node) loaded(p NodeProfile) bool {
+	return len(p.Ranks) > 0 && p.Availability < n.cfg.StealThreshold
+}
+
+// loadChanged ends the steal back-off: the back-off is for a network with nothing to give,
+// and a load that changed makes earlier failures stale. So a load change is acted on at the
+// next Tick after it is sampled and heard of (a sampling period and a heartbeat), not after
+// up to BackoffMax.
+func (n *Node) loadChanged(now time.Time) {
+	n.backoff = 0
+	if now.Before(n.nextSteal) {
+		n.nextSteal = now
 	}
 }
 

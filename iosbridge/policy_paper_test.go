@@ -62,27 +62,84 @@ func TestATSRASRemoteRateEquation2_3AsPrinted(t *testing.T) {
 }
 
 func TestATSRASGainEquation2_1MigratesBestIncrease(t *testing.T) {
-	// Local hosts ranks 0..3 of job j, the stealer hosts 4 and 5.
+	// Local hosts ranks 0..3 of job j on 2 busy CPUs, the stealer hosts 4 and 5 and has one
+	// CPU free. Both ranks: P=100 messages in T=10 s (M(L)=10/s), F=50 ms computing per
+	// message at u=0.5 CPU here, c = T/P − F = 50 ms communicating.
 	local := node("L", 2, 0, ids("j", 0, 1, 2, 3)...)
-	remote := node("R", 2, 1, ids("j", 4, 5)...)
-	// Rank 0: P=100, T=10 s, F=50, sends 4 msgs to rank 2 (local) and 2 to rank 4 (remote).
-	//   M(L)=10, M(R)=0.6, G = 10−0.6 = 9.4 > 0: faster here, stays.
-	a := RankProfile{Job: "j", Rank: 0, MessagesProcessed: 100, Window: 10 * time.Second, FlopsPerMessage: 50,
-		Peers: []PeerComm{{Rank: 2, Messages: 4}, {Rank: 4, Messages: 2}}}
-	// Rank 1: P=2, T=1 s, F=40, S_L=1 (rank 3), S_R=6 (ranks 4, 5).
-	//   M(L)=2, M(R)=19.995, G = 2−19.995 = −17.995: 17.995 msg/s faster remotely.
-	b := RankProfile{Job: "j", Rank: 1, MessagesProcessed: 2, Window: time.Second, FlopsPerMessage: 40,
-		Peers: []PeerComm{{Rank: 3, Messages: 1}, {Rank: 4, Messages: 2}, {Rank: 5, Messages: 4}}}
+	remote := node("R", 2, 0.5, ids("j", 4, 5)...)
+	rank := func(r int, peers ...PeerComm) RankProfile {
+		return RankProfile{Job: "j", Rank: r, MessagesProcessed: 100, Window: 10 * time.Second,
+			ComputePerMessage: 50 * time.Millisecond, CPUUse: 0.5, Peers: peers}
+	}
+	// Rank 0 sends 4 to rank 2 (here) and 2 to rank 4 (there): 2 cross now, 4 after.
+	//   M(R) = 1/(0.05·0.5/1 + 0.05·5/3) = 9.2308 < 10: stays.
+	a := rank(0, PeerComm{Rank: 2, Messages: 4}, PeerComm{Rank: 4, Messages: 2})
+	// Rank 1 sends 1 to rank 3 (here) and 6 to ranks 4, 5 (there): 6 cross now, 1 after.
+	//   M(R) = 1/(0.025 + 0.05·2/7) = 25.4545, G = 10 − 25.4545: 15.4545 msg/s faster there.
+	b := rank(1, PeerComm{Rank: 3, Messages: 1}, PeerComm{Rank: 4, Messages: 2}, PeerComm{Rank: 5, Messages: 4})
 	d := ATSRAS{}.Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{a, b}, Now: t0})
 	if !d.Migrate || d.Rank != (RankID{"j", 1}) {
 		t.Fatalf("want rank 1 migrated: %+v", d)
 	}
-	approx(t, "gain (−G)", d.Gain, 17.995)
+	approx(t, "gain (−G)", d.Gain, 1/(0.025+0.05*2.0/7)-10)
 	if !strings.Contains(d.Reason, "G=M(L)-M(R)") {
 		t.Fatalf("reason should cite eq. 2.1: %q", d.Reason)
 	}
 	if d := (ATSRAS{}).Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{a}}); d.Migrate {
 		t.Fatalf("rank faster locally must stay: %+v", d)
+	}
+	a.ComputePerMessage = 0 // F(A) unknown: eq. 2.3 undefined, the rank is skipped
+	b.ComputePerMessage = 0
+	if d := (ATSRAS{}).Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{a, b}}); d.Migrate {
+		t.Fatalf("F(A) unknown: %+v", d)
+	}
+}
+
+// Eq. 2.3, Fig. 3.4: actors that do not communicate ("unconnected"), all loaded onto one
+// processor, are spread over the idle ones by ATS-RAS; once every rank has a CPU of its own,
+// nothing moves.
+func TestATSRASEquation2_3SpreadsUnconnectedActorsFromALoadedNode(t *testing.T) {
+	p := Stabilize(mustPolicy(t, PolicyATSRAS), DefaultStability())
+	rank := func(r int, cpu float64) RankProfile {
+		return RankProfile{Job: "j", Rank: r, MessagesProcessed: 100, Window: 10 * time.Second,
+			ComputePerMessage: 90 * time.Millisecond, CPUUse: cpu}
+	}
+	var four []RankProfile
+	for r := 0; r < 4; r++ {
+		four = append(four, rank(r, 0.5))
+	}
+	// 4 ranks on 2 CPUs: 0.5 CPU each; an idle 2-CPU node steals.
+	//   M(L) = 10, M(R) = 1/(0.09·0.5 + 0.01) = 18.18.
+	in := DecisionInput{Local: node("L", 2, 0, ids("j", 0, 1, 2, 3)...), Remote: node("R", 2, 1), Ranks: four, Now: t0}
+	if d := p.Decide(in); !d.Migrate || d.Policy != PolicyATSRAS {
+		t.Fatalf("loaded node keeps its unconnected ranks: %+v", d)
+	}
+	// Balanced: 2 ranks on each 2-CPU node, each with a CPU of its own; the stealer has none free.
+	in = DecisionInput{Local: node("L", 2, 0, ids("j", 0, 1)...), Remote: node("R", 2, 0, ids("j", 2, 3)...),
+		Ranks: []RankProfile{rank(0, 1), rank(1, 1)}, Now: t0}
+	if d := p.Decide(in); d.Migrate {
+		t.Fatalf("balanced placement changed: %+v", d)
+	}
+}
+
+// Eq. 2.3, §2.2.1.2: ATS-RAS "co-locate[s] tightly coupled actors ... within the same theater":
+// of two communication-bound ranks with the same CPU, the one whose messages go to the
+// stealer's ranks moves there; the one that talks to its local neighbour stays.
+func TestATSRASEquation2_3CoLocatesTightlyCoupledActors(t *testing.T) {
+	local := node("L", 2, 0, ids("j", 0, 1)...)
+	remote := node("R", 2, 0.5, ids("j", 2)...)
+	rank := func(r int, peers ...PeerComm) RankProfile {
+		return RankProfile{Job: "j", Rank: r, MessagesProcessed: 100, Window: 10 * time.Second,
+			ComputePerMessage: 20 * time.Millisecond, CPUUse: 1, Peers: peers}
+	}
+	toRemote := rank(0, PeerComm{Rank: 2, Messages: 10}) // M(R) = 1/(0.02 + 0.08/11) = 36.7 > 10
+	toLocal := rank(1, PeerComm{Rank: 0, Messages: 10})  // M(R) = 1/(0.02 + 0.08·11) = 1.1 < 10
+	d := ATSRAS{}.Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{toRemote, toLocal}, Now: t0})
+	if !d.Migrate || d.Rank != toRemote.ID() {
+		t.Fatalf("want the rank that talks to R moved: %+v", d)
+	}
+	if d := (ATSRAS{}).Decide(DecisionInput{Local: local, Remote: remote, Ranks: []RankProfile{toLocal}, Now: t0}); d.Migrate {
+		t.Fatalf("the rank that talks to its local neighbour moved: %+v", d)
 	}
 }
 

@@ -37,6 +37,9 @@ type NodeProfile struct {
 	MemTotalBytes uint64 `msgpack:"mem_total"`
 	// Load1 is the one-minute load average, kept for operators; no policy depends on it.
 	Load1 float64 `msgpack:"load1"`
+	// LoadSource names the counter Availability was measured with (nodecpu.Source: the
+	// whole machine's /proc/stat, a cgroup's usage or throttling counters), for status pages.
+	LoadSource string `msgpack:"load_source,omitempty"`
 	// Ranks lists the ranks hosted here. A stealer's list lets the giver compute how much a
 	// rank talks to the stealer (S(A,R) in eq. 2.3, c_f in table 2.2).
 	Ranks []RankID `msgpack:"ranks"`
@@ -124,8 +127,10 @@ type RankProfile struct {
 	Window time.Duration `msgpack:"window"`
 	// MessagesProcessed is P(A) of eq. 2.2: messages received and processed in Window.
 	MessagesProcessed int64 `msgpack:"messages_processed"`
-	// FlopsPerMessage is F(A) of eq. 2.3: average floating point work per processed message.
-	FlopsPerMessage float64 `msgpack:"flops_per_message"`
+	// ComputePerMessage is F(A) of eq. 2.3, the work per processed message, measured as the
+	// time computed (outside MPI calls) per message received on the rank's current node:
+	// its FLOPs over the node's speed for it. 0 means unknown.
+	ComputePerMessage time.Duration `msgpack:"compute_per_message"`
 	// Peers is the per-peer traffic this rank sent during Window, sorted by Rank.
 	Peers []PeerComm `msgpack:"peers"`
 	// LastMigration is when this rank last arrived on a node; zero if never moved.
@@ -154,7 +159,7 @@ func (r RankProfile) Validate() error {
 		return fmt.Errorf("iosbridge: rank profile %s: CPU use %v out of range", r.ID(), r.CPUUse)
 	case r.CommTime < 0 || r.CompTime < 0 || r.Window < 0:
 		return fmt.Errorf("iosbridge: rank profile %s: negative duration", r.ID())
-	case r.MessagesProcessed < 0 || !finite(r.FlopsPerMessage) || r.FlopsPerMessage < 0:
+	case r.MessagesProcessed < 0 || r.ComputePerMessage < 0:
 		return fmt.Errorf("iosbridge: rank profile %s: negative message counters", r.ID())
 	}
 	if r.Policy != "" && !validPolicyName(r.Policy) {
@@ -237,8 +242,8 @@ type LinkProfile struct {
 const DefaultLinkAlpha = 0.3
 
 // Observe folds one transfer of bytes that took d into the bandwidth estimate (EWMA with
-// weight alpha; the first sample is taken as is). pcmd calls it after every checkpoint
-// transfer so migration cost estimates follow the real network.
+// weight alpha; the first sample is taken as is), for a caller that measures transfers (see
+// DecisionInput.Link).
 func (l *LinkProfile) Observe(bytes int64, d time.Duration, now time.Time, alpha float64) error {
 	if bytes <= 0 || d <= 0 {
 		return fmt.Errorf("iosbridge: link %s->%s: need positive bytes and duration, got %d in %v", l.From, l.To, bytes, d)

@@ -2,6 +2,7 @@ package iosbridge
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -11,27 +12,46 @@ import (
 // MPI rank costs a checkpoint and a communicator rebuild, so mpios refuses such churn
 // regardless of the policy.
 type Stability struct {
-	// Cooldown: a rank that arrived less than Cooldown ago is not moved again.
+	// Cooldown: a rank that arrived (migrated) less than Cooldown ago is not moved again. A
+	// rank that started fresh on its node has no arrival (RankProfile.LastMigration zero)
+	// and may move at once.
 	Cooldown time.Duration `msgpack:"cooldown"`
-	// Margin (in CPUs) is the hysteresis: a rank using u CPUs here moves only if
-	// Remote.FreeCPUs − Local.FreeCPUs ≥ u + Margin. After such a move the reverse move
-	// would need the difference to be ≥ u + Margin the other way, but it is now at most
-	// u − Margin, so two nodes can never hand a rank back and forth. Margin also absorbs
-	// sampling noise between "similar" nodes.
-	Margin float64 `msgpack:"margin"`
+	// The hysteresis: a rank using u CPUs here moves only if
+	//
+	//	Remote.FreeCPUs − Local.FreeCPUs ≥ u + m,  m = Margin + RelativeMargin × min(C_L, C_R)
+	//
+	// with C_L, C_R the nodes' EffectiveCPUs. After such a move the reverse move would need
+	// the difference to be ≥ u + m the other way, but it is now at most u − m, so two nodes
+	// can never hand a rank back and forth (m is the same both ways). m also absorbs sampling
+	// noise between "similar" nodes; that noise is a share of a node's CPUs, so the margin
+	// scales with the smaller node: a fixed quarter CPU, right for 2-CPU nodes, would keep a
+	// joining half-CPU node (at most 0.5 free) from ever attracting a rank of 0.25 CPU or
+	// more from a fully used half-CPU node.
+	Margin         float64 `msgpack:"margin"`          // CPUs
+	RelativeMargin float64 `msgpack:"relative_margin"` // share of the smaller node's CPUs
 	// MinGain: the policy's gain must exceed it ("no migration when nothing is gained").
 	MinGain float64 `msgpack:"min_gain"`
 }
 
-// DefaultStability is a one-minute cooldown, a quarter-CPU margin and strictly positive gain.
+// DefaultRelativeMargin is an eighth of the smaller node's CPUs: a quarter CPU between
+// 2-CPU nodes, 1/16 CPU between half-CPU ones.
+const DefaultRelativeMargin = 0.125
+
+// DefaultStability is a one-minute cooldown, a margin of DefaultRelativeMargin and strictly
+// positive gain.
 func DefaultStability() Stability {
-	return Stability{Cooldown: time.Minute, Margin: 0.25, MinGain: 0}
+	return Stability{Cooldown: time.Minute, RelativeMargin: DefaultRelativeMargin, MinGain: 0}
+}
+
+// margin is m of the hysteresis between nodes a and b.
+func (s Stability) margin(a, b NodeProfile) float64 {
+	return s.Margin + s.RelativeMargin*math.Min(a.EffectiveCPUs, b.EffectiveCPUs)
 }
 
 // Validate rejects negative or non-finite settings.
 func (s Stability) Validate() error {
-	if s.Cooldown < 0 || !finite(s.Margin) || s.Margin < 0 || !finite(s.MinGain) {
-		return fmt.Errorf("iosbridge: stability %+v: want cooldown >= 0, finite margin >= 0, finite min gain", s)
+	if s.Cooldown < 0 || !finite(s.Margin) || s.Margin < 0 || !finite(s.RelativeMargin) || s.RelativeMargin < 0 || !finite(s.MinGain) {
+		return fmt.Errorf("iosbridge: stability %+v: want cooldown >= 0, finite margins >= 0, finite min gain", s)
 	}
 	return nil
 }
@@ -61,19 +81,20 @@ func (st stable) Decide(in DecisionInput) Decision {
 	var kept []RankProfile
 	var cooling, flip int
 	diff := in.Remote.FreeCPUs() - in.Local.FreeCPUs()
+	margin := st.s.margin(in.Local, in.Remote)
 	for _, r := range in.Ranks {
 		if !r.LastMigration.IsZero() && in.Now.Sub(r.LastMigration) < st.s.Cooldown {
 			cooling++
 			continue
 		}
-		if diff < r.cpuUse(in.Local)+st.s.Margin {
+		if diff < r.cpuUse(in.Local)+margin {
 			flip++
 			continue
 		}
 		kept = append(kept, r)
 	}
 	if len(kept) == 0 {
-		return no(fmt.Sprintf("stability: %d candidate(s): %d in cooldown, %d within hysteresis (free CPUs remote-local = %.3f)", len(in.Ranks), cooling, flip, diff))
+		return no(fmt.Sprintf("stability: %d candidate(s): %d in cooldown, %d within hysteresis (free CPUs remote-local = %.3f, margin %.3f)", len(in.Ranks), cooling, flip, diff, margin))
 	}
 	in.Ranks = kept
 	d := st.inner.Decide(in)

@@ -2,6 +2,7 @@ package iosbridge
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,5 +84,68 @@ func TestNoMigrationWhenNothingGained(t *testing.T) {
 	st = Stabilize(stubPolicy{Decision{Migrate: true, Rank: RankID{"j", 0}, Gain: 1}}, DefaultStability())
 	if d := st.Decide(in); d.Migrate {
 		t.Errorf("gave a rank to itself: %+v", d)
+	}
+}
+
+// MPI/IOS heat experiment: throughput rises as nodes join. A node with half a CPU joins
+// while a half-CPU node runs two ranks (a quarter CPU each, measured a little above) at full
+// use; moving one pays (each rank then has the half CPU of its node), and the guard lets it,
+// as a fixed quarter-CPU margin did not.
+func TestHalfCPUJoiningNodeAttractsWork(t *testing.T) {
+	half := func(name string, avail float64, ranks ...RankID) NodeProfile {
+		p := node(name, 1, avail, ranks...)
+		p.EffectiveCPUs = 0.5
+		return p
+	}
+	var ranks []RankProfile
+	for r := 0; r < 2; r++ {
+		rp := rankProfile("j", r, 0.26)
+		rp.RemainingIterations = 2000 // a long job: the move pays
+		ranks = append(ranks, rp)
+	}
+	// The joining node's own agent takes a little of its CPU: 0.475 of 0.5 free.
+	in := DecisionInput{Local: half("L", 0.02, ids("j", 0, 1)...), Remote: half("R", 0.95), Ranks: ranks, Now: t0}
+	d := Stabilize(mustPolicy(t, PolicyMPIIOS), DefaultStability()).Decide(in)
+	if !d.Migrate {
+		t.Fatalf("the joining half-CPU node attracts no work: %+v", d)
+	}
+	if d := Stabilize(mustPolicy(t, PolicyMPIIOS), Stability{Margin: 0.25}).Decide(in); d.Migrate || !strings.Contains(d.Reason, "within hysteresis") {
+		t.Fatalf("precondition: a fixed quarter-CPU margin blocks it: %+v", d)
+	}
+	// Once it moved, neither node gives it back: L has one rank at 0.25 CPU (0.25 free),
+	// R one (0.225 free).
+	back := DecisionInput{Local: half("R", 0.45, ids("j", 0)...), Remote: half("L", 0.5, ids("j", 1)...), Ranks: ranks[:1], Now: t0}
+	if d := Stabilize(mustPolicy(t, PolicyMPIIOS), DefaultStability()).Decide(back); d.Migrate {
+		t.Fatalf("moved back: %+v", d)
+	}
+}
+
+// The no-ping-pong property of TestHysteresisNeverAllowsTheReverseMove holds for the default
+// margin, relative to node size, between nodes of different and fractional sizes.
+func TestRelativeMarginNeverAllowsTheReverseMove(t *testing.T) {
+	rng := newRand(11)
+	st := Stabilize(stubPolicy{Decision{Migrate: true, Rank: RankID{"j", 0}, Gain: 1}}, DefaultStability())
+	moves := 0
+	for i := 0; i < 5000; i++ {
+		capL, capR := 0.25+rng.Float64()*8, 0.25+rng.Float64()*8
+		u := math.Min(1, 0.05+rng.Float64())
+		fl, fr := rng.Float64()*capL, rng.Float64()*capR
+		mk := func(name string, c, free float64, ranks ...RankID) NodeProfile {
+			return NodeProfile{Node: name, CPUs: int(math.Ceil(c)), EffectiveCPUs: c, Availability: free / c, Ranks: ranks}
+		}
+		r := rankProfile("j", 0, u)
+		in := DecisionInput{Local: mk("L", capL, fl, ids("j", 0)...), Remote: mk("R", capR, fr), Ranks: []RankProfile{r}}
+		if !st.Decide(in).Migrate {
+			continue
+		}
+		moves++
+		fl2, fr2 := math.Min(capL, fl+u), math.Max(0, fr-u)
+		rev := DecisionInput{Local: mk("R", capR, fr2, ids("j", 0)...), Remote: mk("L", capL, fl2), Ranks: []RankProfile{r}}
+		if d := st.Decide(rev); d.Migrate {
+			t.Fatalf("ping-pong: capacities %.3f/%.3f u=%.3f free L=%.3f R=%.3f", capL, capR, u, fl, fr)
+		}
+	}
+	if moves == 0 {
+		t.Fatal("no move allowed at all: the property was not exercised")
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
+	"github.com/mpios/mpios/internal/rewire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,6 +26,15 @@ var session struct {
 	finalized bool
 	nc        *nats.Conn
 	env       job.Env
+	launched  *rewire.Launched // nil unless launched by mpirun
+}
+
+// joined is a launched process's world, its control-plane connection and, in a successor,
+// what it inherited.
+type joined struct {
+	world     *Comm
+	nc        *nats.Conn
+	inherited *rewire.Inheritance
 }
 
 // Init joins the job that mpirun started and returns its world communicator. A process that
@@ -52,21 +63,22 @@ func Init() (*Comm, error) {
 	}
 	join := joinJob
 	if spec := os.Getenv(job.EnvMigrate); spec != "" {
-		join = func(env job.Env) (*Comm, *nats.Conn, error) { return joinAsSuccessor(env, spec) }
+		join = func(env job.Env) (joined, error) { return joinAsSuccessor(env, spec) }
 	}
-	world, nc, err := join(env)
+	j, err := join(env)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: Init: rank %d of job %s: %w", env.Rank, env.JobID, err)
 	}
-	session.world, session.nc, session.env = world, nc, env
-	return world, nil
+	session.world, session.nc, session.env = j.world, j.nc, env
+	session.launched = rewire.NewLaunched(env, j.nc, memberOf(j.world), j.inherited)
+	return j.world, nil
 }
 
 // joinJob listens for peers, tells the launcher where, and waits for everybody's address.
-func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
+func joinJob(env job.Env) (joined, error) {
 	ln, nc, holder, fail, err := listenAndConnect(env)
 	if err != nil {
-		return nil, nil, err
+		return joined{}, err
 	}
 	host, _ := os.Hostname()
 	hello, err := job.Encode(job.Hello{Rank: env.Rank, Addr: ln.Addr().String(), PID: os.Getpid(), Host: host})
@@ -98,12 +110,12 @@ func joinJob(env job.Env) (*Comm, *nats.Conn, error) {
 		return fail(err)
 	}
 	holder.set(world.e)
-	return world, nc, nil
+	return joined{world: world, nc: nc}, nil
 }
 
 // listenAndConnect opens the rank's data-plane listener and its control-plane connection;
 // fail releases both and returns err.
-func listenAndConnect(env job.Env) (net.Listener, *nats.Conn, *engineHolder, func(error) (*Comm, *nats.Conn, error), error) {
+func listenAndConnect(env job.Env) (net.Listener, *nats.Conn, *engineHolder, func(error) (joined, error), error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(env.Bind, "0"))
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("listen on %s: %w", env.Bind, err)
@@ -113,10 +125,10 @@ func listenAndConnect(env job.Env) (net.Listener, *nats.Conn, *engineHolder, fun
 		ln.Close()
 		return nil, nil, nil, nil, err
 	}
-	fail := func(err error) (*Comm, *nats.Conn, error) {
+	fail := func(err error) (joined, error) {
 		ln.Close()
 		nc.Close()
-		return nil, nil, err
+		return joined{}, err
 	}
 	return ln, nc, holder, fail, nil
 }
@@ -151,12 +163,17 @@ func (h *engineHolder) set(e *engine) {
 // connectControl connects to the job's control plane and subscribes to its events before
 // anything else, so that no failure report can be missed.
 func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
-	nc, err := nats.Connect(env.NATSURL,
+	// Credentials and TLS files beside the URL, as the launcher passes them (natsconn.Environ).
+	auth, err := natsconn.FromEnviron(nil).AuthOptions()
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
+	}
+	nc, err := nats.Connect(env.NATSURL, append(auth,
 		nats.Name(fmt.Sprintf("mpios %s rank %d", env.JobID, env.Rank)),
 		nats.Timeout(10*time.Second),
 		nats.MaxReconnects(-1), // the data plane does not need NATS; keep trying quietly
 		nats.ReconnectWait(250*time.Millisecond),
-	)
+	)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
 	}

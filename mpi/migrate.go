@@ -1,7 +1,6 @@
 package mpi
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -10,8 +9,8 @@ import (
 
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rankreconf"
 	"github.com/mpios/mpios/internal/rewire"
-	"github.com/nats-io/nats.go"
 )
 
 // Live migration (package pcm runs the protocol; see internal/rewire): this file is the
@@ -25,21 +24,27 @@ type rewirable interface {
 	Retire(timeout time.Duration) error
 }
 
-func init() {
-	rewire.Install(func(world any) (rewire.Member, error) {
-		c, ok := world.(*Comm)
-		if !ok || c == nil {
-			return nil, fmt.Errorf("rewire: %T is not an *mpi.Comm", world)
-		}
-		if c.ctx != 0 {
-			return nil, errors.New("mpi: only the world communicator takes part in a migration")
-		}
-		rw, ok := c.e.ep.(rewirable)
-		if !ok {
-			return nil, rewire.ErrUnsupported
-		}
-		return member{e: c.e, rw: rw}, nil
-	})
+// memberOf returns the world's side of a migration, or nil if its transport cannot move
+// ranks.
+func memberOf(world *Comm) rewire.Member {
+	if rw, ok := world.e.ep.(rewirable); ok && world.ctx == 0 {
+		return member{e: world.e, rw: rw}
+	}
+	return nil
+}
+
+// Launched returns what package pcm needs of world when Init made it in a process started
+// by mpirun: the job, the process's control-plane connection, the world's side of a
+// migration and, in a process that took over a migrated rank, what it inherited. It returns
+// nil for any other communicator (goroutine worlds, singletons, derived communicators).
+// Applications do not need it.
+func Launched(world *Comm) *rewire.Launched {
+	session.mu.Lock()
+	defer session.mu.Unlock()
+	if world == nil || world != session.world {
+		return nil
+	}
+	return session.launched
 }
 
 type member struct {
@@ -92,6 +97,13 @@ func (m member) Retire(timeout time.Duration) (rewire.Snapshot, error) {
 	return snap, nil
 }
 
+// successorLink is a rewire.Successor that waits successorWait for the final word.
+type successorLink struct{ s *rewire.Successor }
+
+func (l successorLink) ReceiveState() ([]byte, error)       { return l.s.ReceiveState() }
+func (l successorLink) Ack(err error) error                 { return l.s.Ack(err) }
+func (l successorLink) ReceiveFinal() (rewire.Final, error) { return l.s.ReceiveFinal(successorWait) }
+
 // inject puts a predecessor's unreceived messages into a fresh engine, before it starts.
 func (e *engine) inject(s rewire.Snapshot) error {
 	e.mu.Lock()
@@ -108,11 +120,6 @@ func (e *engine) inject(s rewire.Snapshot) error {
 	return nil
 }
 
-// testHookEnv makes successors fail on purpose, for the tests of aborted migrations:
-// "exit-at-start" exits before contacting the predecessor, "exit-mid-state" in the middle of
-// receiving the state.
-const testHookEnv = "MPIOS_TESTHOOK_SUCCESSOR"
-
 // successorWait bounds how long a successor waits for its predecessor's final word: the
 // other migrations of the same boundary may be moving large states meanwhile.
 const successorWait = 15 * time.Minute
@@ -120,67 +127,44 @@ const successorWait = 15 * time.Minute
 // joinAsSuccessor takes over rank env.Rank from the predecessor named by spec: it receives
 // the rank's state and, once every rank has agreed, the address table and the messages the
 // predecessor had not received, then joins the data plane in its place.
-func joinAsSuccessor(env job.Env, spec string) (*Comm, *nats.Conn, error) {
+func joinAsSuccessor(env job.Env, spec string) (joined, error) {
 	began := time.Now()
 	hs, err := rewire.ParseSpec(spec)
 	if err != nil {
-		return nil, nil, err
+		return joined{}, err
 	}
 	ln, nc, holder, fail, err := listenAndConnect(env)
 	if err != nil {
-		return nil, nil, err
-	}
-	hook := os.Getenv(testHookEnv)
-	if hook == "exit-at-start" {
-		os.Exit(3)
+		return joined{}, err
 	}
 	succ, err := rewire.Dial(hs, env.Secret, env.Rank, ln.Addr().String(), 30*time.Second)
 	if err != nil {
 		return fail(err)
 	}
 	defer succ.Close()
-	if hook == "exit-mid-state" {
-		succ.ExitMidState()
+	var world *Comm
+	t := rankreconf.TakeOver{
+		Rank: env.Rank, Size: env.Size, Self: ln.Addr().String(), Link: successorLink{succ}, Log: os.Stderr,
+		Join: func(addrs []string, snap rewire.Snapshot) error {
+			ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: addrs, Listener: ln, Secret: env.Secret})
+			if err != nil {
+				return err
+			}
+			e := newEngine(ep)
+			if err := e.inject(snap); err != nil {
+				return err
+			}
+			e.onPeerLost = lostReporter(env, nc)
+			if world, err = attach(e); err != nil {
+				return err
+			}
+			holder.set(world.e)
+			return nil
+		},
 	}
-	blob, err := succ.ReceiveState()
+	blob, err := t.Run()
 	if err != nil {
 		return fail(err)
 	}
-	if err := succ.Ack(nil); err != nil {
-		return fail(fmt.Errorf("rewire: acknowledge state: %w", err))
-	}
-	final, err := succ.ReceiveFinal(successorWait)
-	if err != nil {
-		return fail(err)
-	}
-	if final.Abort != "" {
-		return fail(fmt.Errorf("migration aborted by the predecessor: %s", final.Abort))
-	}
-	if len(final.Addrs) != env.Size {
-		succ.Ack(errors.New("address table of the wrong size"))
-		return fail(fmt.Errorf("rewire: address table has %d entries for %d ranks", len(final.Addrs), env.Size))
-	}
-	final.Addrs[env.Rank] = ln.Addr().String()
-	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: final.Addrs, Listener: ln, Secret: env.Secret})
-	if err != nil {
-		succ.Ack(err)
-		return fail(err)
-	}
-	e := newEngine(ep)
-	if err := e.inject(final.Snap); err != nil {
-		succ.Ack(err)
-		return fail(err)
-	}
-	e.onPeerLost = lostReporter(env, nc)
-	world, err := attach(e)
-	if err != nil {
-		succ.Ack(err)
-		return fail(err)
-	}
-	holder.set(world.e)
-	if err := succ.Ack(nil); err != nil {
-		fmt.Fprintf(os.Stderr, "mpi: rank %d: predecessor did not take the final acknowledgement: %v\n", env.Rank, err)
-	}
-	rewire.SetInherited(&rewire.Inheritance{Rank: env.Rank, State: blob, Since: began, Bytes: int64(len(blob))})
-	return world, nc, nil
+	return joined{world, nc, &rewire.Inheritance{Rank: env.Rank, State: blob, Since: began, Bytes: int64(len(blob))}}, nil
 }

@@ -3,7 +3,6 @@ package pcm
 import (
 	"errors"
 	"fmt"
-	"github.com/mpios/mpios/internal/job"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mpios/mpios/internal/rankreconf"
+	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
@@ -94,39 +95,36 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 			return Continue, err
 		}
 	}
-	var entries []job.Reconf
+	pt := rankreconf.Point{
+		Rank: p.world.Rank(), Size: p.world.Size(), Applied: p.applied,
+		Asked: out[agreeWant] > 0, Scheduled: scheduled, Checkpointing: p.opts.checkpointing(),
+		SyncCheckpoints: p.opts.SyncCheckpoints, InFlight: p.flight != nil,
+	}
+	var log []reconf.Reconfiguration
 	if p.ctl != nil {
 		// Every rank knows at least -out[agreeNegHave] entries: act on those, all alike.
-		known := uint64(-out[agreeNegHave])
-		entries = p.ctl.between(p.applied, known)
-		p.applied = max(p.applied, known)
+		pt.Known, log = uint64(-out[agreeNegHave]), p.ctl.known()
 	}
-	asked := out[agreeWant] > 0
-	for _, e := range entries {
-		if e.Kind == job.ControlCheckpoint {
-			asked = true
-		}
+	plan, err := rankreconf.Decide(pt, log)
+	if err != nil {
+		return Continue, fmt.Errorf("pcm: Reconfigure(%d): %w", iter, err)
 	}
-	take := scheduled || asked && p.opts.checkpointing()
-	moving, to := movesOf(entries, p.world.Size())
-	if p.flight != nil && (take || len(moving) > 0) {
-		// One checkpoint in flight at a time, and none across a migration.
+	p.applied = plan.Applied
+	if plan.SettleFirst {
 		if err := note(p.settle()); err != nil {
 			return Continue, err
 		}
 	}
-	if take {
+	if plan.Checkpoint {
 		p.startCheckpoint(iter)
-		// A process that leaves cannot finish a checkpoint later, and its successor never
-		// began it: with a migration at this boundary, finish it here.
-		if p.opts.SyncCheckpoints || len(moving) > 0 {
+		if plan.SettleCheckpoint {
 			if err := note(p.settle()); err != nil {
 				return Continue, err
 			}
 		}
 	}
-	if len(moving) > 0 {
-		act, err := p.migrate(iter, moving, to)
+	if len(plan.Moves) > 0 {
+		act, err := p.migrate(iter, plan.Moves)
 		return act, errors.Join(ckptErr, err)
 	}
 	return Continue, ckptErr

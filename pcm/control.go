@@ -4,43 +4,41 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
+	"github.com/mpios/mpios/internal/rewire"
 	"github.com/nats-io/nats.go"
 )
 
-// control is a launched rank's link to its launcher's reconfiguration log (see
-// job.ReconfLog): it collects the entries as they are published.
+// control is a launched rank's link to its supervisor (mpirun): it collects the entries of
+// the job's reconfiguration log (reconf.Log) as they are published, and carries a
+// migration's requests and reports (rankreconf.Control). It uses the process's one
+// control-plane connection, which mpi owns.
 type control struct {
 	env job.Env
 	nc  *nats.Conn
+	sub *nats.Subscription
 	log io.Writer
 
 	mu      sync.Mutex
-	entries []job.Reconf // entries[i].Seq == i+1
+	entries []reconf.Reconfiguration // entries[i].Seq == i+1
 }
 
-// startControl connects to the job's control plane and fetches the log so far.
-func startControl(env job.Env, log io.Writer) (*control, error) {
-	nc, err := nats.Connect(env.NATSURL,
-		nats.Name(fmt.Sprintf("mpios %s rank %d pcm", env.JobID, env.Rank)),
-		nats.Timeout(10*time.Second),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-	)
+// startControl subscribes to the job's reconfiguration log and fetches the log so far.
+func startControl(l *rewire.Launched, log io.Writer) (*control, error) {
+	c := &control{env: l.Env, nc: l.Conn, log: log}
+	sub, err := c.nc.Subscribe(job.ReconfSubject(c.env.JobID), func(m *nats.Msg) { c.take(m.Data) })
 	if err != nil {
-		return nil, fmt.Errorf("pcm: connect to control plane: %w", err)
-	}
-	c := &control{env: env, nc: nc, log: log}
-	if _, err := nc.Subscribe(job.ReconfSubject(env.JobID), func(m *nats.Msg) { c.take(m.Data) }); err != nil {
-		nc.Close()
 		return nil, fmt.Errorf("pcm: subscribe to reconfigurations: %w", err)
 	}
+	c.sub = sub
 	// Entries published before the subscription: ask for the log. A launcher that does
 	// not answer (older, or busy) costs nothing: the next publication carries everything.
-	if m, err := nc.Request(job.ReconfGetSubject(env.JobID), nil, 2*time.Second); err == nil {
+	if m, err := c.nc.Request(job.ReconfGetSubject(c.env.JobID), nil, 2*time.Second); err == nil {
 		c.take(m.Data)
 	}
 	return c, nil
@@ -48,7 +46,7 @@ func startControl(env job.Env, log io.Writer) (*control, error) {
 
 // take merges a published log.
 func (c *control) take(data []byte) {
-	var l job.ReconfLog
+	var l reconf.Log
 	if err := job.Decode(data, &l); err != nil {
 		fmt.Fprintf(c.log, "pcm: rank %d: ignoring a malformed reconfiguration log: %v\n", c.env.Rank, err)
 		return
@@ -71,22 +69,18 @@ func (c *control) have() uint64 {
 	return uint64(len(c.entries))
 }
 
-// between returns the entries numbered lo+1 to hi.
-func (c *control) between(lo, hi uint64) []job.Reconf {
+// known returns the entries this rank knows. The slice is never modified, only replaced.
+func (c *control) known() []reconf.Reconfiguration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	hi = min(hi, uint64(len(c.entries)))
-	if lo >= hi {
-		return nil
-	}
-	return append([]job.Reconf(nil), c.entries[lo:hi]...)
+	return c.entries
 }
 
 // spawnTimeout bounds the launcher's answer to a migrate request (it asks the target node).
 const spawnTimeout = 20 * time.Second
 
-// requestSuccessor asks the launcher to start this rank's successor.
-func (c *control) requestSuccessor(req job.MigrateRequest) (job.MigrateReply, error) {
+// StartSuccessor asks the launcher to start this rank's successor.
+func (c *control) StartSuccessor(req job.MigrateRequest) (job.MigrateReply, error) {
 	data, err := job.Encode(req)
 	if err != nil {
 		return job.MigrateReply{}, err
@@ -103,14 +97,15 @@ func (c *control) requestSuccessor(req job.MigrateRequest) (job.MigrateReply, er
 		return rep, err
 	}
 	if rep.Error != "" {
-		return rep, errors.New(rep.Error)
+		// The launcher's own messages start with "mpirun: ", which the rank's would repeat.
+		return rep, errors.New(strings.TrimPrefix(rep.Error, "mpirun: "))
 	}
 	return rep, nil
 }
 
-// watchSuccessor calls gone when the launcher reports that the successor of rank for
+// WatchSuccessor calls gone when the launcher reports that the successor of rank for
 // request seq ended; stop ends the watch.
-func (c *control) watchSuccessor(seq uint64, rank int, gone func(reason string)) (stop func()) {
+func (c *control) WatchSuccessor(seq uint64, rank int, gone func(reason string)) (stop func()) {
 	sub, err := c.nc.Subscribe(job.SuccessorGoneSubject(c.env.JobID), func(m *nats.Msg) {
 		var g job.SuccessorGone
 		if job.Decode(m.Data, &g) == nil && g.Seq == seq && g.Rank == rank {
@@ -124,8 +119,8 @@ func (c *control) watchSuccessor(seq uint64, rank int, gone func(reason string))
 	return func() { sub.Unsubscribe() }
 }
 
-// report tells the launcher how a migration ended.
-func (c *control) report(r job.MigrateReport) {
+// Report tells the launcher how a migration ended.
+func (c *control) Report(r job.MigrateReport) {
 	data, err := job.Encode(r)
 	if err != nil {
 		return
@@ -135,6 +130,9 @@ func (c *control) report(r job.MigrateReport) {
 	}
 }
 
+// close stops following the log; the connection stays open for mpi.
 func (c *control) close() {
-	c.nc.Close()
+	if c.sub != nil {
+		c.sub.Unsubscribe()
+	}
 }

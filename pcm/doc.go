@@ -1,5 +1,6 @@
 // Package pcm is Process Checkpointing and Migration: the MPI/IOS library that lets an
-// iterative MPI application be checkpointed, restarted and (later) migrated.
+// iterative MPI application be checkpointed, restarted, and migrated rank by rank between
+// nodes while it runs.
 //
 // PCM is semi-transparent: instead of saving a process image, the application registers the
 // data structures that make up its state (Register), and PCM saves and restores exactly those

@@ -7,6 +7,7 @@ import (
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm"
+	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 // solve is an application's iterative loop under PCM: u and iter are its state. It stops
@@ -71,4 +72,56 @@ func Example() {
 	// pcm: job run2 restarts from job run1 checkpoint 2 (iteration 4)
 	// restarted after iteration 4
 	// [11.390625 22.78125 34.171875] <nil>
+}
+
+// The loop calls Reconfigure at every iteration boundary and leaves when it returns Leave
+// (the rank moved to another node). RequestCheckpoint, callable from any goroutine (a
+// signal handler, a control message), has every rank checkpoint the same iteration at the
+// next agreement point; here an agreement point is every call (PollEvery 1).
+func ExampleProcess_Reconfigure() {
+	dir, _ := os.MkdirTemp("", "pcm")
+	defer os.RemoveAll(dir)
+	world, _ := mpi.Attach(comm.NewInProcNetwork(1).Endpoint(0))
+	defer mpi.Detach(world)
+
+	p, err := pcm.InitWith(world, pcm.Options{JobID: "demo", Dir: dir, OnDemand: true, PollEvery: 1})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	sum, iter := 0, 0
+	p.Register("sum", &sum)
+	p.Register("iter", &iter)
+	if err := p.Load(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for iter < 5 {
+		sum += iter
+		iter++
+		if iter == 3 {
+			p.RequestCheckpoint()
+		}
+		act, err := p.Reconfigure(iter)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if act == pcm.Leave {
+			return
+		}
+	}
+	if err := p.Close(); err != nil { // commits the checkpoint if it is still in flight
+		fmt.Println(err)
+		return
+	}
+	store, _ := ckptstore.Open(dir, nil)
+	ms, _ := store.Checkpoints("demo")
+	for _, m := range ms {
+		fmt.Printf("checkpoint %d holds iteration %d\n", m.Seq, m.Iteration)
+	}
+	fmt.Println("sum", sum)
+	// Output:
+	// checkpoint 1 holds iteration 3
+	// sum 10
 }

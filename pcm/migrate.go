@@ -3,32 +3,22 @@ package pcm
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rankreconf"
 	"github.com/mpios/mpios/internal/rewire"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/state"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Migration protocol (the "spawn and rewire"), run by every rank at an agreement
-// point where the ranks agreed on reconfiguration entries that move ranks:
-//
-//  1. Each moving rank (the predecessor) opens a hand-over listener and asks the launcher to
-//     start its successor on the target node; the successor connects, and the predecessor
-//     streams the registered state to it directly. Nothing is committed yet: any failure
-//     (unknown node, refusal, a successor that does not start or dies) aborts this one
-//     migration and the predecessor goes on.
-//  2. All ranks exchange the outcomes (Allgather): this is the commit point.
-//  3. Every rank redirects each moved rank to its successor's address; each predecessor
-//     flushes its connections (every peer's last frames arrive), gives the successor the
-//     address table and the messages it had not received, and returns Leave.
+// A migration at an agreement point is internal/rankreconf's protocol (Migration.Run); this
+// file gives it its effects: the world communicator (mpi.Allgather of the outcomes, the
+// address table through mpi.Launched's Member), the hand-over connection
+// (internal/rewire), and the launcher's answers (control.go).
 
 // Timeouts of the migration steps.
 const (
@@ -36,10 +26,6 @@ const (
 	retireTimeout = 60 * time.Second // peers redirect right after the commit
 	finalTimeout  = 60 * time.Second
 )
-
-// outcomeSize is the size of one rank's record in the outcome exchange: a flag and the
-// successor's address.
-const outcomeSize = 264
 
 // migrationMeta is the pcm part of the hand-over: what keeps the successor's schedule in
 // step with the other ranks.
@@ -55,137 +41,91 @@ type migrationMeta struct {
 	Names       []string
 }
 
-// movesOf returns, in rank order, the ranks that entries move and their targets; a rank
-// named twice goes where the first entry sends it.
-func movesOf(entries []job.Reconf, size int) (ranks []int, to map[int]job.Reconf) {
-	to = make(map[int]job.Reconf)
-	for _, e := range entries {
-		if e.Kind != job.ControlMigrate {
-			continue
-		}
-		for _, r := range e.Ranks {
-			if r < 0 || r >= size {
-				continue
-			}
-			if _, dup := to[r]; !dup {
-				to[r] = e
-				ranks = append(ranks, r)
-			}
-		}
-	}
-	slices.Sort(ranks)
-	return ranks, to
-}
-
-// migrate runs the protocol above for the agreed moves. It is collective.
-func (p *Process) migrate(iter int, moving []int, to map[int]job.Reconf) (Action, error) {
+// migrate runs the migrations of an agreement point. It is collective.
+func (p *Process) migrate(iter int, moves []rankreconf.Move) (Action, error) {
 	me := p.world.Rank()
-	member, merr := rewire.MemberOf(p.world)
-	if merr != nil {
+	if p.launched == nil || p.launched.Member == nil {
 		// The same on every rank (it depends on the kind of world only).
-		fmt.Fprintf(p.opts.Log, "pcm: rank %d: ignoring migration request: %v\n", me, merr)
+		fmt.Fprintf(p.opts.Log, "pcm: rank %d: ignoring migration request: %v\n", me, rewire.ErrUnsupported)
 		return Continue, nil
 	}
-	entry, mine := to[me]
-	began := time.Now()
-	var pred *rewire.Predecessor
-	var succAddr string
-	var failure error
-	if mine {
-		pred, succAddr, failure = p.handOverState(iter, entry)
+	m := rankreconf.Migration{
+		Rank: me, Size: p.world.Size(), Iteration: iter, Moves: moves, StateBytes: p.reg.Size(),
+		World:    rankWorld{p: p, member: p.launched.Member},
+		Control:  p.ctl,
+		Handover: handover{p: p, iter: iter},
+		Now:      time.Now,
+		Log:      p.opts.Log,
 	}
-
-	// Commit point: everybody learns which moves happen.
-	rec := make([]byte, outcomeSize)
-	if mine && failure == nil {
-		rec[0] = 1
-		rec[1] = byte(copy(rec[2:], succAddr))
+	leave, err := m.Run()
+	if err != nil {
+		err = fmt.Errorf("pcm: Reconfigure(%d): %w", iter, err)
 	}
-	all := make([]byte, outcomeSize*p.world.Size())
-	if err := mpi.Allgather(p.world, rec, all); err != nil {
-		if pred != nil {
-			pred.SendFinal(rewire.Final{Abort: "ranks failed to agree: " + err.Error()}, 0)
-			pred.Close()
-		}
-		return Continue, fmt.Errorf("pcm: Reconfigure(%d): migration: agree: %w", iter, err)
+	if leave {
+		p.left = true
+		return Leave, err
 	}
-	var redirectErr error
-	for _, r := range moving {
-		o := all[r*outcomeSize : (r+1)*outcomeSize]
-		if o[0] != 1 || r == me {
-			continue
-		}
-		addr := string(o[2 : 2+int(o[1])])
-		if err := member.Redirect(r, addr); err != nil && redirectErr == nil {
-			redirectErr = fmt.Errorf("pcm: Reconfigure(%d): redirect rank %d to %s: %w", iter, r, addr, err)
-		}
-	}
-	if !mine {
-		return Continue, redirectErr
-	}
-
-	report := job.MigrateReport{Seq: entry.Seq, Rank: me, To: entry.To, Iteration: iter, StateBytes: p.reg.Size()}
-	if failure != nil {
-		if pred != nil {
-			pred.SendFinal(rewire.Final{Abort: failure.Error()}, 0)
-			pred.Close()
-		}
-		report.Error = failure.Error()
-		p.ctl.report(report)
-		fmt.Fprintf(p.opts.Log, "pcm: rank %d: migration to %s aborted, continuing here: %v\n", me, entry.To, failure)
-		return Continue, redirectErr
-	}
-	defer pred.Close()
-	if p.prof != nil {
-		p.prof.Close() // the successor profiles the rank from now on
-		p.prof = nil
-	}
-	snap, rerr := member.Retire(retireTimeout)
-	addrs := member.Addrs()
-	addrs[me] = succAddr
-	ferr := pred.SendFinal(rewire.Final{Addrs: addrs, Snap: snap}, finalTimeout)
-	report.OK = ferr == nil
-	report.Pause = time.Since(began)
-	if err := errors.Join(rerr, ferr, redirectErr); err != nil {
-		report.Error = err.Error()
-		fmt.Fprintf(p.opts.Log, "pcm: rank %d: hand-over to %s incomplete: %v\n", me, entry.To, err)
-	}
-	p.ctl.report(report)
-	p.left = true
-	if ferr != nil {
-		// The peers already talk to the successor, which did not take over: the rank is lost.
-		return Leave, fmt.Errorf("pcm: Reconfigure(%d): hand-over of rank %d to %s failed after the commit: %w", iter, me, entry.To, ferr)
-	}
-	return Leave, nil
+	return Continue, err
 }
 
-// handOverState starts the successor through the launcher and gives it the state. On
-// failure the predecessor is returned (if the successor connected) so it can be told to
-// give up.
-func (p *Process) handOverState(iter int, entry job.Reconf) (*rewire.Predecessor, string, error) {
-	env := p.ctl.env
+// rankWorld is the world communicator's part in a migration (rankreconf.World).
+type rankWorld struct {
+	p      *Process
+	member rewire.Member
+}
+
+func (w rankWorld) Agree(mine rankreconf.Outcome) ([]rankreconf.Outcome, error) {
+	all := make([]byte, rankreconf.OutcomeSize*w.p.world.Size())
+	if err := mpi.Allgather(w.p.world, rankreconf.AppendOutcome(nil, mine), all); err != nil {
+		return nil, err
+	}
+	return rankreconf.ParseOutcomes(all)
+}
+
+func (w rankWorld) Redirect(rank int, addr string) error { return w.member.Redirect(rank, addr) }
+
+func (w rankWorld) Retire() ([]string, rewire.Snapshot, error) {
+	if w.p.prof != nil {
+		w.p.prof.Close() // the successor profiles the rank from now on
+		w.p.prof = nil
+	}
+	snap, err := w.member.Retire(retireTimeout)
+	return w.member.Addrs(), snap, err
+}
+
+// handover opens hand-over listeners (rankreconf.Handover) that stream the state after
+// iteration iter.
+type handover struct {
+	p    *Process
+	iter int
+}
+
+func (h handover) Listen() (rankreconf.Predecessor, error) {
+	env := h.p.launched.Env
 	pred, err := rewire.Listen(env.Bind, env.Secret, env.Rank)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	size := p.reg.Size()
-	stop := p.ctl.watchSuccessor(entry.Seq, env.Rank, pred.Cancel)
-	defer stop()
-	rep, err := p.ctl.requestSuccessor(job.MigrateRequest{Seq: entry.Seq, Rank: env.Rank, Handover: pred.Spec().String(), Iteration: iter, StateBytes: size})
-	if err != nil {
-		pred.Close()
-		return nil, "", fmt.Errorf("start successor on %s: %w", entry.To, trimPrefix(err))
-	}
-	addr, err := pred.Accept(acceptTimeout)
-	if err != nil {
-		pred.Close()
-		return nil, "", fmt.Errorf("successor (pid %d on %s) did not connect: %w", rep.PID, rep.Node, err)
-	}
-	if err := pred.SendState(size+4096, func(w io.Writer) error { return p.writeBlob(w, iter) }); err != nil {
-		return pred, "", fmt.Errorf("hand state to the successor on %s: %w", rep.Node, err)
-	}
-	return pred, addr, nil
+	return predecessor{pred: pred, p: h.p, iter: h.iter}, nil
 }
+
+// predecessor is a rewire.Predecessor with the timeouts and the state of this process.
+type predecessor struct {
+	pred *rewire.Predecessor
+	p    *Process
+	iter int
+}
+
+func (d predecessor) Spec() string            { return d.pred.Spec().String() }
+func (d predecessor) Cancel(reason string)    { d.pred.Cancel(reason) }
+func (d predecessor) Accept() (string, error) { return d.pred.Accept(acceptTimeout) }
+func (d predecessor) Close() error            { return d.pred.Close() }
+
+func (d predecessor) SendState() error {
+	return d.pred.SendState(d.p.reg.Size()+4096, func(w io.Writer) error { return d.p.writeBlob(w, d.iter) })
+}
+
+func (d predecessor) SendFinal(f rewire.Final) error { return d.pred.SendFinal(f, finalTimeout) }
 
 // writeBlob writes the hand-over blob: a length-prefixed msgpack migrationMeta, then the
 // registered state stream.
@@ -233,12 +173,4 @@ func (p *Process) loadInherited() error {
 	p.callsAtSync, p.lastSyncCost = meta.CallsAtSync, time.Duration(meta.CostNanos)
 	p.lastIter, p.haveIter = meta.LastIter, true
 	return nil
-}
-
-// trimPrefix drops the "mpirun: " its launcher puts before its own messages.
-func trimPrefix(err error) error {
-	if s, ok := strings.CutPrefix(err.Error(), "mpirun: "); ok {
-		return errors.New(s)
-	}
-	return err
 }

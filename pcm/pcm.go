@@ -86,10 +86,11 @@ type Process struct {
 
 	want atomic.Bool // RequestCheckpoint was called since the last agreement
 
-	ctl       *control // the launcher's reconfiguration log; nil when not launched
-	applied   uint64   // log entries acted upon
-	left      bool     // Reconfigure returned Leave
-	inherited []byte   // hand-over state of a Migrated process, until Load
+	launched  *rewire.Launched // nil unless world is a launched process's world (mpi.Launched)
+	ctl       *control         // the launcher's reconfiguration log; nil when not launched
+	applied   uint64           // log entries acted upon
+	left      bool             // Reconfigure returned Leave
+	inherited []byte           // hand-over state of a Migrated process, until Load
 	storeID   [2]uint64
 	prof      *profiler.JobProfiler // nil when not profiling
 	total     int                   // planned iterations (SetIterations), 0 if unknown
@@ -127,18 +128,19 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 	if opts.Restart != "" {
 		p.status = Restarted
 	}
-	if in := rewire.TakeInherited(); in != nil && in.Rank == world.Rank() {
-		p.status, p.inherited = Migrated, in.State
+	p.launched = mpi.Launched(world)
+	if p.launched != nil {
+		if in := p.launched.TakeInherited(); in != nil && in.Rank == world.Rank() {
+			p.status, p.inherited = Migrated, in.State
+		}
 	}
 	if opts.PollEvery > 0 {
 		p.pollEvery = int64(opts.PollEvery)
 	}
-	if opts.Control {
-		env, err := job.FromEnviron(nil)
-		if err == nil && env.Size == world.Size() {
-			if p.ctl, err = startControl(env, opts.Log); err != nil {
-				return nil, err
-			}
+	if opts.Control && p.launched != nil {
+		var err error
+		if p.ctl, err = startControl(p.launched, opts.Log); err != nil {
+			return nil, err
 		}
 	}
 	if p.ctl != nil && opts.ProfileEvery > 0 {
@@ -164,7 +166,8 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 }
 
 // Close finishes the checkpoint in flight, if there is one, and releases the process's
-// connection to the control plane. The registered values are untouched.
+// subscriptions on the control plane (the connection is mpi's: mpi.Finalize closes it). The
+// registered values are untouched.
 //
 // A checkpoint is committed a little after the boundary where it was taken (see
 // Options.SyncCheckpoints). When one is still in flight, which is typical after a

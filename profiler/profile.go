@@ -171,10 +171,11 @@ func deltaTraffic(prev, cur []PeerTraffic) []PeerTraffic {
 }
 
 // IOS converts r to the agent's profile type. RemainingIterations, StateBytes and Policy come
-// from what the rank announced (JobProfiler.Annotate, JobOptions.Policy); the fields the
-// profiler cannot know (MemoryBytes, CPUUse, FlopsPerMessage, LastMigration) are left zero
-// for pcmd to fill. Counters cover r's whole interval, so pass a Delta to give the agent
-// recent rates; the iteration time is the window mean.
+// from what the rank announced (JobProfiler.Annotate, JobOptions.Policy), ComputePerMessage
+// (F(A) of ATS-RAS, eq. 2.3) is the computation time per received message; the fields the
+// profiler cannot know (MemoryBytes, CPUUse, LastMigration) are left zero for pcmd to fill.
+// Counters cover r's whole interval, so pass a Delta to give the agent recent rates; the
+// iteration time is the window mean.
 func (r RankProfile) IOS() iosbridge.RankProfile {
 	p := iosbridge.RankProfile{
 		Job:                 r.Job,
@@ -190,6 +191,9 @@ func (r RankProfile) IOS() iosbridge.RankProfile {
 		Window:              seconds(r.ElapsedSeconds),
 		MessagesProcessed:   r.ReceivedMessages,
 		Peers:               make([]iosbridge.PeerComm, 0, len(r.Sent)),
+	}
+	if r.ReceivedMessages > 0 && r.CompSeconds > 0 {
+		p.ComputePerMessage = seconds(r.CompSeconds / float64(r.ReceivedMessages))
 	}
 	for _, t := range r.Sent {
 		p.Peers = append(p.Peers, iosbridge.PeerComm{Rank: t.Rank, Bytes: t.Bytes, Messages: t.Messages})

@@ -428,4 +428,11 @@ func TestDeltaAndIOS(t *testing.T) {
 	if len(ios.Peers) != 1 || ios.Peers[0].Rank != 0 || ios.Peers[0].Bytes != 30 || ios.Peers[0].Messages != 3 {
 		t.Errorf("converted peers %+v", ios.Peers)
 	}
+	// F(A) of ATS-RAS (eq. 2.3): 8 s computed for 5 messages received.
+	if ios.ComputePerMessage != 1600*time.Millisecond {
+		t.Errorf("computation per message %v, want 1.6s", ios.ComputePerMessage)
+	}
+	if none := (RankProfile{Job: "j", CompSeconds: 3}).IOS(); none.ComputePerMessage != 0 {
+		t.Errorf("no message received: computation per message %v, want 0 (unknown)", none.ComputePerMessage)
+	}
 }

@@ -105,7 +105,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.render, "render", "", "run nothing: write the report and plot of an earlier run's --data `FILE`")
 	fs.StringVar(&cfg.date, "date", "2026-11-22", "date written into the report")
 	fs.BoolVar(&cfg.verbose, "v", false, "print mpirun's and the testbed's messages as they come")
-	fs.DurationVar(&cfg.iosCooldown, "ios-cooldown", 3*time.Second, "pcmd serve --ios-cooldown, if pcmd has it: a rank does not move again this soon after it started or arrived (0: pcmd's default)")
+	fs.DurationVar(&cfg.iosCooldown, "ios-cooldown", 3*time.Second, "pcmd serve --ios-cooldown, if pcmd has it: a rank does not move again this soon after it arrived by migration (0: pcmd's default)")
 	fs.Var((*stringList)(&cfg.pcmdArgs), "pcmd-arg", "extra argument for every \"pcmd serve\" (repeat for more)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -396,9 +396,9 @@ const expectations = `- **mpirun --policy NAME** (checked with ` + "`mpirun --he
   the job runs; the IOS agents must discover them (or be told by them) and may move ranks there. A
   migration needs a free slot on the target (every node has ` + "`--slots`" + `, default 2) and the
   program at the same path (the testbed's shared file system).
-- **The IOS cooldown is shorter than the phases**: pcmd counts a rank's cooldown
-  (` + "`--ios-cooldown`" + `, default 1m) from its start as well as from its arrival, so with
-  the default no rank could move during this experiment's phases of about 10 s. The tool passes
+- **The IOS cooldown is shorter than the phases**: pcmd counts a migrated rank's cooldown
+  (` + "`--ios-cooldown`" + `, default 1m) from its arrival (a fresh start may move at once), so with
+  the default no rank could move twice during this experiment's phases of about 10 s. The tool passes
   ` + "`--ios-cooldown 3s`" + ` (its ` + "`--ios-cooldown`" + ` flag) when ` + "`pcmd serve --help`" + ` lists the option.
 - **The agents see the emulated load through cgroups**: on a node, pcmd and its ranks run in
   ` + "`mpios/NODE/work`" + `, whose parent ` + "`mpios/NODE`" + ` carries the node's quota (v1

@@ -18,11 +18,21 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/natsconn"
+	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/iosbridge"
 )
 
 // statusUsage is the exit status for command-line mistakes.
 const statusUsage = 2
+
+// maxRanks bounds -np: far beyond any machine or cluster mpirun serves, and small enough
+// that the launcher's per-rank tables cannot exhaust its memory.
+const maxRanks = 1 << 16
+
+// natsCLI: mpirun's NATS credentials come from files or $MPIOS_NATS_*, never from its
+// command line, which other users can read; the ranks read the same variables.
+var natsCLI = natsconn.CLI{EnvPrefix: "MPIOS_NATS_"}
 
 // helpText is the whole --help output; a fixed text reads better than a generated one.
 const helpText = `mpirun - run an mpios program as N cooperating processes
@@ -41,12 +51,28 @@ USAGE:
    with "go build" into a temporary directory (removed on exit).
 
 OPTIONS:
-   -np N, -n N          number of ranks to start (at least 1; required unless
+   -np N, -n N          number of ranks to start (1 to 65536; required unless
                         --hosts or --hostfile give the slots)
    --nats URL           use this NATS server for the job's control plane, e.g.
-                        nats://user:pass@host:4222 (credentials are passed on to
-                        the ranks). By default mpirun runs a private embedded
+                        nats://host:4222 or tls://host:4222. Credentials in the
+                        URL (nats://user:pass@host:4222) work and are passed on to
+                        the ranks, but ps shows them to every user: prefer the
+                        options below. By default mpirun runs a private embedded
                         server on 127.0.0.1 with random credentials.
+   --nats-creds FILE, --nats-nkey FILE, --nats-token-file FILE, --nats-user USER
+                        authenticate to the --nats server with a .creds file (nsc),
+                        an NKey user seed file, a token file, or a user whose
+                        password is in $MPIOS_NATS_PASSWORD. A token can also come
+                        from $MPIOS_NATS_TOKEN, and every flag from its variable
+                        ($MPIOS_NATS_CREDS, _NKEY, _TOKEN_FILE, _USER): unlike the
+                        command line, other users cannot read them. The ranks get
+                        the same options (files by absolute path: on remote nodes
+                        they must exist at that path). See docs/security.md.
+   --nats-ca FILE       for a tls:// server: PEM CAs that sign its certificate
+                        (default: the system's); also $MPIOS_NATS_CA
+   --nats-cert FILE, --nats-key FILE
+                        PEM client certificate and key, for servers that verify
+                        clients; also $MPIOS_NATS_CERT, $MPIOS_NATS_KEY
    --tag-output         prefix every output line with the rank, as "[2] text"
    --timeout DURATION   stop the job if it still runs after DURATION (e.g. 90s,
                         10m) and exit with status 124
@@ -151,8 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, sigs <-ch
 		fmt.Fprintf(stderr, "mpirun: %v (see mpirun --help)\n", ue)
 		return statusUsage
 	default:
-		msg, _ := strings.CutPrefix(err.Error(), "launch: ")
-		fmt.Fprintf(stderr, "mpirun: %s\n", msg)
+		fmt.Fprintf(stderr, "mpirun: %s\n", launch.Message(err))
 		return 1
 	}
 }
@@ -166,7 +191,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 		CustomAppHelpTemplate: helpText,
 		Writer:                stdout,
 		ErrWriter:             stderr,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "np", Aliases: []string{"n"}, Usage: "number of ranks"},
 			&cli.StringFlag{Name: "nats", Usage: "NATS server URL"},
 			&cli.BoolFlag{Name: "tag-output", Usage: "prefix lines with [rank]"},
@@ -182,7 +207,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.StringFlag{Name: "restart", Usage: "job id to restart from"},
 			&cli.StringFlag{Name: "policy", Usage: "IOS decision policy of the job"},
 			&cli.StringFlag{Name: "profile-out", Usage: "write the ranks' profiles here"},
-		},
+		}, natsCLI.Flags()...),
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &usageError{msg: err.Error()}
 		},
@@ -199,8 +224,8 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			}
 			if hosts != nil {
 				// Placement is decided, and checked against the nodes, before anything starts.
-				remote, err := launch.NewRemote(launch.RemoteConfig{
-					NATSURL: cfg.NATSURL, Hosts: hosts, NP: cfg.NP,
+				remote, err := nodeclient.NewRemote(nodeclient.RemoteConfig{
+					NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Hosts: hosts, NP: cfg.NP,
 					Logf: func(format string, args ...any) {
 						fmt.Fprintf(stderr, "mpirun: "+format+"\n", args...)
 					},
@@ -228,6 +253,9 @@ func config(c *cli.Context) (launch.Config, error) {
 		if cfg.NP = c.Int("np"); cfg.NP < 1 {
 			return cfg, &usageError{fmt.Sprintf("-np %d: need at least 1 rank", cfg.NP)}
 		}
+		if cfg.NP > maxRanks {
+			return cfg, &usageError{fmt.Sprintf("-np %d: at most %d ranks", cfg.NP, maxRanks)}
+		}
 	}
 	if c.NArg() == 0 {
 		return cfg, &usageError{"missing PROGRAM"}
@@ -244,6 +272,17 @@ func config(c *cli.Context) (launch.Config, error) {
 		return cfg, &usageError{"--nats: empty URL"}
 	}
 	cfg.NATSURL = c.String("nats")
+	auth, err := natsCLI.Options(c, cfg.NATSURL).Abs()
+	if err == nil && cfg.NATSURL != "" {
+		err = auth.Validate()
+	}
+	switch {
+	case err != nil:
+		return cfg, &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
+	case cfg.NATSURL == "" && auth != natsconn.Options{}:
+		return cfg, &usageError{"NATS credentials and TLS options (--nats-* flags or $MPIOS_NATS_* variables) need --nats URL: the embedded server makes its own"}
+	}
+	cfg.NATSAuth = auth
 	cfg.TagOutput = c.Bool("tag-output")
 	if cfg.Timeout = c.Duration("timeout"); cfg.Timeout < 0 {
 		return cfg, &usageError{"--timeout must not be negative"}
@@ -292,6 +331,9 @@ func config(c *cli.Context) (launch.Config, error) {
 			return cfg, &usageError{"--profile-out: want a file name"}
 		}
 	}
+	// The ranks connect with the same credentials (files by path, token and password from
+	// mpirun's environment, which they inherit).
+	ckptEnv = append(ckptEnv, cfg.NATSAuth.Environ()...)
 	if ckptEnv != nil {
 		cfg.Env = append(os.Environ(), ckptEnv...)
 	}
@@ -299,7 +341,7 @@ func config(c *cli.Context) (launch.Config, error) {
 }
 
 // hostsOf reads --hosts or --hostfile; nil means the ranks run on this machine.
-func hostsOf(c *cli.Context) ([]launch.HostSlots, error) {
+func hostsOf(c *cli.Context) ([]nodeclient.HostSlots, error) {
 	hosts, file := c.String("hosts"), c.String("hostfile")
 	switch {
 	case c.IsSet("hosts") && c.IsSet("hostfile"):
@@ -312,9 +354,9 @@ func hostsOf(c *cli.Context) ([]launch.HostSlots, error) {
 		return nil, &usageError{"--hosts and --hostfile need --nats URL, the NATS server the pcmd nodes use"}
 	}
 	if c.IsSet("hosts") {
-		h, err := launch.ParseHosts(hosts)
+		h, err := nodeclient.ParseHosts(hosts)
 		if err != nil {
-			return nil, &usageError{"--hosts: " + strings.TrimPrefix(err.Error(), "launch: ")}
+			return nil, &usageError{"--hosts: " + launch.Message(err)}
 		}
 		return h, nil
 	}
@@ -323,9 +365,9 @@ func hostsOf(c *cli.Context) ([]launch.HostSlots, error) {
 		return nil, &usageError{"--hostfile: " + err.Error()}
 	}
 	defer f.Close()
-	h, err := launch.ParseHostfile(f)
+	h, err := nodeclient.ParseHostfile(f)
 	if err != nil {
-		return nil, &usageError{fmt.Sprintf("--hostfile %s: %s", file, strings.TrimPrefix(err.Error(), "launch: "))}
+		return nil, &usageError{fmt.Sprintf("--hostfile %s: %s", file, launch.Message(err))}
 	}
 	return h, nil
 }

@@ -1,6 +1,7 @@
 // Command pcmd is the mpios node daemon: "pcmd serve" runs on every node of a cluster and
 // starts ranks for "mpirun --hosts"; "pcmd status" shows the nodes and their ranks. See
-// "pcmd --help" and docs/pcmd.md; the work is done by internal/pcmd.
+// "pcmd --help" and docs/pcmd.md; the work is done by internal/pcmd (the daemon) and
+// internal/nodestatus (the client commands).
 package main
 
 import (
@@ -20,8 +21,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
+	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/jobrecord"
+	"github.com/mpios/mpios/internal/natsconn"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/pcmd"
 	"github.com/mpios/mpios/iosbridge"
 )
@@ -39,6 +43,7 @@ USAGE:
    pcmd status [--json] [--nats URL]
    pcmd migrate --job JOB --rank R --to NODE [--nats URL]
    pcmd checkpoint --job JOB [--nats URL]
+   pcmd drain [--node NAME] [--nats URL]
 
 COMMANDS:
    serve        run the daemon of this node: register it on NATS (heartbeats),
@@ -49,16 +54,24 @@ COMMANDS:
                 ranks they run
    migrate      ask a running job to move a rank to another node
    checkpoint   ask a running job to take a checkpoint now
+   drain        make a node leave gracefully: it takes no new ranks, asks the
+                jobs to move its ranks to nodes with free slots, and exits
+                once it runs none
 
    "pcmd COMMAND --help" describes each command and its options.
 
 NATS:
    Every command talks to a NATS server (--nats URL, a comma-separated list for a
-   cluster). Authenticate with credentials in the URL (nats://user:pass@host:4222),
-   --nats-creds FILE, --nats-token T, or --nats-user U --nats-pass P. Tokens and
-   passwords can also come from $PCMD_NATS_TOKEN and $PCMD_NATS_PASS, which other
-   users cannot read in the process list. Without --nats, status, migrate and
-   checkpoint use the server of the newest mpirun running for this user.
+   cluster; tls://HOST:PORT requires TLS). Authenticate with --nats-creds FILE (a
+   .creds file from nsc), --nats-nkey FILE (an NKey user seed), --nats-token-file
+   FILE, or --nats-user U with the password in $PCMD_NATS_PASSWORD. Each flag can
+   also be set as $PCMD_NATS_CREDS, $PCMD_NATS_NKEY, $PCMD_NATS_TOKEN_FILE,
+   $PCMD_NATS_USER, and a token as $PCMD_NATS_TOKEN: unlike the command line,
+   other users cannot read these. (--nats-token, --nats-pass and credentials in
+   the URL still work, visible to every user in the process list.) For TLS,
+   --nats-ca FILE verifies the server, --nats-cert and --nats-key give a client
+   certificate. Without --nats, status, migrate and checkpoint use the server of
+   the newest mpirun running for this user. See docs/security.md.
 
 EXAMPLES:
    pcmd serve --node n1 --nats nats://10.0.0.1:4222 --advertise 10.0.0.11 \
@@ -74,12 +87,21 @@ misses 3 heartbeats is shown as gone.
 
 Starts ranks on request (mpios.node.NAME.spawn), at most --slots at once, but only
 programs whose absolute, cleaned path matches an --allow pattern: without --allow
-every request is refused. Each rank runs in its own process group under pcmd's
-user and environment plus the job's MPIOS_* variables, with MPIOS_BIND set to
---advertise and MPIOS_CKPT_DIR to --store. Its output lines and exit status go to
+every request is refused. The request chooses the arguments, unless --pin-args
+fixes them for the program. Each rank runs in its own process group under pcmd's
+user. Its environment is minimal: from pcmd's own only PATH, HOME, USER, LOGNAME,
+SHELL, TMPDIR, TZ, LANG, LANGUAGE, LC_*, XDG_RUNTIME_DIR, XDG_STATE_HOME and the
+variables named by --pass-env (never pcmd's NATS credentials), plus the job's
+MPIOS_* variables, with MPIOS_BIND set to --advertise, MPIOS_NODE to --node and
+MPIOS_CKPT_DIR to --store. Its output lines and exit status go to
 mpios.job.JOB.rank.R.out and .exit. Ranks die with pcmd; when pcmd is stopped it
-stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Ranks of
-a job whose mpirun stops sending keepalives (it died) are stopped too.
+stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Every
+rank holds a lease: the ranks of a job whose mpirun sent no keepalive (it died) for
+the lease it asked for, at most --lease, are stopped too.
+
+With --store, ranks restarting on other nodes read the checkpoint pieces in it
+through pcmd (mpios.node.NAME.piece): each request gets a one-time TCP offer, at
+most 16 open per requesting connection and 128 per node.
 
 IOS agent (after MPI/IOS; --no-ios turns it off): every --ios-period it samples
 the node's CPUs (/proc/stat, clipped by pcmd's cgroup CPU quota) and memory, and
@@ -99,21 +121,14 @@ func natsFlags(required bool) []cli.Flag {
 	if !required {
 		natsUsage += " (default: that of the newest running mpirun)"
 	}
-	return []cli.Flag{
-		&cli.StringFlag{Name: "nats", Usage: natsUsage},
-		&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials `FILE` (user JWT and nkey seed)"},
-		&cli.StringFlag{Name: "nats-token", EnvVars: []string{"PCMD_NATS_TOKEN"}, Usage: "NATS authentication `TOKEN`"},
-		&cli.StringFlag{Name: "nats-user", Usage: "NATS `USER` (with --nats-pass)"},
-		&cli.StringFlag{Name: "nats-pass", EnvVars: []string{"PCMD_NATS_PASS"}, Usage: "NATS `PASSWORD` of --nats-user"},
-	}
+	return append([]cli.Flag{&cli.StringFlag{Name: "nats", Usage: natsUsage}}, natsCLI.Flags()...)
 }
 
-func natsOptions(c *cli.Context, url string) pcmd.NATSOptions {
-	return pcmd.NATSOptions{
-		URL: url, CredsFile: c.String("nats-creds"), Token: c.String("nats-token"),
-		User: c.String("nats-user"), Password: c.String("nats-pass"),
-	}
-}
+// natsCLI: pcmd's credentials come from flags, files or $PCMD_NATS_*; --nats-token and
+// --nats-pass stay for compatibility.
+var natsCLI = natsconn.CLI{EnvPrefix: "PCMD_NATS_", SecretFlags: true}
+
+func natsOptions(c *cli.Context, url string) pcmd.NATSOptions { return natsCLI.Options(c, url) }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -182,13 +197,16 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "node `NAME` (letters, digits, '-', '_'), unique on the NATS server"},
 					&cli.StringSliceFlag{Name: "allow", Usage: "run programs whose absolute path matches `GLOB` ('*' does not match '/'; repeat for more)"},
+					&cli.StringSliceFlag{Name: "pin-args", Usage: "run programs matching `'GLOB ARG...'` only with these arguments, each matching its pattern ('GLOB' alone: none; repeat for more)"},
+					&cli.StringSliceFlag{Name: "pass-env", Usage: "also give the ranks this `VARIABLE` of pcmd's environment (repeat for more; MPIOS_* cannot be passed)"},
 					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once"},
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
 					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
 					&cli.DurationFlag{Name: "heartbeat", Value: pcmd.DefaultHeartbeat, Usage: "send a heartbeat every `DURATION`; the node is gone after 3 missed beats"},
+					&cli.DurationFlag{Name: "lease", Value: pcmd.DefaultLease, Usage: "stop a job's ranks when its launcher sent no keepalive for `DURATION` (a request's own lease is capped to it)"},
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
 					&cli.StringFlag{Name: "policy", Value: iosbridge.DefaultPolicy, Usage: "IOS decision `POLICY` for this node's ranks: " + policyHelp + "; a job's own (mpirun --policy) overrides it"},
-					&cli.DurationFlag{Name: "ios-period", Value: pcmd.DefaultIOSPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
+					&cli.DurationFlag{Name: "ios-period", Value: agentdriver.DefaultPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
 					&cli.Float64Flag{Name: "steal-threshold", Value: 0.25, Usage: "send steal requests while at least this `FRACTION` (0 to 1) of the node's CPUs is idle"},
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
 					&cli.DurationFlag{Name: "ios-cooldown", Value: iosbridge.DefaultStability().Cooldown, Usage: "never move a rank again within `DURATION` of its arrival"},
@@ -205,9 +223,10 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					}
 					cfg := pcmd.Config{
 						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
-						Allow: c.StringSlice("allow"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
+						Allow: c.StringSlice("allow"), PassEnv: c.StringSlice("pass-env"), PinArgs: c.StringSlice("pin-args"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
-						IOS: pcmd.IOSConfig{
+						Lease: c.Duration("lease"),
+						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
 							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),
 							QuotaOnly: c.Bool("cpu-quota-only"),
@@ -228,11 +247,11 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					if cfg.Slots < 1 {
 						return &usageError{fmt.Sprintf("--slots %d: want at least 1", cfg.Slots)}
 					}
-					if cfg.Heartbeat <= 0 || cfg.KillGrace <= 0 {
-						return &usageError{"--heartbeat and --kill-grace must be positive"}
+					if cfg.Heartbeat <= 0 || cfg.KillGrace <= 0 || cfg.Lease <= 0 {
+						return &usageError{"--heartbeat, --kill-grace and --lease must be positive"}
 					}
 					if err := cfg.NATS.Validate(); err != nil {
-						return &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}
+						return &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
 					}
 					return pcmd.Serve(ctx, cfg)
 				},
@@ -242,12 +261,12 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 				Usage:     "show the nodes and the ranks they run",
 				UsageText: "pcmd status [--json] [--nats URL] [--wait DURATION]",
 				Description: `Asks every pcmd on the NATS server (mpios.nodes.discover) for itself and the
-peers it hears, and prints each node: alive or gone (no heartbeat for 3 periods),
-slots in use and total, load average, age of the last heartbeat, advertise
-address, pid and version. Then one line per IOS agent (mpios.nodes.ios): its
-policy (and the jobs that chose their own), free CPUs of its effective CPUs, its
-outstanding steal request, its peers, ranks given / migrations the jobs accepted /
-refused, and its last decision with the reason. Then every rank of the alive
+peers it hears, and prints each node: alive, draining (pcmd drain) or gone (no
+heartbeat for 3 periods), slots in use and total, load average, age of the last
+heartbeat, advertise address, pid and version. Then one line per IOS agent
+(mpios.nodes.ios): its policy (and the jobs that chose their own), free CPUs of its
+effective CPUs, its outstanding steal request, its peers, ranks given / migrations
+the jobs accepted / refused, and its last decision with the reason. Then every rank of the alive
 nodes: job, rank, node, pid and, from its latest profile, iteration (of the
 planned total), seconds per iteration and share of time in mpi calls. --json adds
 per node "ios": the agent's state, its recent "decisions" and the ranks' full
@@ -264,7 +283,7 @@ of this user (found in its job record) and says which one.`,
 						return err
 					}
 					defer nc.Close()
-					st, err := pcmd.DiscoverStatus(nc, c.Duration("wait"))
+					st, err := nodestatus.DiscoverStatus(nc, c.Duration("wait"))
 					if err != nil {
 						return err
 					}
@@ -276,6 +295,7 @@ of this user (found in its job record) and says which one.`,
 			},
 			controlCommand(stderr, stdout, job.ControlMigrate, onUsage),
 			controlCommand(stderr, stdout, job.ControlCheckpoint, onUsage),
+			drainCommand(stderr, stdout, onUsage),
 		},
 	}
 }
@@ -339,17 +359,17 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 			}
 		}
 		if err := job.ValidateID(c.String("job")); err != nil {
-			return &usageError{"--job: " + strings.TrimPrefix(err.Error(), "job: ")}
+			return &usageError{"--job: " + job.TrimPrefix(err).Error()}
 		}
 		if err := req.Validate(); err != nil {
-			return &usageError{strings.TrimPrefix(err.Error(), "job: ")}
+			return &usageError{job.TrimPrefix(err).Error()}
 		}
 		nc, err := clientConn(c, stderr)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		rep, err := pcmd.Control(nc, c.String("job"), req, c.Duration("timeout"))
+		rep, err := nodestatus.Control(nc, c.String("job"), req, c.Duration("timeout"))
 		if err != nil {
 			return err
 		}
@@ -365,22 +385,87 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 	return cmd
 }
 
+// drainCommand builds "pcmd drain".
+func drainCommand(stderr, stdout io.Writer, onUsage cli.OnUsageErrorFunc) *cli.Command {
+	return &cli.Command{
+		Name:      "drain",
+		Usage:     "make a node leave gracefully",
+		UsageText: "pcmd drain [--node NAME] [--reason TEXT] [--nats URL] [--timeout DURATION]",
+		Description: `Asks the pcmd of node NAME (default: this host's short name) to leave
+(mpios.node.NAME.drain): it places each of its ranks on a free slot of an alive peer,
+each job on as few nodes as possible, and asks the jobs to migrate them there
+(mpios.job.JOB.ctl, as "pcmd migrate"). From then on it takes no new ranks, and it
+exits once it runs none. If some rank finds no free slot the drain is refused, the
+node says which ranks and goes on as before. Prints each move and the job's answer.
+Exit status 0 if every job accepted, 1 otherwise.`,
+		OnUsageError: onUsage,
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "the node `NAME` to drain"},
+			&cli.StringFlag{Name: "reason", Usage: "why, for the logs of the node and the jobs (default: \"by USER\")"},
+			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "wait `DURATION` for the node's reply (it waits for the jobs' answers)"},
+		}, natsFlags(false)...),
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return &usageError{fmt.Sprintf("drain: unexpected argument %q", c.Args().First())}
+			}
+			node := c.String("node")
+			if err := job.ValidateNode(node); err != nil {
+				return &usageError{"--node: " + job.TrimPrefix(err).Error()}
+			}
+			req := job.DrainRequest{Reason: c.String("reason")}
+			if req.Reason == "" {
+				req.Reason = "by " + userName()
+			}
+			if err := req.Validate(); err != nil {
+				return &usageError{job.TrimPrefix(err).Error()}
+			}
+			nc, err := clientConn(c, stderr)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rep, err := nodestatus.Drain(nc, node, req, c.Duration("timeout"))
+			if err != nil {
+				return err
+			}
+			if rep.Error != "" {
+				fmt.Fprintf(stderr, "pcmd: %s\n", strings.TrimPrefix(rep.Error, "pcmd: "))
+				return &exitError{1}
+			}
+			ok := true
+			for _, m := range rep.Moves {
+				verdict := "accepted"
+				if !m.Accepted {
+					verdict, ok = "NOT accepted", false
+				}
+				fmt.Fprintf(stdout, "job %s ranks %v to %s: %s: %s\n", m.Job, m.Ranks, m.To, verdict, m.Answer)
+			}
+			if !ok {
+				fmt.Fprintf(stderr, "pcmd: node %s is draining, but some of its ranks stay: it exits once they are gone\n", node)
+				return &exitError{1}
+			}
+			fmt.Fprintf(stdout, "node %s is draining: it takes no new ranks and exits once its ranks have left\n", node)
+			return nil
+		},
+	}
+}
+
 // clientConn connects to --nats, or to the server of the newest running mpirun.
 func clientConn(c *cli.Context, stderr io.Writer) (*nats.Conn, error) {
 	url := c.String("nats")
 	if url == "" {
-		rec, path, err := pcmd.NewestRecord(launch.RuntimeDir())
+		rec, path, err := nodestatus.NewestRecord(jobrecord.RuntimeDir())
 		if err != nil {
 			return nil, &usageError{"no --nats URL given and " + strings.TrimPrefix(err.Error(), "pcmd: ")}
 		}
 		url = rec.NATSURL
 		fmt.Fprintf(stderr, "pcmd: using NATS %s of mpirun job %s (pid %d, record %s)\n",
-			launch.RedactURL(url), rec.JobID, rec.PID, path)
+			natsconn.RedactURL(url), rec.JobID, rec.PID, path)
 	}
 	opts := natsOptions(c, url)
 	opts.Name = "pcmd " + c.Command.Name
 	if err := opts.Validate(); err != nil {
-		return nil, &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}
+		return nil, &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
 	}
 	return opts.Connect(nil, nil)
 }

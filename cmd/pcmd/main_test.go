@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
-	"github.com/mpios/mpios/internal/pcmd"
+	"github.com/mpios/mpios/internal/jobrecord"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/testbin"
 )
 
@@ -136,10 +136,10 @@ func startNode(t *testing.T, url, name string, args ...string) *proc {
 	return p
 }
 
-func status(t *testing.T, url string) pcmd.Status {
+func status(t *testing.T, url string) nodestatus.Status {
 	t.Helper()
 	p := run(t, 10*time.Second, nil, "pcmd", "status", "--json", "--nats", url, "--wait", "300ms")
-	var st pcmd.Status
+	var st nodestatus.Status
 	if p.code != 0 || json.Unmarshal([]byte(p.stdout.String()), &st) != nil {
 		t.Fatalf("pcmd status: exit %d\nstdout:\n%s\nstderr:\n%s", p.code, p.stdout.String(), p.stderr.String())
 	}
@@ -147,9 +147,9 @@ func status(t *testing.T, url string) pcmd.Status {
 }
 
 // waitStatus polls pcmd status until ok accepts it.
-func waitStatus(t *testing.T, url string, limit time.Duration, what string, ok func(pcmd.Status) bool) pcmd.Status {
+func waitStatus(t *testing.T, url string, limit time.Duration, what string, ok func(nodestatus.Status) bool) nodestatus.Status {
 	t.Helper()
-	var st pcmd.Status
+	var st nodestatus.Status
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
 		if st = status(t, url); ok(st) {
 			return st
@@ -160,13 +160,13 @@ func waitStatus(t *testing.T, url string, limit time.Duration, what string, ok f
 	return st
 }
 
-func nodeOf(st pcmd.Status, name string) (pcmd.NodeStatus, bool) {
+func nodeOf(st nodestatus.Status, name string) (nodestatus.NodeStatus, bool) {
 	for _, n := range st.Nodes {
 		if n.Name == name {
 			return n, true
 		}
 	}
-	return pcmd.NodeStatus{}, false
+	return nodestatus.NodeStatus{}, false
 }
 
 var (
@@ -199,10 +199,10 @@ func testCluster(t *testing.T, url string) {
 	mpienv := []string{"XDG_RUNTIME_DIR=" + t.TempDir()}
 
 	// Registration: both nodes alive with their slots, pids and address.
-	st := waitStatus(t, url, 10*time.Second, "n1 and n2 alive", func(st pcmd.Status) bool {
+	st := waitStatus(t, url, 10*time.Second, "n1 and n2 alive", func(st nodestatus.Status) bool {
 		a, ok1 := nodeOf(st, "n1")
 		b, ok2 := nodeOf(st, "n2")
-		return ok1 && ok2 && a.State == pcmd.StateAlive && b.State == pcmd.StateAlive
+		return ok1 && ok2 && a.State == nodestatus.StateAlive && b.State == nodestatus.StateAlive
 	})
 	for _, n := range st.Nodes {
 		want := map[string]int{"n1": n1.cmd.Process.Pid, "n2": n2.cmd.Process.Pid}[n.Name]
@@ -211,7 +211,7 @@ func testCluster(t *testing.T, url string) {
 		}
 	}
 	// Their IOS agents become neighbours through the heartbeats and sample this machine.
-	waitStatus(t, url, 15*time.Second, "the IOS agents of n1 and n2 as neighbours", func(st pcmd.Status) bool {
+	waitStatus(t, url, 15*time.Second, "the IOS agents of n1 and n2 as neighbours", func(st nodestatus.Status) bool {
 		a, _ := nodeOf(st, "n1")
 		b, _ := nodeOf(st, "n2")
 		return a.IOS != nil && b.IOS != nil && len(a.IOS.Peers) == 1 && a.IOS.Peers[0] == "n2" &&
@@ -274,7 +274,7 @@ func testCluster(t *testing.T, url string) {
 	if err := os.MkdirAll(filepath.Join(rt, "mpios"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := json.Marshal(launch.Record{JobID: "fake-job", NATSURL: url, PID: os.Getpid(), Started: time.Now()})
+	rec, _ := json.Marshal(jobrecord.Record{JobID: "fake-job", NATSURL: url, PID: os.Getpid(), Started: time.Now()})
 	if err := os.WriteFile(filepath.Join(rt, "mpios", "fake-job.json"), rec, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func testCluster(t *testing.T, url string) {
 	// Killing a node fails the job running on it, promptly and clearly.
 	long := startProc(t, mpienv, "mpirun", "--nats", url, "--hosts", "n1:2,n2:2",
 		heat2d, "-n", "300", "-iters", "100000000")
-	st = waitStatus(t, url, 20*time.Second, "4 ranks running", func(st pcmd.Status) bool { return len(st.Ranks) == 4 })
+	st = waitStatus(t, url, 20*time.Second, "4 ranks running", func(st nodestatus.Status) bool { return len(st.Ranks) == 4 })
 	var n1pids []int
 	for _, r := range st.Ranks {
 		if r.Node == "n1" {
@@ -302,9 +302,9 @@ func testCluster(t *testing.T, url string) {
 		t.Errorf("job on a killed node: exit %d after %v\nstderr:\n%s", code, time.Since(killed), long.stderr.String())
 	}
 	t.Logf("job failed %v after its node was killed", time.Since(killed))
-	waitStatus(t, url, 5*time.Second, "n1 gone", func(st pcmd.Status) bool {
+	waitStatus(t, url, 5*time.Second, "n1 gone", func(st nodestatus.Status) bool {
 		n, ok := nodeOf(st, "n1")
-		return ok && n.State == pcmd.StateGone && n.LastBeat >= 0.75
+		return ok && n.State == nodestatus.StateGone && n.LastBeat >= 0.75
 	})
 	for _, pid := range n1pids {
 		if running(pid, 2*time.Second) {
@@ -368,10 +368,10 @@ func TestFrozenNode(t *testing.T) {
 	heat2d := filepath.Join(bin, "heat2d")
 	n1 := startNode(t, url, "n1", "--slots", "1", "--allow", heat2d)
 	startNode(t, url, "n2", "--slots", "1", "--allow", heat2d)
-	waitStatus(t, url, 10*time.Second, "2 nodes", func(st pcmd.Status) bool { return len(st.Nodes) == 2 })
+	waitStatus(t, url, 10*time.Second, "2 nodes", func(st nodestatus.Status) bool { return len(st.Nodes) == 2 })
 	long := startProc(t, []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, "mpirun", "--nats", url, "--hosts", "n1,n2",
 		heat2d, "-n", "200", "-iters", "100000000")
-	waitStatus(t, url, 20*time.Second, "2 ranks running", func(st pcmd.Status) bool { return len(st.Ranks) == 2 })
+	waitStatus(t, url, 20*time.Second, "2 ranks running", func(st nodestatus.Status) bool { return len(st.Ranks) == 2 })
 	if err := n1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func TestFrozenNode(t *testing.T) {
 func TestMpirunHostsErrors(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	n := startNode(t, url, "n1", "--slots", "1", "--allow", filepath.Join(bin, "heat2d"))
-	waitStatus(t, url, 10*time.Second, "n1", func(st pcmd.Status) bool { return len(st.Nodes) == 1 })
+	waitStatus(t, url, 10*time.Second, "n1", func(st nodestatus.Status) bool { return len(st.Nodes) == 1 })
 	env := []string{"XDG_RUNTIME_DIR=" + t.TempDir()}
 	heat2d := filepath.Join(bin, "heat2d")
 	hostfile := filepath.Join(t.TempDir(), "hosts")
@@ -425,6 +425,53 @@ func TestMpirunHostsErrors(t *testing.T) {
 	}
 }
 
+// TestDrainMovesAJobAway: "pcmd drain" of the node a job runs on moves the job's ranks to
+// the node with free slots; the job's result is bitwise that of an undisturbed run, the
+// drained node takes no new ranks meanwhile and its pcmd exits once its ranks left.
+func TestDrainMovesAJobAway(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	heat2d := filepath.Join(bin, "heat2d")
+	dir := t.TempDir()
+	n1 := startNode(t, url, "n1", "--slots", "2", "--allow", heat2d, "--store", filepath.Join(dir, "s1"), "--no-ios")
+	startNode(t, url, "n2", "--slots", "2", "--allow", heat2d, "--store", filepath.Join(dir, "s2"), "--no-ios")
+	waitStatus(t, url, 10*time.Second, "n1 and n2", func(st nodestatus.Status) bool { return len(st.Nodes) == 2 })
+	env := []string{"XDG_RUNTIME_DIR=" + t.TempDir(), "MPIOS_CKPT_POLL=20"}
+	args := []string{heat2d, "-n", "96", "-iters", "2000"}
+	ref := filepath.Join(dir, "ref.bin")
+	if p := run(t, 120*time.Second, env, "mpirun", append(append([]string{"-np", "2"}, args...), "-dump", ref)...); p.code != 0 {
+		t.Fatalf("reference run: exit %d\n%s", p.code, p.stderr.String())
+	}
+	out := filepath.Join(dir, "out.bin")
+	j := startProc(t, env, "mpirun", append(append([]string{"--nats", url, "--hosts", "n1:2"}, args...), "-dump", out, "-pace", "2ms")...)
+	waitStatus(t, url, 20*time.Second, "2 ranks on n1", func(st nodestatus.Status) bool { return len(st.Ranks) == 2 })
+	// The job refuses migrations until its ranks have said hello; the node stays draining
+	// and a second drain asks again.
+	var d *proc
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		d = run(t, 30*time.Second, nil, "pcmd", "drain", "--node", "n1", "--nats", url, "--reason", "test")
+		if d.code == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if d.code != 0 || !strings.Contains(d.stdout.String(), "job ") || !strings.Contains(d.stdout.String(), "ranks [0 1] to n2: accepted") {
+		t.Fatalf("pcmd drain: exit %d\nstdout:\n%s\nstderr:\n%s\nmpirun:\n%s", d.code, d.stdout.String(), d.stderr.String(), j.stderr.String())
+	}
+	if code := n1.wait(t, 60*time.Second); code != 0 || !strings.Contains(n1.stderr.String(), "drained: no rank left, shutting down") {
+		t.Errorf("drained pcmd n1: exit %d\n%s", code, n1.stderr.String())
+	}
+	if code := j.wait(t, 120*time.Second); code != 0 {
+		t.Fatalf("mpirun: exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
+	want, _ := os.ReadFile(ref)
+	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, want) || len(want) == 0 {
+		t.Errorf("the drained job's result (%d bytes, %v) differs from an undisturbed run's (%d bytes)\nmpirun:\n%s",
+			len(got), err, len(want), j.stderr.String())
+	}
+	if n := strings.Count(j.stderr.String(), "mpirun: migrated rank"); n != 2 {
+		t.Errorf("%d migrations reported, want 2:\n%s", n, j.stderr.String())
+	}
+}
+
 // TestCommandLine: usage mistakes exit 2 with one clear line.
 func TestCommandLine(t *testing.T) {
 	var stdout, stderr bytes.Buffer
@@ -442,6 +489,8 @@ func TestCommandLine(t *testing.T) {
 		"--steal-threshold 2: want more than 0":   {"serve", "--nats", "nats://x", "--steal-threshold", "2"},
 		"--steal-ttl 0: want 1 to 64":             {"serve", "--nats", "nats://x", "--steal-ttl", "0"},
 		"--ios-period and --ios-cooldown must be": {"serve", "--nats", "nats://x", "--ios-period", "0s"},
+		"drain: unexpected argument \"n1\"":       {"drain", "n1"},
+		"--node: node name \"a.b\"":               {"drain", "--node", "a.b", "--nats", "nats://x"},
 	}
 	for want, args := range cases {
 		stdout.Reset()

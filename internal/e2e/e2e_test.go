@@ -22,7 +22,8 @@ var bin string // directory with the built mpirun and test programs
 
 func TestMain(m *testing.M) {
 	os.Exit(testbin.Main(m, func(dir string) { bin = dir },
-		"./cmd/mpirun", "./internal/e2e/testdata/mpicheck", "./heat2d", "./jacobi", "./cmd/pcmd"))
+		"./cmd/mpirun", "./internal/e2e/testdata/mpicheck", "./internal/e2e/testdata/failsucc", "./heat2d", "./jacobi", "./cmd/pcmd",
+		"./internal/mpisuite/testdata/suiterun"))
 }
 
 type result struct {

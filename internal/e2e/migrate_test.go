@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/nats-io/nats.go"
 )
@@ -262,7 +263,7 @@ func referenceDump(t *testing.T, args ...string) []byte {
 	return b
 }
 
-// TestMigrationsKeepResultsBitwise is the issue's migration test: two pcmd nodes and a real
+// TestMigrationsKeepResultsBitwise is the migration test of record: two pcmd nodes and a real
 // nats-server; heat2d and jacobi on 4 ranks move back and forth, two ranks in one boundary,
 // rank 0 included, and the results are bitwise those of an undisturbed run; heat2d also
 // checkpoints in the background meanwhile.
@@ -270,6 +271,9 @@ func TestMigrationsKeepResultsBitwise(t *testing.T) {
 	apps := map[string][]string{
 		"heat2d": {"heat2d", "-n", "96", "-iters", "2500"},
 		"jacobi": {"jacobi", "-n", "256", "-maxiters", "2500", "-tol", "0"},
+		// The 2-D decomposition: its Cartesian view of the world and its column halos
+		// (mpi.CartView, Shift, Pack) are made again by each successor.
+		"heat2d-2d": {"heat2d", "-n", "96", "-iters", "2500", "-decomp", "2d"},
 	}
 	for name, args := range apps {
 		t.Run(name, func(t *testing.T) {
@@ -325,7 +329,7 @@ func TestMigrationAtCheckpointBoundary(t *testing.T) {
 	}
 }
 
-// TestFailedMigrationsLeaveTheRankInPlace covers the issue's failure cases: each migration is
+// TestFailedMigrationsLeaveTheRankInPlace covers the failure cases of a migration: each one is
 // aborted, the old process continues, the job's result is unchanged, and mpirun says why.
 func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 	args := []string{"heat2d", "-n", "64", "-iters", "1500"}
@@ -336,7 +340,7 @@ func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 
 	cases := []struct {
 		name    string
-		hook    string // MPIOS_TESTHOOK_SUCCESSOR for the job's successors
+		fail    string // the job's successors fail so (testdata/failsucc)
 		to      string
 		refused string // the control request is refused with this
 		aborted string // or the migration is aborted with this in mpirun's log
@@ -344,18 +348,18 @@ func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 		{name: "unknown-node", to: "nowhere", refused: "no pcmd serves it"},
 		{name: "same-node", to: "n2", refused: "already runs on n2"},
 		{name: "target-refuses", to: "n3", aborted: "not allowed by --allow"},
-		{name: "successor-fails-to-start", hook: "exit-at-start", to: "n1", aborted: "ended before taking over: exited with status 3"},
-		{name: "successor-dies-mid-transfer", hook: "exit-mid-state", to: "n1", aborted: "hand state to the successor on n1"},
+		{name: "successor-fails-to-start", fail: "exit-at-start", to: "n1", aborted: "ended before taking over: exited with status 3"},
+		{name: "successor-dies-mid-transfer", fail: "exit-mid-state", to: "n1", aborted: "hand state to the successor on n1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var env []string
-			if tc.hook != "" {
-				env = append(env, "MPIOS_TESTHOOK_SUCCESSOR="+tc.hook)
+			run := []string{"--hosts", "n1:2,n2:2"}
+			if tc.fail != "" {
+				run = append(run, prog("failsucc"), tc.fail)
 			}
 			id := "fail-" + tc.name
 			dump := filepath.Join(t.TempDir(), "out.bin")
-			j := c.start(t, id, env, "--hosts", "n1:2,n2:2", prog(args[0]), args[1], args[2], args[3], args[4], "-dump", dump, "-pace", "2ms")
+			j := c.start(t, id, nil, append(run, prog(args[0]), args[1], args[2], args[3], args[4], "-dump", dump, "-pace", "2ms")...)
 			c.waitRunning(t, j.id)
 			rep := c.control(id, job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: tc.to, Reason: "test"})
 			if tc.refused != "" {
@@ -368,7 +372,7 @@ func TestFailedMigrationsLeaveTheRankInPlace(t *testing.T) {
 				}
 				j.waitLog(`migration of rank 1 to `+tc.to+` aborted, it continues on n2: .*`+regexp.QuoteMeta(tc.aborted), 1, 90*time.Second)
 				info := c.jobInfo(id)
-				if len(info.Migrations) != 1 || info.Migrations[0].State != "failed" || info.Migrations[0].Error == "" {
+				if len(info.Migrations) != 1 || info.Migrations[0].State != reconf.Aborted || info.Migrations[0].Error == "" {
 					t.Fatalf("job info migrations %+v, want one failed with a reason", info.Migrations)
 				}
 			}

@@ -56,6 +56,9 @@ type IOSState struct {
 	MemTotalBytes uint64    `msgpack:"mem_total" json:"mem_total_bytes"`
 	Load1         float64   `msgpack:"load1" json:"load1"`
 	SampleError   string    `msgpack:"sample_error,omitempty" json:"sample_error,omitempty"`
+	// LoadSource names the counter the availability comes from (the whole machine's
+	// /proc/stat, or the node cgroup's usage or throttling counters; see package nodecpu).
+	LoadSource string `msgpack:"load_source,omitempty" json:"load_source,omitempty"`
 
 	// Steal is the node's outstanding steal request, if any.
 	Steal *IOSSteal `msgpack:"steal,omitempty" json:"steal,omitempty"`

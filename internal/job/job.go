@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/mpios/mpios/internal/msgpackcheck"
+	"github.com/mpios/mpios/internal/reconf"
 )
 
 // Environment variables set by the launcher for every rank.
@@ -204,11 +207,32 @@ type Abort struct {
 func Encode(v any) ([]byte, error) { return msgpack.Marshal(v) }
 
 // Decode unmarshals a control message, rejecting malformed input with a clear error.
-func Decode(data []byte, v any) error {
+func Decode(data []byte, v any) (err error) {
+	// msgpack v5.4.1 panics on some input (a nil where a time.Time is expected): any NATS
+	// client could otherwise crash every receiver with one message.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("job: decode %T: malformed input: %v", v, p)
+		}
+	}()
+	// The decoder preallocates the lengths arrays announce: 9 bytes announcing 3e9 elements
+	// killed any receiver out of memory (found by FuzzDecodeReconfLog).
+	if err := msgpackcheck.Check(data); err != nil {
+		return fmt.Errorf("job: decode %T: %w", v, err)
+	}
 	if err := msgpack.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("job: decode %T: %w", v, err)
 	}
 	return nil
+}
+
+// TrimPrefix drops this package's "job: " from err's message, for messages that already
+// say where they come from. Errors.Is and As no longer see through the result.
+func TrimPrefix(err error) error {
+	if s, ok := strings.CutPrefix(err.Error(), "job: "); ok {
+		return errors.New(s)
+	}
+	return err
 }
 
 // Validate checks a Hello against the job size.
@@ -323,6 +347,9 @@ type RankInfo struct {
 	Rank    int       `msgpack:"rank"`
 	PID     int       `msgpack:"pid"`
 	Started time.Time `msgpack:"started"`
+	// Successor says the process took over a migrated rank (started with EnvMigrate): its
+	// arrival starts the IOS stability cooldown, which a fresh start does not.
+	Successor bool `msgpack:"successor,omitempty"`
 }
 
 // NodeInfo describes a node and its pcmd.
@@ -338,6 +365,9 @@ type NodeInfo struct {
 	Seq       uint64        `msgpack:"seq"`      // heartbeat counter
 	Leaving   bool          `msgpack:"leaving"`  // the last heartbeat of a pcmd shutting down
 	Ranks     []RankInfo    `msgpack:"ranks"`
+
+	// Draining: the node takes no new ranks, it is leaving (pcmd drain).
+	Draining bool `msgpack:"draining,omitempty"`
 }
 
 // MissedBeats is how many heartbeat intervals may pass without one before a node is gone.
@@ -593,54 +623,16 @@ type ControlReply struct {
 	Error   string `msgpack:"error,omitempty"`
 }
 
-// Reconfiguration log. The launcher turns accepted ControlRequests into numbered entries and
-// publishes the whole log on ReconfSubject whenever it grows; a rank that subscribed late
+// Reconfiguration log (reconf.Log). The launcher turns accepted ControlRequests into numbered
+// entries and publishes the whole log on ReconfSubject whenever it grows; a rank that subscribed late
 // asks for it on ReconfGetSubject. At their next agreement point the ranks act on the
 // entries every one of them has (the smallest prefix), so all act at the same boundary.
 
-// ReconfSubject carries the ReconfLog of a job, published by its launcher.
+// ReconfSubject carries the reconf.Log of a job, published by its launcher.
 func ReconfSubject(jobID string) string { return subject(jobID, "reconf") }
 
-// ReconfGetSubject: request (empty), the launcher replies with the ReconfLog.
+// ReconfGetSubject: request (empty), the launcher replies with the reconf.Log.
 func ReconfGetSubject(jobID string) string { return subject(jobID, "reconf.get") }
-
-// Reconf is one accepted reconfiguration: a checkpoint, or ranks moving to node To.
-type Reconf struct {
-	Seq    uint64      `msgpack:"seq"` // 1, 2, ...
-	Kind   ControlKind `msgpack:"kind"`
-	Ranks  []int       `msgpack:"ranks,omitempty"`
-	To     string      `msgpack:"to,omitempty"`
-	Reason string      `msgpack:"reason,omitempty"`
-}
-
-// ReconfLog is every Reconf of a job so far, in order.
-type ReconfLog struct {
-	Entries []Reconf `msgpack:"entries"`
-}
-
-// Validate checks a log received from the network: consecutive numbers from 1, known kinds.
-func (l ReconfLog) Validate() error {
-	for i, e := range l.Entries {
-		if e.Seq != uint64(i+1) {
-			return fmt.Errorf("job: reconfiguration log: entry %d has number %d", i+1, e.Seq)
-		}
-		switch e.Kind {
-		case ControlCheckpoint:
-		case ControlMigrate:
-			if len(e.Ranks) == 0 || ValidateNode(e.To) != nil {
-				return fmt.Errorf("job: reconfiguration log: entry %d: migration without ranks or with a bad node %q", e.Seq, e.To)
-			}
-			for _, r := range e.Ranks {
-				if r < 0 {
-					return fmt.Errorf("job: reconfiguration log: entry %d: rank %d", e.Seq, r)
-				}
-			}
-		default:
-			return fmt.Errorf("job: reconfiguration log: entry %d: kind %q", e.Seq, e.Kind)
-		}
-	}
-	return nil
-}
 
 // MigrateSubject: a migrating rank asks its launcher to start its successor (request
 // MigrateRequest, reply MigrateReply).
@@ -718,20 +710,23 @@ type Migration struct {
 	From      string        `msgpack:"from"`
 	To        string        `msgpack:"to"`
 	Reason    string        `msgpack:"reason,omitempty"`
-	State     string        `msgpack:"state"` // requested, spawning, done, failed
+	State     reconf.State  `msgpack:"state"` // proposed, prepared (successor running), committed, aborted
 	Error     string        `msgpack:"error,omitempty"`
 	Iteration int           `msgpack:"iteration,omitempty"`
 	Pause     time.Duration `msgpack:"pause,omitempty"`
 	At        time.Time     `msgpack:"at"`
 }
 
-// JobInfo describes a running job: its ranks and its migrations.
+// JobInfo describes a running job: its ranks, its migrations rank by rank, and its
+// reconfiguration log.
 type JobInfo struct {
 	Job        string      `msgpack:"job"`
 	Size       int         `msgpack:"size"`
 	Policy     string      `msgpack:"policy,omitempty"`
 	Ranks      []JobRank   `msgpack:"ranks"`
 	Migrations []Migration `msgpack:"migrations"`
+	// Reconfigurations is the job's log: every accepted request, in order, with its state.
+	Reconfigurations []reconf.Reconfiguration `msgpack:"reconfigurations,omitempty"`
 }
 
 // Checkpoint pieces on other nodes. A rank restarting on a node that does not hold its piece

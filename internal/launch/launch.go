@@ -1,12 +1,16 @@
-// Package launch runs an mpios job: it provides the control plane (an embedded or external
-// NATS server), starts the ranks through a Starter, forwards their output line by line,
-// answers the rendezvous (internal/job), and stops the whole job when one rank fails, a rank
-// aborts, the job times out or mpirun is interrupted.
+// Package launch runs an mpios job: it is the loop around the job's supervisor.Machine. It
+// provides the control plane (an embedded NATS server, internal/natsembed, or an external
+// one), builds the program if it is a package directory (internal/gobuild), writes the job
+// record (internal/jobrecord), starts processes through a rankproc.Starter (this machine, or
+// pcmd nodes through internal/nodeclient), forwards their output line by line, and turns
+// their exits and the job's NATS requests into the Machine's events. Every decision — the
+// rendezvous, which failure ends the job, reconfigurations — is the Machine's.
 package launch
 
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,14 +18,21 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/jobrecord"
+	"github.com/mpios/mpios/internal/natsconn"
+	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/nodeclient"
+	"github.com/mpios/mpios/internal/profilewriter"
+	"github.com/mpios/mpios/internal/rankproc"
+	"github.com/mpios/mpios/internal/supervisor"
 )
 
 // Defaults for Config fields left zero.
@@ -34,8 +45,8 @@ const rendezvousSlack = 2 * time.Second
 
 // Exit statuses of failed jobs that have no rank status to report.
 const (
-	StatusFailed   = 1   // rendezvous failed, a rank could not be started, job cancelled
-	StatusTimedOut = 124 // --timeout expired (as timeout(1))
+	StatusFailed   = supervisor.StatusFailed   // rendezvous failed, a rank could not be started, job cancelled
+	StatusTimedOut = supervisor.StatusTimedOut // --timeout expired (as timeout(1))
 )
 
 // Config describes one job. Zero values select the documented defaults.
@@ -66,22 +77,26 @@ type Config struct {
 	// (job.ProfileSubject), one JSON object per line.
 	ProfileOut string
 
-	Starter    Starter // nil = Local{}
-	RuntimeDir string  // where the job Record is written; "" = RuntimeDir()
+	Starter    rankproc.Starter // nil = rankproc.Local{}
+	RuntimeDir string           // where the job's jobrecord.Record is written; "" = jobrecord.RuntimeDir()
+
+	// NATSAuth authenticates mpirun to NATSURL (credentials, TLS); its URL and Name are
+	// not used. The ranks get the same options through their environment (see Env).
+	NATSAuth natsconn.Options
 }
 
 // FailureKind says why a job failed.
-type FailureKind int
+type FailureKind = supervisor.FailureKind
 
 // Kinds of job failure.
 const (
-	RankFailed       FailureKind = iota + 1 // a rank exited non-zero or was killed
-	RankAborted                             // a rank published a job.Abort
-	TimedOut                                // Config.Timeout expired
-	Interrupted                             // a signal arrived on Config.Signals
-	RendezvousFailed                        // the ranks did not all say hello in time
-	StartFailed                             // a rank could not be started
-	Cancelled                               // the context passed to Run was cancelled
+	RankFailed       = supervisor.RankFailed       // a rank exited non-zero or was killed
+	RankAborted      = supervisor.RankAborted      // a rank published a job.Abort
+	TimedOut         = supervisor.TimedOut         // Config.Timeout expired
+	Interrupted      = supervisor.Interrupted      // a signal arrived on Config.Signals
+	RendezvousFailed = supervisor.RendezvousFailed // the ranks did not all say hello in time
+	StartFailed      = supervisor.StartFailed      // a rank could not be started
+	Cancelled        = supervisor.Cancelled        // the context passed to Run was cancelled
 )
 
 // ExitError reports that the job ran but did not succeed. Its Reason has already been written
@@ -93,18 +108,19 @@ type ExitError struct {
 	Reason string
 }
 
+// Error returns the reason, prefixed with "launch: ".
 func (e *ExitError) Error() string { return "launch: " + e.Reason }
 
 // Run runs a job to completion. It returns nil if every rank exited with status 0, an
 // *ExitError if the job failed once started, and another error if it could not be started
-// (bad Config, program not found, *BuildError, NATS unreachable).
+// (bad Config, program not found, *gobuild.BuildError, NATS unreachable).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}
-	prog, err := resolveProgram(cfg.Program)
+	prog, err := gobuild.Resolve(cfg.Program)
 	if err != nil {
-		return err
+		return fmt.Errorf("launch: %w", err)
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
@@ -119,46 +135,46 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
-		srv, err := startEmbeddedNATS("127.0.0.1", cfg.JobID)
+		srv, err := natsembed.Start("127.0.0.1", "mpirun-"+cfg.JobID)
 		if err != nil {
 			return err
 		}
-		defer srv.shutdown()
-		natsURL = srv.url
+		defer srv.Shutdown()
+		natsURL = srv.URL()
 	}
-	r.stderr.logf("job %s nats %s", cfg.JobID, RedactURL(natsURL))
+	r.stderr.logf("job %s nats %s", cfg.JobID, natsconn.RedactURL(natsURL))
 
 	if err := r.connect(natsURL); err != nil {
 		return err
 	}
 	defer r.nc.Close()
 	if cfg.ProfileOut != "" {
-		stop, err := r.recordProfiles(cfg.ProfileOut)
+		pw, err := profilewriter.Start(r.nc, job.ProfileSubject(cfg.JobID), cfg.ProfileOut, r.stderr.logf)
 		if err != nil {
-			return err
+			return fmt.Errorf("launch: --profile-out: %w", err)
 		}
-		defer stop()
+		defer pw.Stop(r.nc)
 	}
 
-	recPath, err := writeRecord(cfg.RuntimeDir, Record{
+	recPath, err := jobrecord.Write(cfg.RuntimeDir, jobrecord.Record{
 		JobID: cfg.JobID, NATSURL: natsURL, PID: os.Getpid(), Started: time.Now().UTC(),
 		NP: cfg.NP, Program: cfg.Program,
 	})
 	switch {
-	case errors.Is(err, ErrJobIDInUse):
-		return err
+	case errors.Is(err, jobrecord.ErrJobIDInUse):
+		return fmt.Errorf("launch: %w", trimLaunch(err))
 	case err != nil:
 		// The record only lets other tools find the job; the job itself does not need it.
 		r.stderr.logf("warning: %v (other tools will not find this job)", trimLaunch(err))
 	default:
 		defer func() {
-			if err := removeRecord(recPath); err != nil {
+			if err := jobrecord.Remove(recPath); err != nil {
 				r.stderr.logf("%v", trimLaunch(err))
 			}
 		}()
 	}
 
-	if prog.buildDir != "" {
+	if prog.PackageDir != "" {
 		tmp, err := os.MkdirTemp("", "mpirun-build-")
 		if err != nil {
 			return fmt.Errorf("launch: build dir: %w", err)
@@ -175,7 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// are missing, is the one to report a rendezvous timeout.
 		Bind: cfg.Bind, Timeout: cfg.RendezvousTimeout + rendezvousSlack,
 	}
-	return r.run(ctx, prog.path, env)
+	return r.run(ctx, prog.Path, env)
 }
 
 func (c *Config) setDefaults() error {
@@ -186,10 +202,11 @@ func (c *Config) setDefaults() error {
 		return errors.New("launch: no program given")
 	}
 	if c.JobID == "" {
-		suffix, err := randomHex(3)
-		if err != nil {
-			return err
+		b := make([]byte, 3)
+		if _, err := rand.Read(b); err != nil {
+			return fmt.Errorf("launch: random: %w", err)
 		}
+		suffix := hex.EncodeToString(b)
 		c.JobID = time.Now().Format("0102-150405") + "-" + suffix
 	} else if err := job.ValidateID(c.JobID); err != nil {
 		return fmt.Errorf("launch: %w", err)
@@ -216,61 +233,41 @@ func (c *Config) setDefaults() error {
 		c.Stderr = os.Stderr
 	}
 	if c.Starter == nil {
-		c.Starter = Local{}
+		c.Starter = rankproc.Local{}
 	}
 	if c.RuntimeDir == "" {
-		c.RuntimeDir = RuntimeDir()
+		c.RuntimeDir = jobrecord.RuntimeDir()
 	}
 	return nil
 }
 
-// rankState is the launcher's view of one rank.
-type rankState struct {
-	proc     Process
-	running  bool
-	hello    *nats.Msg // pending rendezvous request
-	helloMsg job.Hello
-	early    bool // exited with status 0 before saying hello
-
-	incarnation int        // migrations so far
-	next        *successor // migration in progress
-}
-
-type rankExit struct {
-	rank int
-	proc Process
-	exit Exit
-	err  error
-}
-
+// runner is the loop around the job's supervisor.Machine: it owns the NATS connection and
+// the processes, turns what happens to them into Events, and carries out the Machine's
+// Actions. It decides nothing itself.
 type runner struct {
-	exits          chan rankExit // rank exits, in the order they were observed
-	lostMu         sync.Mutex
-	firstLost      int // the rank named by the first lost-peer report, or -1
-	cfg            Config
-	stdout, stderr *lineWriter
-	nc             *nats.Conn
-	helloCh        chan *nats.Msg
-	abortCh        chan *nats.Msg
+	cfg    Config
+	stdout *lineWriter
+	stderr *lineWriter
+	nc     *nats.Conn
+	msgs   chan *nats.Msg // every job subject the Machine takes, in arrival order
 
-	ranks     []rankState
-	running   int
-	hellos    int
-	early     int
-	rdvDone   bool
-	stopping  bool
-	failure   *ExitError
-	graceC    <-chan time.Time
-	rdvTimer  *time.Timer
-	rdvC      <-chan time.Time
-	signalled int
-
-	rc reconfState
+	sup   *supervisor.Machine
+	path  string  // the program
+	env   job.Env // the ranks' job environment
+	procs map[supervisor.ProcID]rankproc.Process
+	exits chan supervisor.Exited
+	// Work done off the loop (node checks, successor starts) hands its result back here; the
+	// function runs on the loop and returns the Event for the Machine.
+	inbox chan func() supervisor.Event
 }
 
 func (r *runner) connect(url string) error {
 	id := r.cfg.JobID
-	nc, err := nats.Connect(url,
+	auth, err := r.cfg.NATSAuth.AuthOptions()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, append(auth,
 		nats.Name("mpirun "+id),
 		nats.Timeout(5*time.Second),
 		// The job must survive a restart of an external server; the ranks reconnect too.
@@ -284,48 +281,28 @@ func (r *runner) connect(url string) error {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			r.stderr.logf("reconnected to NATS at %s", RedactURL(nc.ConnectedUrl()))
+			r.stderr.logf("reconnected to NATS at %s", natsconn.RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			r.stderr.logf("NATS: %v", err)
 		}),
-	)
+	)...)
 	if err != nil {
-		return fmt.Errorf("launch: connect to NATS at %s: %w", RedactURL(url), err)
+		return fmt.Errorf("launch: connect to NATS at %s: %w", natsconn.RedactURL(url), err)
 	}
 	r.nc = nc
-	// Channel subscriptions: the reader goroutine queues messages in arrival order, which
-	// lets the event loop see an Abort published just before a rank's exit (see onExit).
-	r.helloCh = make(chan *nats.Msg, 4*r.cfg.NP+64)
-	r.abortCh = make(chan *nats.Msg, 64)
-	if _, err := nc.ChanSubscribe(job.HelloSubject(id), r.helloCh); err != nil {
-		nc.Close()
-		return fmt.Errorf("launch: subscribe to %s: %w", job.HelloSubject(id), err)
-	}
-	if _, err := nc.ChanSubscribe(job.AbortSubject(id), r.abortCh); err != nil {
-		nc.Close()
-		return fmt.Errorf("launch: subscribe to %s: %w", job.AbortSubject(id), err)
-	}
-	// Reports of lost peers: a rank publishes one (and flushes) before its calls waiting on the
-	// dead peer fail, so by the time it exits because of that, the report is here.
-	r.firstLost = -1
-	if _, err := nc.Subscribe(job.LostSubject(id), func(m *nats.Msg) {
-		var l job.Lost
-		if err := job.Decode(m.Data, &l); err != nil || l.Rank < 0 || l.Rank >= r.cfg.NP {
-			return
+	// One channel for every subject the supervisor takes: the reader goroutine queues them in
+	// arrival order, so a rank's Abort or Lost report, flushed before it exits, is queued
+	// before the Machine decides on that exit (see supervisor.Flush).
+	r.msgs = make(chan *nats.Msg, 16*r.cfg.NP+256)
+	for _, subj := range []string{
+		job.HelloSubject(id), job.AbortSubject(id), job.LostSubject(id), job.ControlSubject(id),
+		job.MigrateSubject(id), job.MigratedSubject(id), job.ReconfGetSubject(id), job.JobInfoSubject(id),
+	} {
+		if _, err := nc.ChanSubscribe(subj, r.msgs); err != nil {
+			nc.Close()
+			return fmt.Errorf("launch: subscribe to %s: %w", subj, err)
 		}
-		r.lostMu.Lock()
-		if r.firstLost < 0 {
-			r.firstLost = l.Rank
-		}
-		r.lostMu.Unlock()
-	}); err != nil {
-		nc.Close()
-		return fmt.Errorf("launch: subscribe to %s: %w", job.LostSubject(id), err)
-	}
-	if err := r.subscribeReconf(); err != nil {
-		nc.Close()
-		return err
 	}
 	// The server must know the subscriptions before any rank can say hello.
 	if err := nc.FlushTimeout(5 * time.Second); err != nil {
@@ -336,19 +313,24 @@ func (r *runner) connect(url string) error {
 }
 
 // build compiles the program package, giving up if a stop signal arrives meanwhile.
-func (r *runner) build(ctx context.Context, prog *program, tmp string) error {
+func (r *runner) build(ctx context.Context, prog *gobuild.Program, tmp string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- prog.build(ctx, r.cfg.Program, tmp) }()
+	go func() { done <- prog.Build(ctx, r.cfg.Program, tmp) }()
 	select {
 	case err := <-done:
-		return err
+		if err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
+		return nil
 	case sig := <-r.cfg.Signals:
 		cancel()
 		<-done
-		return r.fail(&ExitError{Kind: Interrupted, Rank: -1, Code: signalStatus(sig),
-			Reason: fmt.Sprintf("received %v while building %s", sig, r.cfg.Program)}, nil)
+		e := &ExitError{Kind: Interrupted, Rank: -1, Code: signalStatus(sig),
+			Reason: fmt.Sprintf("received %v while building %s", sig, r.cfg.Program)}
+		r.stderr.logf("%s", e.Reason)
+		return e
 	}
 }
 
@@ -359,105 +341,228 @@ func signalStatus(sig os.Signal) int {
 	return StatusFailed
 }
 
-// run starts the ranks and runs the event loop until every started rank has exited.
+// run runs the job's Machine until every process it started has exited.
 func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 	// Pdeathsig fires when the thread that forked a rank exits; keep this goroutine on its
 	// thread so that only happens when mpirun itself dies.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	n := r.cfg.NP
-	r.ranks = make([]rankState, n)
-	r.rc.path, r.rc.env = path, env
-	exits := make(chan rankExit, 2*n+8)
-	r.exits = exits
-	for i := range n {
-		env.Rank = i
-		proc, err := r.cfg.Starter.Start(r.spec(i, path, env))
-		if err != nil {
-			r.fail(&ExitError{Kind: StartFailed, Rank: i, Code: StatusFailed,
-				Reason: fmt.Sprintf("cannot start rank %d: %v", i, trimLaunch(err))},
-				&job.Event{Kind: job.EventAbort, Rank: i, Reason: "rank failed to start"})
-			break
-		}
-		r.ranks[i] = rankState{proc: proc, running: true}
-		r.running++
-		go func() {
-			ex, err := proc.Wait()
-			exits <- rankExit{rank: i, proc: proc, exit: ex, err: err}
-		}()
+	_, migrations := r.cfg.Starter.(rankproc.NodeStarter)
+	sup, err := supervisor.New(supervisor.Config{
+		JobID: r.cfg.JobID, NP: r.cfg.NP, RendezvousTimeout: r.cfg.RendezvousTimeout,
+		KillGrace: r.cfg.KillGrace, Timeout: r.cfg.Timeout, Migrations: migrations,
+		Checkpoints: rankproc.EnvValue(r.cfg.Env, job.EnvCkptEvery) != "", Policy: rankproc.EnvValue(r.cfg.Env, job.EnvPolicy),
+	})
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
 	}
+	r.sup, r.path, r.env = sup, path, env
+	r.procs = make(map[supervisor.ProcID]rankproc.Process)
+	r.exits = make(chan supervisor.Exited, 2*r.cfg.NP+8)
+	r.inbox = make(chan func() supervisor.Event, 16)
 
-	var timeoutC <-chan time.Time
-	if r.cfg.Timeout > 0 && !r.stopping {
-		t := time.NewTimer(r.cfg.Timeout)
-		defer t.Stop()
-		timeoutC = t.C
+	var goneC <-chan *nodeclient.NodeGoneError
+	if w, ok := r.cfg.Starter.(nodeWatcher); ok {
+		goneC = w.Gone()
 	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	ctxDone := ctx.Done()
-	for r.running > 0 {
+	r.step(supervisor.Launch{})
+	for !r.sup.Done() {
+		var deadline <-chan time.Time
+		if at, ok := r.sup.NextDeadline(); ok {
+			timer.Reset(time.Until(at))
+			deadline = timer.C
+		} else {
+			timer.Stop()
+		}
 		select {
-		case ex := <-exits:
-			r.onExit(ex)
-		case m := <-r.helloCh:
-			r.onHello(m)
-		case m := <-r.abortCh:
-			r.onAbort(m)
-		case m := <-r.rc.ctlCh:
-			r.onControl(m)
-		case m := <-r.rc.migrateCh:
-			r.onMigrateRequest(m)
-		case m := <-r.rc.reportCh:
-			r.onMigrateReport(m)
-		case m := <-r.rc.getCh:
-			r.onReconfGet(m)
-		case m := <-r.rc.infoCh:
-			r.onJobInfo(m)
-		case f := <-r.rc.doneCh:
-			f()
+		case ex := <-r.exits:
+			r.step(ex)
+		case m := <-r.msgs:
+			r.step(r.event(m))
+		case f := <-r.inbox:
+			r.step(f())
+		case g := <-goneC:
+			r.step(supervisor.NodeGone{Node: g.Node, Reason: g.Reason})
 		case sig := <-r.cfg.Signals:
-			r.onSignal(sig)
+			s, ok := sig.(syscall.Signal)
+			if !ok {
+				s = syscall.SIGTERM
+			}
+			r.step(supervisor.Signal{Sig: s})
 		case <-ctxDone:
 			ctxDone = nil
-			r.fail(&ExitError{Kind: Cancelled, Rank: -1, Code: StatusFailed,
-				Reason: "job cancelled: " + context.Cause(ctx).Error()},
-				&job.Event{Kind: job.EventAbort, Rank: -1, Reason: "job cancelled"})
-		case <-timeoutC:
-			timeoutC = nil
-			reason := "job timed out after " + r.cfg.Timeout.String()
-			r.fail(&ExitError{Kind: TimedOut, Rank: -1, Code: StatusTimedOut, Reason: reason},
-				&job.Event{Kind: job.EventAbort, Rank: -1, Reason: reason})
-		case <-r.rdvC:
-			r.rdvC = nil
-			r.onRendezvousTimeout()
-		case <-r.graceC:
-			r.graceC = nil
-			r.killAll(true)
+			r.step(supervisor.Cancel{Cause: context.Cause(ctx).Error()})
+		case <-deadline:
+			// Messages already here happened before the deadline: the Machine sees them first.
+			for drained := false; !drained; {
+				select {
+				case m := <-r.msgs:
+					r.step(r.event(m))
+				default:
+					drained = true
+				}
+			}
+			r.step(supervisor.Tick{})
 		}
 	}
-	if r.rdvTimer != nil {
-		r.rdvTimer.Stop()
-	}
-	if r.failure != nil {
-		return r.failure
+	if f := r.sup.Failure(); f != nil {
+		return &ExitError{Kind: f.Kind, Rank: f.Rank, Code: f.Code, Reason: f.Reason}
 	}
 	return nil
 }
 
-func (r *runner) spec(rank int, path string, env job.Env) Spec {
+// errNoNodes answers a request for a node when the ranks run on this machine.
+var errNoNodes = errors.New("the ranks run on this machine, not on pcmd nodes")
+
+// nodeWatcher is a Starter that reports the nodes it lost (nodeclient.Remote).
+type nodeWatcher interface {
+	Gone() <-chan *nodeclient.NodeGoneError
+}
+
+// event turns a message on one of the job's subjects into the Machine's Event.
+func (r *runner) event(m *nats.Msg) supervisor.Event {
+	id := r.cfg.JobID
+	switch m.Subject {
+	case job.HelloSubject(id):
+		return supervisor.Hello{Reply: m.Reply, Data: m.Data}
+	case job.AbortSubject(id):
+		return supervisor.Abort{Data: m.Data}
+	case job.LostSubject(id):
+		return supervisor.Lost{Data: m.Data}
+	case job.ControlSubject(id):
+		return supervisor.Control{Reply: m.Reply, Data: m.Data}
+	case job.MigrateSubject(id):
+		return supervisor.SuccessorRequest{Reply: m.Reply, Data: m.Data}
+	case job.MigratedSubject(id):
+		return supervisor.MigrateReport{Data: m.Data}
+	case job.ReconfGetSubject(id):
+		return supervisor.LogRequest{Reply: m.Reply}
+	case job.JobInfoSubject(id):
+		return supervisor.InfoRequest{Reply: m.Reply}
+	}
+	return supervisor.Tick{} // not subscribed: nothing happened
+}
+
+// step feeds ev to the Machine and carries out its actions, and those of the events the
+// actions produce at once (a rank started or could not be).
+func (r *runner) step(ev supervisor.Event) {
+	queue := r.sup.Step(time.Now(), ev)
+	for len(queue) > 0 {
+		a := queue[0]
+		queue = queue[1:]
+		if next := r.do(a); next != nil {
+			queue = append(queue, r.sup.Step(time.Now(), next)...)
+		}
+	}
+}
+
+// do carries out one action; it returns the Event it produced at once, if any.
+func (r *runner) do(a supervisor.Action) supervisor.Event {
+	switch a := a.(type) {
+	case supervisor.StartRank:
+		return r.start(a)
+	case supervisor.CheckNode:
+		ns, ok := r.cfg.Starter.(rankproc.NodeStarter)
+		if !ok { // the Machine migrates only with one
+			return supervisor.NodeChecked{Check: a.Check, Err: errNoNodes}
+		}
+		go func() {
+			err := ns.CheckNode(a.Node)
+			if err != nil {
+				err = trimLaunch(err)
+			}
+			r.inbox <- func() supervisor.Event { return supervisor.NodeChecked{Check: a.Check, Err: err} }
+		}()
+	case supervisor.SignalProc:
+		if p := r.procs[a.Proc]; p != nil {
+			if err := p.Signal(a.Sig); err != nil {
+				r.stderr.logf("%v", trimLaunch(err))
+			}
+		}
+	case supervisor.Reply:
+		if data, err := job.Encode(a.Msg); err == nil {
+			_ = r.nc.Publish(a.To, data) // the requester times out and says so
+		} else {
+			r.stderr.logf("encode reply %T: %v", a.Msg, err)
+		}
+	case supervisor.Publish:
+		data, err := job.Encode(a.Msg)
+		if err == nil {
+			err = r.nc.Publish(a.Subject, data)
+		}
+		if err == nil && a.Flush {
+			err = r.nc.FlushTimeout(500 * time.Millisecond)
+		}
+		if err != nil {
+			r.stderr.logf("publish on %s: %v", a.Subject, err)
+		}
+	case supervisor.Flush:
+		_ = r.nc.FlushTimeout(time.Second) // without the server, nothing more is coming anyway
+	case supervisor.Log:
+		r.stderr.logf("%s", a.Line)
+	}
+	return nil
+}
+
+// start starts a process for a.Rank: an initial rank at once (from this locked thread), a
+// successor off the loop, as asking a node takes a round trip.
+func (r *runner) start(a supervisor.StartRank) supervisor.Event {
+	env := r.env
+	env.Rank = a.Rank
+	spec := r.spec(a.Rank, r.path, env)
+	if a.Node == "" {
+		proc, err := r.cfg.Starter.Start(spec)
+		return r.started(a.Proc, proc, err)
+	}
+	spec.Incarnation = a.Incarnation
+	spec.Env = append(spec.Env, job.EnvMigrate+"="+a.Handover, job.EnvIncarnation+"="+strconv.Itoa(a.Incarnation),
+		r.successorNodeRanksEnv(a.Node, a.Rank))
+	ns, ok := r.cfg.Starter.(rankproc.NodeStarter)
+	if !ok { // the Machine migrates only with one
+		return supervisor.Started{Proc: a.Proc, Err: errNoNodes}
+	}
+	go func() {
+		proc, err := ns.StartOn(a.Node, spec)
+		r.inbox <- func() supervisor.Event { return r.started(a.Proc, proc, err) }
+	}()
+	return nil
+}
+
+// started registers a started process and waits for its exit.
+func (r *runner) started(id supervisor.ProcID, proc rankproc.Process, err error) supervisor.Event {
+	if err != nil {
+		return supervisor.Started{Proc: id, Err: trimLaunch(err)}
+	}
+	r.procs[id] = proc
+	go func() {
+		ex, err := proc.Wait()
+		e := supervisor.Exited{Proc: id, Status: ex.Status(), Desc: ex.String(), At: ex.At}
+		if err != nil {
+			e.Err, e.NodeGone = trimLaunch(err), errors.Is(err, rankproc.ErrHostGone)
+		}
+		r.exits <- e
+	}()
+	return supervisor.Started{Proc: id, PID: proc.PID(), Node: proc.Host()}
+}
+
+func (r *runner) spec(rank int, path string, env job.Env) rankproc.Spec {
 	prefix := ""
 	if r.cfg.TagOutput {
 		prefix = "[" + strconv.Itoa(rank) + "] "
 	}
-	return Spec{
+	return rankproc.Spec{
 		Rank: rank,
 		Path: path,
 		Args: r.cfg.Args,
 		// Appended last so they override stale MPIOS_* variables of a surrounding job.
 		Env: append(append(withGOMAXPROCS(r.cfg.Env, r.cfg.NP), env.Environ()...), r.nodeRanksEnv(rank)),
 		Dir: r.cfg.Dir,
-		Output: func(s Stream, line []byte) {
-			if s == Stderr {
+		Output: func(s rankproc.Stream, line []byte) {
+			if s == rankproc.Stderr {
 				r.stderr.writeLine(prefix, line)
 			} else {
 				r.stdout.writeLine(prefix, line)
@@ -479,368 +584,26 @@ func withGOMAXPROCS(env []string, np int) []string {
 	return append(append([]string(nil), env...), "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/np)))
 }
 
-func (r *runner) describe(rank int) string {
-	p := r.ranks[rank].proc
-	if h := p.Host(); h != "" {
-		return fmt.Sprintf("rank %d (pid %d on %s)", rank, p.PID(), h)
+// mpirunPackages prefix the errors of the packages mpirun is made of.
+var mpirunPackages = []string{"launch: ", "rankproc: ", "nodeclient: ", "jobrecord: ", "natsembed: ", "profilewriter: ", "supervisor: "}
+
+// Message returns err's message without the package prefix of mpirun's own packages
+// ("launch: ", "nodeclient: ", ...), as mpirun shows it after its own "mpirun: ".
+func Message(err error) string {
+	msg := err.Error()
+	for _, p := range mpirunPackages {
+		if rest, ok := strings.CutPrefix(msg, p); ok {
+			return rest
+		}
 	}
-	return fmt.Sprintf("rank %d (pid %d)", rank, p.PID())
+	return msg
 }
 
-func (r *runner) onExit(ex rankExit) {
-	st := &r.ranks[ex.rank]
-	r.running--
-	if ex.proc != st.proc {
-		r.onSideExit(ex)
-		return
-	}
-	if st.next != nil && st.next.proc != nil && ex.err == nil && ex.exit.Success() {
-		// A migrating rank's process ends cleanly only after handing over: its report
-		// may still be on its way.
-		st.running = false // so the exited process is not kept as a side process
-		r.commitMigration(ex.rank)
-		return
-	}
-	st.running = false
-	if r.stopping {
-		return
-	}
-	if ex.err != nil {
-		reason := fmt.Sprintf("%s: %v", r.describe(ex.rank), trimLaunch(ex.err))
-		r.fail(&ExitError{Kind: RankFailed, Rank: ex.rank, Code: StatusFailed, Reason: reason},
-			&job.Event{Kind: job.EventRankFailed, Rank: ex.rank, Reason: reason})
-		return
-	}
-	if !ex.exit.Success() {
-		ex = r.culprit(ex)
-		// mpi.Abort publishes, flushes and exits: the Abort may still be in flight. A round
-		// trip to the server guarantees it has been queued on abortCh if it was sent.
-		if err := r.nc.FlushTimeout(time.Second); err == nil {
-			select {
-			case m := <-r.abortCh:
-				if r.onAbort(m) {
-					return
-				}
-			default:
-			}
-		}
-		reason := r.describe(ex.rank) + " " + ex.exit.String()
-		r.fail(&ExitError{Kind: RankFailed, Rank: ex.rank, Code: ex.exit.Status(), Reason: reason},
-			&job.Event{Kind: job.EventRankFailed, Rank: ex.rank, Reason: reason})
-		return
-	}
-	if r.rdvDone {
-		return
-	}
-	// A clean exit before the rendezvous is fine for programs that never call mpi.Init, but
-	// if any rank has said hello this one's peers would wait for it in vain.
-	if st.hello != nil || r.hellos > 0 {
-		reason := r.describe(ex.rank) + " exited before the rendezvous completed"
-		r.fail(&ExitError{Kind: RendezvousFailed, Rank: ex.rank, Code: StatusFailed, Reason: reason},
-			&job.Event{Kind: job.EventRankFailed, Rank: ex.rank, Reason: reason})
-		return
-	}
-	st.early = true
-	r.early++
-}
+// unprefixed is an error shown without its package prefix; errors.Is and As see through it.
+type unprefixed struct{ err error }
 
-// failureWindow is how long mpirun waits after a rank fails for other failures to arrive:
-// peers of a dead rank notice its death within microseconds and may exit (reporting the
-// failure they saw) before mpirun has even read the first exit status.
-const failureWindow = 150 * time.Millisecond
+func (u unprefixed) Error() string { return Message(u.err) }
+func (u unprefixed) Unwrap() error { return u.err }
 
-// culprit collects the exits that arrive within failureWindow of first and returns the failed
-// one that exited earliest; the others are reported as consequences.
-func (r *runner) culprit(first rankExit) rankExit {
-	failed := []rankExit{first}
-	timer := time.NewTimer(failureWindow)
-	defer timer.Stop()
-collect:
-	for r.running > 0 {
-		select {
-		case ex := <-r.exits:
-			st := &r.ranks[ex.rank]
-			r.running--
-			if ex.proc != st.proc {
-				r.onSideExit(ex)
-				continue
-			}
-			st.running = false
-			if ex.err != nil || !ex.exit.Success() {
-				failed = append(failed, ex)
-			}
-		case <-timer.C:
-			break collect
-		}
-	}
-	// The first lost-peer report names the rank that died first: a rank that exits because it
-	// lost a peer has reported that loss (and flushed it) before it exits, so the reports of
-	// its own loss come later. Without a report, the earliest exit wins.
-	r.lostMu.Lock()
-	rank := func(ex rankExit) int {
-		score := 0
-		if ex.rank == r.firstLost {
-			score -= 2
-		}
-		if ex.err != nil {
-			score++
-		}
-		return score
-	}
-	best := 0
-	for i, ex := range failed {
-		if s, b := rank(ex), rank(failed[best]); s < b || (s == b && ex.exit.At.Before(failed[best].exit.At)) {
-			best = i
-		}
-	}
-	r.lostMu.Unlock()
-	for i, ex := range failed {
-		if i != best {
-			r.stderr.logf("%s %s (after %s failed)", r.describe(ex.rank), ex.exit.String(), r.describe(failed[best].rank))
-		}
-	}
-	return failed[best]
-}
-
-func (r *runner) onHello(m *nats.Msg) {
-	var h job.Hello
-	if err := job.Decode(m.Data, &h); err != nil {
-		r.stderr.logf("ignoring malformed hello: %v", trimJob(err))
-		r.reject(m, "malformed hello")
-		return
-	}
-	if err := h.Validate(r.cfg.NP); err != nil {
-		r.stderr.logf("ignoring invalid hello: %v", trimJob(err))
-		r.reject(m, trimJob(err).Error())
-		return
-	}
-	if r.stopping {
-		r.reject(m, "the job is stopping")
-		return
-	}
-	if r.rdvDone {
-		r.stderr.logf("ignoring hello from rank %d (pid %d): the rendezvous is complete", h.Rank, h.PID)
-		r.reject(m, "the rendezvous is already complete")
-		return
-	}
-	if m.Reply == "" {
-		r.stderr.logf("ignoring hello from rank %d (pid %d): no reply subject", h.Rank, h.PID)
-		return
-	}
-	st := &r.ranks[h.Rank]
-	if st.hello != nil {
-		if st.helloMsg.PID == h.PID && st.helloMsg.Host == h.Host {
-			st.hello, st.helloMsg = m, h // a retried request: answer the latest one
-			return
-		}
-		r.stderr.logf("ignoring duplicate hello for rank %d from pid %d on %q (pid %d on %q said hello first)",
-			h.Rank, h.PID, h.Host, st.helloMsg.PID, st.helloMsg.Host)
-		r.reject(m, fmt.Sprintf("duplicate hello for rank %d", h.Rank))
-		return
-	}
-	st.hello, st.helloMsg = m, h
-	r.hellos++
-	if r.early > 0 {
-		var early []string
-		for i := range r.ranks {
-			if r.ranks[i].early {
-				early = append(early, strconv.Itoa(i))
-			}
-		}
-		reason := fmt.Sprintf("rank %s exited before the rendezvous completed", strings.Join(early, ", "))
-		r.fail(&ExitError{Kind: RendezvousFailed, Rank: -1, Code: StatusFailed, Reason: reason},
-			&job.Event{Kind: job.EventAbort, Rank: -1, Reason: reason})
-		return
-	}
-	if r.hellos == 1 {
-		// Measured from the first hello, as a rank measures its own wait from its Init: a
-		// program that never calls Init is not a rendezvous failure.
-		r.rdvTimer = time.NewTimer(r.cfg.RendezvousTimeout)
-		r.rdvC = r.rdvTimer.C
-	}
-	if r.hellos < r.cfg.NP {
-		return
-	}
-	r.rdvDone = true
-	r.rdvTimer.Stop()
-	r.rdvC = nil
-	table := job.Table{Addrs: make([]string, r.cfg.NP)}
-	for i := range r.ranks {
-		table.Addrs[i] = r.ranks[i].helloMsg.Addr
-	}
-	r.respondAll(table)
-}
-
-// respondAll answers every pending hello with t.
-func (r *runner) respondAll(t job.Table) {
-	data, err := job.Encode(t)
-	if err != nil {
-		r.stderr.logf("encode address table: %v", err)
-		return
-	}
-	for i := range r.ranks {
-		st := &r.ranks[i]
-		if st.hello == nil {
-			continue
-		}
-		if err := st.hello.Respond(data); err != nil {
-			r.stderr.logf("answer hello of rank %d: %v", i, err)
-		}
-		st.hello = nil
-	}
-}
-
-// reject answers a hello that will not take part in the rendezvous.
-func (r *runner) reject(m *nats.Msg, reason string) {
-	if m.Reply == "" {
-		return
-	}
-	if data, err := job.Encode(job.Table{Error: "mpirun: " + reason}); err == nil {
-		_ = m.Respond(data)
-	}
-}
-
-func (r *runner) onRendezvousTimeout() {
-	if r.rdvDone || r.stopping {
-		return
-	}
-	var missing []string
-	for i := range r.ranks {
-		if r.ranks[i].hello == nil {
-			missing = append(missing, strconv.Itoa(i))
-		}
-	}
-	reason := fmt.Sprintf("rendezvous timed out after %v: no hello from rank %s",
-		r.cfg.RendezvousTimeout, strings.Join(missing, ", "))
-	r.fail(&ExitError{Kind: RendezvousFailed, Rank: -1, Code: StatusFailed, Reason: reason},
-		&job.Event{Kind: job.EventAbort, Rank: -1, Reason: reason})
-}
-
-// onAbort handles a job.Abort and reports whether it stopped the job.
-func (r *runner) onAbort(m *nats.Msg) bool {
-	var a job.Abort
-	if err := job.Decode(m.Data, &a); err != nil {
-		r.stderr.logf("ignoring malformed abort: %v", trimJob(err))
-		return false
-	}
-	if a.Rank < 0 || a.Rank >= r.cfg.NP {
-		r.stderr.logf("ignoring abort from rank %d: outside [0,%d)", a.Rank, r.cfg.NP)
-		return false
-	}
-	if r.stopping {
-		return false
-	}
-	// The OS keeps only the low 8 bits; an abort must never look like success.
-	code := a.Code & 0xff
-	if code == 0 {
-		code = StatusFailed
-	}
-	reason := fmt.Sprintf("%s called abort with code %d", r.describe(a.Rank), a.Code)
-	if a.Message != "" {
-		reason += ": " + a.Message
-	}
-	r.fail(&ExitError{Kind: RankAborted, Rank: a.Rank, Code: code, Reason: reason},
-		&job.Event{Kind: job.EventAbort, Rank: a.Rank, Reason: reason})
-	return true
-}
-
-func (r *runner) onSignal(sig os.Signal) {
-	r.signalled++
-	if r.signalled > 1 {
-		r.stderr.logf("received %v again, killing the job", sig)
-		r.killAll(false)
-		return
-	}
-	r.fail(&ExitError{Kind: Interrupted, Rank: -1, Code: signalStatus(sig),
-		Reason: fmt.Sprintf("received %v, stopping the job", sig)},
-		&job.Event{Kind: job.EventAbort, Rank: -1, Reason: fmt.Sprintf("mpirun received %v", sig)})
-}
-
-// fail records the first failure, reports it and stops the job. It returns the recorded
-// failure so setup code can return it directly.
-func (r *runner) fail(e *ExitError, ev *job.Event) *ExitError {
-	if r.failure != nil {
-		return r.failure
-	}
-	r.failure = e
-	r.stderr.logf("%s", e.Reason)
-	if r.nc != nil {
-		if !r.rdvDone {
-			// Ranks blocked in the rendezvous learn why instead of waiting for SIGTERM.
-			r.respondAll(job.Table{Error: "mpirun: " + e.Reason})
-		}
-		if ev != nil {
-			r.publishEvent(*ev)
-		}
-	}
-	r.stop()
-	return e
-}
-
-func (r *runner) publishEvent(ev job.Event) {
-	data, err := job.Encode(ev)
-	if err == nil {
-		err = r.nc.Publish(job.EventSubject(r.cfg.JobID), data)
-	}
-	if err == nil {
-		// Let peers see the event before the SIGTERM that follows.
-		err = r.nc.FlushTimeout(500 * time.Millisecond)
-	}
-	if err != nil {
-		r.stderr.logf("publish %s event: %v", ev.Kind, err)
-	}
-}
-
-// stop asks every running rank to terminate and arms the kill timer.
-func (r *runner) stop() {
-	if r.stopping {
-		return
-	}
-	r.stopping = true
-	for i := range r.ranks {
-		st := &r.ranks[i]
-		if st.running {
-			if err := st.proc.Signal(syscall.SIGTERM); err != nil {
-				r.stderr.logf("%v", trimLaunch(err))
-			}
-		}
-	}
-	for p := range r.rc.side {
-		_ = p.Signal(syscall.SIGTERM)
-	}
-	r.graceC = time.After(r.cfg.KillGrace)
-}
-
-// killAll SIGKILLs the ranks still running; late says the grace period expired.
-func (r *runner) killAll(late bool) {
-	for i := range r.ranks {
-		st := &r.ranks[i]
-		if !st.running {
-			continue
-		}
-		if late {
-			r.stderr.logf("%s did not stop within %v of SIGTERM, killing it", r.describe(i), r.cfg.KillGrace)
-		}
-		if err := st.proc.Signal(syscall.SIGKILL); err != nil {
-			r.stderr.logf("%v", trimLaunch(err))
-		}
-	}
-	for p := range r.rc.side {
-		_ = p.Signal(syscall.SIGKILL)
-	}
-}
-
-// trimLaunch drops the package prefix from err's message for mpirun's own messages.
-func trimLaunch(err error) error {
-	if s, ok := strings.CutPrefix(err.Error(), "launch: "); ok {
-		return errors.New(s)
-	}
-	return err
-}
-
-func trimJob(err error) error {
-	if s, ok := strings.CutPrefix(err.Error(), "job: "); ok {
-		return errors.New(s)
-	}
-	return err
-}
+// trimLaunch drops the package prefix from err's message, for mpirun's own messages.
+func trimLaunch(err error) error { return unprefixed{err} }

@@ -17,7 +17,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/testbin"
 )
 
@@ -367,7 +369,7 @@ func TestBuildError(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "main.go"), "package main\n\nfunc main() { undefinedThing() }\n")
 	var stderr testbin.Buffer
 	err := Run(context.Background(), Config{NP: 2, Program: dir, Stderr: &stderr, RuntimeDir: t.TempDir()})
-	var be *BuildError
+	var be *gobuild.BuildError
 	if !errors.As(err, &be) {
 		t.Fatalf("Run returned %v, want a *BuildError", err)
 	}
@@ -410,7 +412,7 @@ func TestRecordFile(t *testing.T) {
 		done <- Run(context.Background(), Config{NP: 1, Program: fakerank, Args: []string{"-sleep", "2s"},
 			JobID: "rec-test", RuntimeDir: dir, Stdout: &testbin.Buffer{}, Stderr: &testbin.Buffer{}})
 	}()
-	path := RecordPath(dir, "rec-test")
+	path := jobrecord.RecordPath(dir, "rec-test")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := os.Stat(path); err == nil || time.Now().After(deadline) {
@@ -418,7 +420,7 @@ func TestRecordFile(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	rec, err := ReadRecord(path)
+	rec, err := jobrecord.ReadRecord(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +436,7 @@ func TestRecordFile(t *testing.T) {
 	// A second job with the same id must not take over the live one's record.
 	err = Run(context.Background(), Config{NP: 1, Program: "true", JobID: "rec-test", RuntimeDir: dir,
 		Stdout: &testbin.Buffer{}, Stderr: &testbin.Buffer{}})
-	if !errors.Is(err, ErrJobIDInUse) {
+	if !errors.Is(err, jobrecord.ErrJobIDInUse) {
 		t.Errorf("duplicate job id: %v, want ErrJobIDInUse", err)
 	}
 	if err := <-done; err != nil {
@@ -449,51 +451,5 @@ func writeFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestForwardLines(t *testing.T) {
-	long := strings.Repeat("y", 200<<10) // longer than the reader's buffer
-	in := "a\n\nb c\n" + long + "\nlast"
-	var got []string
-	forwardLines(strings.NewReader(in), Stdout, func(s Stream, line []byte) {
-		if s != Stdout {
-			t.Errorf("stream %v", s)
-		}
-		got = append(got, string(line))
-	})
-	want := []string{"a", "", "b c", long, "last"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("got %d lines %.40q, want %.40q", len(got), got, want)
-	}
-}
-
-func TestRedactURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"nats://u:p@127.0.0.1:4222":            "nats://127.0.0.1:4222",
-		"nats://tok@h:1,nats://a:b@h2:2":       "nats://h:1,nats://h2:2",
-		"nats://127.0.0.1:4222":                "nats://127.0.0.1:4222",
-		"user:secret@127.0.0.1:4222":           "127.0.0.1:4222",
-		"tls://u:p%40x@host.example:4443/?a=b": "tls://host.example:4443/?a=b",
-	} {
-		if got := RedactURL(in); got != want {
-			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestExitString(t *testing.T) {
-	for _, tc := range []struct {
-		e      Exit
-		s      string
-		status int
-	}{
-		{Exit{Code: 3}, "exited with status 3", 3},
-		{Exit{Code: -1, Signal: syscall.SIGKILL}, "was killed by signal killed", 137},
-		{Exit{}, "exited with status 0", 0},
-	} {
-		if tc.e.String() != tc.s || tc.e.Status() != tc.status || tc.e.Success() != (tc.status == 0) {
-			t.Errorf("%+v: %q %d", tc.e, tc.e.String(), tc.e.Status())
-		}
 	}
 }

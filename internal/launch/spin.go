@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/nodecpu"
+	"github.com/mpios/mpios/internal/rankproc"
 )
 
 // Every rank learns how many ranks run on its node (comm.EnvNodeRanks): a rank polls its
@@ -18,7 +20,7 @@ func (r *runner) nodeRanksEnv(rank int) string {
 
 // nodeRanks counts the ranks of a job of np ranks that start on rank's node: all of them
 // when they run on this machine, those placed on the same node by a Remote starter.
-func nodeRanks(s Starter, np, rank int) int {
+func nodeRanks(s rankproc.Starter, np, rank int) int {
 	p, ok := s.(interface{ Placement() []string })
 	if !ok {
 		return np
@@ -31,34 +33,20 @@ func placedWith(place []string, rank int) int {
 	if rank < 0 || rank >= len(place) {
 		return 0
 	}
-	n := 0
-	for _, node := range place {
-		if node == place[rank] {
-			n++
-		}
-	}
-	return n
+	return nodecpu.RanksOn(place, place[rank])
 }
 
 // successorNodeRanksEnv is the comm.EnvNodeRanks entry for the successor of rank started on
 // node to: the other ranks of the job running there now, plus the successor.
 func (r *runner) successorNodeRanksEnv(to string, rank int) string {
-	hosts := make([]string, len(r.ranks))
-	for i, st := range r.ranks {
-		if st.running && st.proc != nil {
-			hosts[i] = st.proc.Host()
-		}
-	}
-	return comm.EnvNodeRanks + "=" + strconv.Itoa(ranksOnNode(hosts, to, rank))
+	return comm.EnvNodeRanks + "=" + strconv.Itoa(ranksOnNode(r.sup.Hosts(), to, rank))
 }
 
 // ranksOnNode counts the ranks other than rank whose host is node, plus one for rank itself.
 func ranksOnNode(hosts []string, node string, rank int) int {
-	n := 1
-	for i, h := range hosts {
-		if i != rank && h == node {
-			n++
-		}
+	n := nodecpu.RanksOn(hosts, node)
+	if rank >= 0 && rank < len(hosts) && hosts[rank] == node {
+		n-- // its predecessor
 	}
-	return n
+	return n + 1
 }

@@ -6,10 +6,11 @@ import (
 
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rankproc"
 )
 
 type placedStarter struct {
-	Local
+	rankproc.Local
 	place []string
 }
 
@@ -18,12 +19,12 @@ func (p placedStarter) Placement() []string { return p.place }
 func TestNodeRanks(t *testing.T) {
 	place := []string{"n1", "n2", "n1", "n1"}
 	cases := []struct {
-		s    Starter
+		s    rankproc.Starter
 		rank int
 		want int
 	}{
-		{Local{}, 0, 4},
-		{Local{}, 3, 4},
+		{rankproc.Local{}, 0, 4},
+		{rankproc.Local{}, 3, 4},
 		{placedStarter{place: place}, 0, 3},
 		{placedStarter{place: place}, 1, 1},
 		{placedStarter{place: place}, 3, 3},
@@ -46,7 +47,7 @@ func TestNodeRanks(t *testing.T) {
 }
 
 func TestSpecTellsRanksHowManyShareTheNode(t *testing.T) {
-	r := &runner{cfg: Config{NP: 3, Starter: Local{}, Env: []string{comm.EnvNodeRanks + "=99", "PATH=/bin"}}}
+	r := &runner{cfg: Config{NP: 3, Starter: rankproc.Local{}, Env: []string{comm.EnvNodeRanks + "=99", "PATH=/bin"}}}
 	spec := r.spec(1, "/bin/true", job.Env{JobID: "j", Size: 3, Rank: 1})
 	last := ""
 	for _, kv := range spec.Env {

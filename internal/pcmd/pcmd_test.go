@@ -9,7 +9,6 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,9 +17,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/testbin"
+	"github.com/mpios/mpios/iosbridge"
+	"github.com/mpios/mpios/profiler"
 )
 
 type node struct {
@@ -83,16 +85,6 @@ func (n *node) stop(t *testing.T) error {
 	return n.err
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
-
 // rankScript writes the test rank program into a new directory and returns both.
 func rankScript(t *testing.T) (dir, path string) {
 	dir = t.TempDir()
@@ -101,6 +93,7 @@ func rankScript(t *testing.T) (dir, path string) {
 case "$1" in
 out) echo "bind=$MPIOS_BIND node=$MPIOS_NODE ckpt=$MPIOS_CKPT_DIR job=$MPIOS_JOB_ID pwd=$(pwd)"; echo "to stderr" >&2; exit 3;;
 sleep) exec sleep 30;;
+env) env;;
 esac
 `
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
@@ -185,7 +178,7 @@ func info(t *testing.T, nc *nats.Conn, node string) job.NodeInfo {
 func TestSpawnOutputExitAndEnv(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	store := filepath.Join(t.TempDir(), "store")
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"},
@@ -209,13 +202,58 @@ func TestSpawnOutputExitAndEnv(t *testing.T) {
 	}
 }
 
+// TestRankEnvironmentIsMinimal: pcmd's own environment — its NATS token, anything else an
+// operator's shell holds — never reaches a rank; only the variables spawner.PassedEnv and
+// --pass-env name do, besides the job's and the node's MPIOS_* variables.
+func TestRankEnvironmentIsMinimal(t *testing.T) { // not parallel: it sets pcmd's environment
+	t.Setenv("PCMD_NATS_TOKEN", "s3cret-token")
+	t.Setenv("PCMD_NATS_PASS", "s3cret-pass")
+	t.Setenv("OPERATOR_ONLY", "1")
+	t.Setenv("SITE_LICENSE", "42")
+	t.Setenv("MPIOS_SECRET", "pcmd-own")
+	t.Setenv("HOME", "/home/pcmd-test")
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	dir, prog := rankScript(t)
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PassEnv: []string{"SITE_LICENSE"}})
+	sub := watchRank(t, nc, "j1", 0)
+	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j1", Rank: 0, Path: prog, Args: []string{"env"},
+		Env: []string{"MPIOS_JOB_ID=j1", "MPIOS_RANK=0"}}); rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	lines, exit := waitExit(t, sub, 5*time.Second)
+	if exit.Code != 0 {
+		t.Fatalf("env exited %+v", exit)
+	}
+	got := map[string]string{}
+	for _, l := range lines {
+		k, v, _ := strings.Cut(strings.TrimPrefix(l, "1:"), "=")
+		got[k] = v
+	}
+	for _, leak := range []string{"PCMD_NATS_TOKEN", "PCMD_NATS_PASS", "OPERATOR_ONLY", "MPIOS_SECRET"} {
+		if v, ok := got[leak]; ok {
+			t.Errorf("pcmd's %s=%s reached the rank", leak, v)
+		}
+	}
+	for k, want := range map[string]string{"HOME": "/home/pcmd-test", "SITE_LICENSE": "42", "MPIOS_JOB_ID": "j1",
+		"MPIOS_RANK": "0", "MPIOS_NODE": "n1", "MPIOS_BIND": DefaultAdvertise} {
+		if got[k] != want {
+			t.Errorf("rank's %s = %q, want %q", k, got[k], want)
+		}
+	}
+	if got["PATH"] == "" {
+		t.Error("the rank has no PATH")
+	}
+}
+
 func TestSpawnRefusals(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
 	startNode(t, nc, Config{Node: "closed", NATS: NATSOptions{URL: url}, Slots: 2})
+	startNode(t, nc, Config{Node: "pinned", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PinArgs: []string{prog + " out"}})
 	trick := dir + strings.Repeat("/..", strings.Count(dir, "/")) + "/bin/sh"
 	ok := job.SpawnRequest{Job: "j", Rank: 0, Path: prog}
 	with := func(f func(*job.SpawnRequest)) job.SpawnRequest { r := ok; f(&r); return r }
@@ -247,6 +285,8 @@ func TestSpawnRefusals(t *testing.T) {
 		{"wildcard subject", "n1", with(func(r *job.SpawnRequest) { r.Exit = "mpios.job.j.>" }), job.RefuseInvalid, "reply subject"},
 		{"bad job id", "n1", with(func(r *job.SpawnRequest) { r.Job = "a.b" }), job.RefuseInvalid, "invalid spawn request"},
 		{"negative rank", "n1", with(func(r *job.SpawnRequest) { r.Rank = -1 }), job.RefuseInvalid, "negative"},
+		{"pinned arguments", "pinned", with(func(r *job.SpawnRequest) { r.Args = []string{"out", "-dump", "/etc/passwd"} }), job.RefuseNotAllowed,
+			"pcmd: node pinned refuses to run " + prog + ` with arguments ["out" "-dump" "/etc/passwd"]: --pin-args allows only`},
 	}
 	for _, c := range cases {
 		var rep job.SpawnReply
@@ -258,6 +298,13 @@ func TestSpawnRefusals(t *testing.T) {
 		if rep.Refusal != c.code || !strings.Contains(rep.Error, c.msg) || rep.PID != 0 {
 			t.Errorf("%s: reply %+v, want refusal %q with %q", c.name, rep, c.code, c.msg)
 		}
+	}
+	// The pinned arguments are allowed.
+	sub := watchRank(t, nc, "pin", 0)
+	if rep := spawn(t, nc, "pinned", job.SpawnRequest{Job: "pin", Rank: 0, Path: prog, Args: []string{"out"}}); rep.Error != "" {
+		t.Errorf("pinned arguments refused: %v", rep.Error)
+	} else if _, e := waitExit(t, sub, 5*time.Second); e.Code != 3 {
+		t.Errorf("pinned rank exit %+v", e)
 	}
 	// A request without a reply subject is dropped, and nothing above crashed the node.
 	if err := nc.Publish(job.NodeSpawnSubject("n1"), []byte("junk")); err != nil {
@@ -271,7 +318,7 @@ func TestSpawnRefusals(t *testing.T) {
 func TestSlotsDuplicatesAndSignals(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
 	sleeper := func(rank int) job.SpawnRequest {
@@ -342,18 +389,19 @@ func TestSlotsDuplicatesAndSignals(t *testing.T) {
 }
 
 // TestKeepAliveLease: ranks of a launcher that stopped sending keepalives are stopped;
-// those of a live one are not.
+// those of a live one are not. Every rank holds a lease: one whose request named none, or
+// a longer one than the node's --lease, is stopped after the node's.
 func TestKeepAliveLease(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
-	deadSub := watchRank(t, nc, "dead", 0)
-	liveSub := watchRank(t, nc, "live", 0)
-	for _, id := range []string{"dead", "live"} {
+	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 4, Lease: 400 * time.Millisecond})
+	subs := map[string]*nats.Subscription{}
+	for id, lease := range map[string]time.Duration{"dead": 300 * time.Millisecond, "live": 300 * time.Millisecond, "unleased": 0, "greedy": time.Hour} {
+		subs[id] = watchRank(t, nc, id, 0)
 		if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: id, Rank: 0, Path: prog, Args: []string{"sleep"},
-			KeepAlive: 300 * time.Millisecond}); rep.Error != "" {
+			KeepAlive: lease}); rep.Error != "" {
 			t.Fatal(rep.Error)
 		}
 	}
@@ -368,9 +416,11 @@ func TestKeepAliveLease(t *testing.T) {
 			}
 		}
 	}()
-	_, e := waitExit(t, deadSub, 5*time.Second)
-	if e.Signal != int(syscall.SIGTERM) || !strings.Contains(e.Reason, "no keepalive from the launcher of job dead") {
-		t.Errorf("exit %+v, want SIGTERM for lack of keepalive", e)
+	for _, id := range []string{"dead", "unleased", "greedy"} {
+		_, e := waitExit(t, subs[id], 5*time.Second)
+		if e.Signal != int(syscall.SIGTERM) || !strings.Contains(e.Reason, "no keepalive from the launcher of job "+id) {
+			t.Errorf("job %s: exit %+v, want SIGTERM for lack of keepalive", id, e)
+		}
 	}
 	time.Sleep(500 * time.Millisecond)
 	ni := info(t, nc, "n1")
@@ -378,7 +428,7 @@ func TestKeepAliveLease(t *testing.T) {
 	if len(ni.Ranks) != 1 || ni.Ranks[0].Job != "live" {
 		t.Errorf("ranks %+v, want the live job's rank still running", ni.Ranks)
 	}
-	if _, e := waitExit(t, liveSub, 5*time.Second); e.Signal == 0 {
+	if _, e := waitExit(t, subs["live"], 5*time.Second); e.Signal == 0 {
 		t.Errorf("live job's rank %+v, want it stopped once its keepalives stop", e)
 	}
 }
@@ -386,7 +436,7 @@ func TestKeepAliveLease(t *testing.T) {
 func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	n := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 1})
 	beats, err := nc.SubscribeSync(job.NodesHeartbeatSubject)
@@ -425,7 +475,7 @@ func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
 func TestNodeNameInUse(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}})
 	err := Serve(context.Background(), Config{Node: "n1", NATS: NATSOptions{URL: url}, Log: log.New(&testbin.Buffer{}, "", 0)})
 	if !errors.Is(err, ErrNodeNameInUse) || !strings.Contains(err.Error(), "node n1 is already served by pcmd pid") {
@@ -442,10 +492,14 @@ func TestConfigErrors(t *testing.T) {
 		"slots: want 1 to":                 {Node: "n", Slots: job.MaxSlots + 1},
 		"advertise address":                {Node: "n", Advertise: "a b"},
 		"heartbeat 1ns":                    {Node: "n", Heartbeat: time.Nanosecond},
+		"lease 2h0m0s":                     {Node: "n", Lease: 2 * time.Hour},
+		"--pin-args \"x\"":                 {Node: "n", PinArgs: []string{"x"}},
 		"no NATS URL":                      {Node: "n"},
 		"give only one of":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", Token: "t", User: "u", Password: "p"}},
 		"needs a password":                 {Node: "n", NATS: NATSOptions{URL: "nats://x", User: "u"}},
-		"--policy: unknown policy":         {Node: "n", NATS: NATSOptions{URL: "nats://x"}, IOS: IOSConfig{Policy: "x"}},
+		"--policy: unknown policy":         {Node: "n", NATS: NATSOptions{URL: "nats://x"}, IOS: agentdriver.Config{Policy: "x"}},
+		"--pass-env \"MPIOS_SECRET\"":      {Node: "n", PassEnv: []string{"MPIOS_SECRET"}},
+		"--pass-env \"A=B\"":               {Node: "n", PassEnv: []string{"A=B"}},
 	}
 	for want, cfg := range cases {
 		if err := Serve(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
@@ -457,15 +511,15 @@ func TestConfigErrors(t *testing.T) {
 func TestDiscoverStatus(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
+	nc := testbin.Connect(t, url)
 	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Slots: 3})
 	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, Slots: 1})
 	time.Sleep(150 * time.Millisecond) // a few heartbeats: the nodes know each other
-	st, err := DiscoverStatus(nc, 200*time.Millisecond)
+	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Nodes) != 2 || st.Nodes[0].Name != "n1" || st.Nodes[0].Slots != 3 || st.Nodes[1].State != StateAlive {
+	if len(st.Nodes) != 2 || st.Nodes[0].Name != "n1" || st.Nodes[0].Slots != 3 || st.Nodes[1].State != nodestatus.StateAlive {
 		t.Errorf("status %+v", st)
 	}
 	var text bytes.Buffer
@@ -475,112 +529,83 @@ func TestDiscoverStatus(t *testing.T) {
 	if err := n2.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	st, err = DiscoverStatus(nc, 200*time.Millisecond)
+	st, err = nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
 	if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Name != "n1" {
 		t.Errorf("after n2 deregistered: %+v, %v", st, err)
 	}
 }
 
-func TestCollectGone(t *testing.T) {
-	t.Parallel()
-	beat := time.Second
-	n2 := job.NodeInfo{Name: "n2", Slots: 2, Used: 1, Interval: beat, Ranks: []job.RankInfo{{Job: "j", Rank: 1, PID: 9}}}
-	views := []job.NodeView{
-		{Self: job.NodeInfo{Name: "n1", Slots: 2, Interval: beat}, Peers: []job.PeerInfo{{Info: n2, Age: 10 * time.Second}}},
-		{Self: job.NodeInfo{Name: "n3", Slots: 2, Interval: beat}, Peers: []job.PeerInfo{{Info: n2, Age: 4 * time.Second}}},
-	}
-	st := Collect(views)
-	if len(st.Nodes) != 3 || st.Nodes[1].Name != "n2" || st.Nodes[1].State != StateGone || st.Nodes[1].LastBeat != 4 {
-		t.Errorf("nodes %+v, want n2 gone since 4s", st.Nodes)
-	}
-	if len(st.Ranks) != 0 {
-		t.Errorf("ranks of a gone node are listed: %+v", st.Ranks)
-	}
-	views[1].Peers[0].Age = 2 * time.Second // within 3 beats: alive
-	if st := Collect(views); st.Nodes[1].State != StateAlive || len(st.Ranks) != 1 || st.Ranks[0].Node != "n2" {
-		t.Errorf("n2 heard 2s ago: %+v", st)
-	}
-}
-
-func TestAllowed(t *testing.T) {
-	t.Parallel()
-	pats := []string{"/opt/mpios/bin/*", "/home/*/mpios/heat2d"}
-	cases := map[string]bool{
-		"/opt/mpios/bin/heat2d":                true,
-		"/opt/mpios/bin/sub/heat2d":            false, // '*' does not cross '/'
-		"/opt/mpios/bin/../../../bin/sh":       false,
-		"/opt/mpios/bin/./heat2d":              true,
-		"opt/mpios/bin/heat2d":                 false,
-		"../../opt/mpios/bin/heat2d":           false,
-		"/home/ann/mpios/heat2d":               true,
-		"/home/ann/../../bin/sh":               false,
-		"/opt/mpios/bin/heat2d\x00/../../bash": false,
-	}
-	for path, want := range cases {
-		if got := Allowed(pats, path); got != want {
-			t.Errorf("Allowed(%q) = %v, want %v", path, got, want)
-		}
-	}
-}
-
-func ExampleAllowed() {
-	allow := []string{"/opt/mpios/bin/*"}
-	fmt.Println(Allowed(allow, "/opt/mpios/bin/heat2d"))
-	fmt.Println(Allowed(allow, "/opt/mpios/bin/../../../bin/sh")) // cleaned to /bin/sh
-	fmt.Println(Allowed(allow, "../../bin/sh"))                   // relative: never
-	// Output:
-	// true
-	// false
-	// false
-}
-
-func TestNewestRecord(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	now := time.Now()
-	write := func(id string, pid int, started time.Time) {
-		b, _ := json.Marshal(launch.Record{JobID: id, NATSURL: "nats://" + id, PID: pid, Started: started})
-		if err := os.WriteFile(launch.RecordPath(dir, id), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("old", os.Getpid(), now.Add(-time.Hour))
-	write("new", os.Getpid(), now)
-	write("dead", 1<<22+12345, now.Add(time.Hour)) // newest, but its mpirun is gone
-	if err := os.WriteFile(filepath.Join(dir, "broken.json"), []byte("{"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rec, path, err := NewestRecord(dir)
-	if err != nil || rec.JobID != "new" || path != launch.RecordPath(dir, "new") {
-		t.Errorf("NewestRecord = %+v, %q, %v; want job new", rec, path, err)
-	}
-	if _, _, err := NewestRecord(t.TempDir()); !errors.Is(err, ErrNoRecord) {
-		t.Errorf("empty dir: %v, want ErrNoRecord", err)
-	}
-}
-
-func TestControl(t *testing.T) {
+// Through Serve: the agents of two nodes become neighbours through pcmd's heartbeats, a
+// rank's profile reaches its node's agent, and pcmd status shows both; a node that stops
+// leaves its neighbours' protocol.
+func TestServeIOSAgentsAndStatus(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
-	nc := connect(t, url)
-	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: "n2"}
-	if _, err := Control(nc, "j", req, time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {
-		t.Errorf("no responder: %v", err)
+	nc := testbin.Connect(t, url)
+	dir, prog := rankScript(t)
+	// A protocol that runs in milliseconds, on the real /proc: the rank is a real process.
+	ios := agentdriver.Config{Period: 20 * time.Millisecond, Tick: 10 * time.Millisecond, Seed: 7,
+		Protocol: iosbridge.Config{StealTimeout: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+			HeartbeatInterval: 100 * time.Millisecond, PeerTimeout: 2 * time.Second}}
+	n1 := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, IOS: ios})
+	ios.Policy = "flcras"
+	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, IOS: ios})
+	rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 0, Path: prog, Args: []string{"sleep"}})
+	if rep.Error != "" {
+		t.Fatal(rep.Error)
 	}
-	if _, err := Control(nc, "j", job.ControlRequest{Kind: "explode"}, time.Second); err == nil {
-		t.Error("an invalid kind was sent")
-	}
-	// Stand in for the rank side, which is still to be written.
-	var got job.ControlRequest
-	if _, err := nc.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
-		_ = job.Decode(m.Data, &got)
-		b, _ := job.Encode(job.ControlReply{OK: true, Message: "migrating at iteration 12"})
-		_ = m.Respond(b)
-	}); err != nil {
+	// The rank's profile, as it would publish it.
+	prof, err := json.Marshal(profiler.RankProfile{Job: "j", Rank: 0, Node: "n1", PID: rep.PID, Policy: "sras", At: time.Now(),
+		Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 1, CompSeconds: 9,
+		Iteration: 10, Iterations: 10, MeanIterSeconds: 0.5, PlannedIterations: 1000, StateBytes: 1 << 20})
+	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Control(nc, "j", req, 2*time.Second)
-	if err != nil || !rep.OK || rep.Message != "migrating at iteration 12" || !reflect.DeepEqual(got, req) {
-		t.Errorf("Control = %+v, %v; request seen %+v", rep, err, got)
+	if err := nc.Publish(job.ProfileSubject("j"), prof); err != nil {
+		t.Fatal(err)
 	}
+	var st nodestatus.Status
+	testbin.WaitFor(t, 10*time.Second, "both agents in pcmd status, neighbours, with n1's profile", func() bool {
+		var err error
+		if st, err = nodestatus.DiscoverStatus(nc, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Nodes) != 2 || st.Nodes[0].IOS == nil || st.Nodes[1].IOS == nil {
+			return false
+		}
+		a, b := st.Nodes[0].IOS, st.Nodes[1].IOS
+		return len(a.Peers) == 1 && a.Peers[0] == "n2" && len(b.Peers) == 1 && b.Peers[0] == "n1" &&
+			len(a.Profiles) == 1 && a.JobPolicies["j"] == "sras"
+	})
+	a := st.Nodes[0].IOS
+	if a.Policy != "mpiios" || st.Nodes[1].IOS.Policy != "flcras" || a.EffectiveCPUs <= 0 || a.SampledAt.IsZero() || a.LoadSource == "" ||
+		a.Profiles[0].PID != rep.PID || a.Profiles[0].Iteration != 10 {
+		t.Errorf("n1's agent %+v", a)
+	}
+	var js bytes.Buffer
+	if err := st.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"ios": {`, `"policy": "mpiios"`, `"decisions": [`, `"profiles": [`, `"planned_iterations": 1000`, `"steal":`, `"load_source": "`} {
+		if !strings.Contains(js.String(), want) {
+			t.Errorf("status JSON lacks %q:\n%s", want, js.String())
+		}
+	}
+	var txt bytes.Buffer
+	if err := st.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"POLICY", "mpiios (j=sras)", "flcras", "ITERATION", "10/1000", "0.5", "10%", "LOAD FROM", a.LoadSource} {
+		if !strings.Contains(txt.String(), want) {
+			t.Errorf("status text lacks %q:\n%s", want, txt.String())
+		}
+	}
+	if err := n2.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	testbin.WaitFor(t, 5*time.Second, "n1's agent to drop n2", func() bool {
+		s, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
+		return err == nil && len(s.Nodes) == 1 && s.Nodes[0].IOS != nil && len(s.Nodes[0].IOS.Peers) == 0
+	})
+	_ = n1
 }

@@ -6,20 +6,20 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/natsconn"
+	"github.com/mpios/mpios/internal/nodecpu"
+	"github.com/mpios/mpios/internal/pieceserver"
+	"github.com/mpios/mpios/internal/spawner"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -27,32 +27,41 @@ import (
 const (
 	DefaultHeartbeat = time.Second
 	DefaultKillGrace = 3 * time.Second
+	DefaultLease     = time.Minute
 	DefaultAdvertise = "127.0.0.1"
 )
-
-// forgetAfter is how long a silent peer stays in the node's view (as gone) before it is
-// dropped, so pcmd status can still name recently lost nodes.
-const forgetAfter = 15 * time.Minute
 
 // Config configures Serve. Zero values select the documented defaults.
 type Config struct {
 	Node string      // node name, a NATS subject token (job.ValidateNode)
 	NATS NATSOptions // how to reach the control plane
 
+	// PassEnv names variables of pcmd's environment that the ranks inherit besides
+	// spawner.PassedEnv (pcmd serve --pass-env). MPIOS_* variables cannot be passed.
+	PassEnv []string
+
 	// Allow lists glob patterns (filepath.Match, '*' does not cross '/') of the absolute
 	// program paths this node may run. Empty: the node refuses every spawn request.
 	Allow []string
+	// PinArgs fixes the arguments of some allowed programs: "PROGRAM_GLOB ARG_GLOB..."
+	// (spawner.Config.PinArgs).
+	PinArgs []string
 
 	Slots     int           // ranks run at once; 0 = runtime.NumCPU()
 	Advertise string        // MPIOS_BIND of the ranks: the address peers on other nodes reach them at; "" = DefaultAdvertise
 	Store     string        // checkpoint store root, passed as MPIOS_CKPT_DIR; "" = the ranks' own default
 	Heartbeat time.Duration // heartbeat period; 0 = DefaultHeartbeat
 	KillGrace time.Duration // SIGTERM to SIGKILL delay when stopping ranks; 0 = DefaultKillGrace
-	Log       *log.Logger   // nil = stderr, prefixed with "pcmd[NODE] "
+	// Lease is the longest a job's ranks outlive the last keepalive of its launcher (which
+	// died): a spawn request's lease is capped to it and one that names none gets it;
+	// 0 = DefaultLease.
+	Lease time.Duration
+
+	Log *log.Logger // nil = stderr, prefixed with "pcmd[NODE] "
 
 	// IOS configures the node's IOS agent: resource profiling, random stealing, migration
 	// decisions (pcmd serve --policy ...).
-	IOS IOSConfig
+	IOS agentdriver.Config
 }
 
 // ErrNodeNameInUse reports that a live pcmd already serves the node name on the NATS server.
@@ -64,27 +73,16 @@ var ErrConnectionClosed = errors.New("pcmd: NATS connection closed")
 
 func (c *Config) setDefaults() error {
 	if err := job.ValidateNode(c.Node); err != nil {
-		return fmt.Errorf("pcmd: %w", trimJob(err))
+		return fmt.Errorf("pcmd: %w", job.TrimPrefix(err))
 	}
 	if c.Slots == 0 {
 		c.Slots = runtime.NumCPU()
-	}
-	if c.Slots < 1 || c.Slots > job.MaxSlots {
-		return fmt.Errorf("pcmd: %d slots: want 1 to %d", c.Slots, job.MaxSlots)
 	}
 	if c.Advertise == "" {
 		c.Advertise = DefaultAdvertise
 	}
 	if strings.ContainsAny(c.Advertise, " \t\n/") {
 		return fmt.Errorf("pcmd: advertise address %q: want a host name or IP address", c.Advertise)
-	}
-	for _, p := range c.Allow {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("pcmd: --allow %q: want a pattern of absolute paths", p)
-		}
-		if _, err := filepath.Match(p, ""); err != nil {
-			return fmt.Errorf("pcmd: --allow %q: %w", p, err)
-		}
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat
@@ -95,8 +93,16 @@ func (c *Config) setDefaults() error {
 	if c.KillGrace == 0 {
 		c.KillGrace = DefaultKillGrace
 	}
-	if c.KillGrace < 0 {
-		return errors.New("pcmd: kill grace must not be negative")
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if err := (spawner.Config{Slots: c.Slots, Allow: c.Allow, PinArgs: c.PinArgs, KillGrace: c.KillGrace, MaxLease: c.Lease}).Validate(); err != nil {
+		return err
+	}
+	for _, name := range c.PassEnv {
+		if name == "" || strings.ContainsAny(name, "= \t\n\x00") || strings.HasPrefix(name, "MPIOS_") {
+			return fmt.Errorf("pcmd: --pass-env %q: want the name of a variable, not MPIOS_*", name)
+		}
 	}
 	if c.Log == nil {
 		c.Log = log.New(os.Stderr, "pcmd["+c.Node+"] ", log.LstdFlags)
@@ -104,7 +110,7 @@ func (c *Config) setDefaults() error {
 	if c.NATS.Name == "" {
 		c.NATS.Name = "pcmd " + c.Node
 	}
-	return c.IOS.setDefaults()
+	return c.IOS.Validate()
 }
 
 // server is a running pcmd.
@@ -113,24 +119,16 @@ type server struct {
 	log     *log.Logger
 	nc      *nats.Conn
 	store   string   // absolute store root, or ""
-	baseEnv []string // pcmd's environment without MPIOS_* variables
-	spawnc  chan spawnOp
-	spawnSb *nats.Subscription
-	agent   *agent // nil when IOSConfig.Disabled
+	baseEnv []string // the variables of pcmd's environment that the ranks inherit
+	ranks   *spawner.Manager
+	agent   *agentdriver.Agent // nil when the IOS agent is disabled
+
+	drained chan struct{} // closed when a drained node runs no rank any more
 
 	mu       sync.Mutex
-	ranks    map[rankKey]*rank
-	leases   map[string]*lease
-	peers    map[string]*peer
-	stopping bool
+	peers    *peerTable
 	seq      uint64
-	twins    map[int]bool // pids of other pcmds beating with our name, already reported
-	wg       sync.WaitGroup
-}
-
-type peer struct {
-	info job.NodeInfo
-	last time.Time
+	draining bool // a drain was asked for (pcmd drain)
 }
 
 // Serve runs the node daemon until ctx is cancelled, then stops its ranks (SIGTERM, SIGKILL
@@ -143,17 +141,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	s := &server{
 		cfg: cfg, log: cfg.Log,
-		spawnc: make(chan spawnOp),
-		ranks:  make(map[rankKey]*rank),
-		leases: make(map[string]*lease),
-		peers:  make(map[string]*peer),
-		twins:  make(map[int]bool),
+		peers:   newPeerTable(cfg.Node, os.Getpid()),
+		drained: make(chan struct{}),
 	}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MPIOS_") {
-			s.baseEnv = append(s.baseEnv, kv)
-		}
-	}
+	s.baseEnv = spawner.BaseEnv(os.Environ(), cfg.PassEnv)
 	if cfg.Store != "" {
 		// Opening creates the root (0700) and checks it is usable before any rank needs it.
 		st, err := ckptstore.Open(cfg.Store, &ckptstore.Options{Node: cfg.Node})
@@ -174,26 +165,35 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := s.checkUnique(); err != nil {
 		return err
 	}
-	go s.spawner()
+	s.ranks, err = spawner.Start(nc, spawner.Config{
+		Node: cfg.Node, Allow: cfg.Allow, PinArgs: cfg.PinArgs, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
+		Env: s.baseEnv, NodeEnv: s.nodeEnv, Log: s.log,
+	})
+	if err != nil {
+		return err
+	}
 	if err := s.subscribe(); err != nil {
-		close(s.spawnc)
+		s.ranks.Shutdown()
 		return err
 	}
 	if !cfg.IOS.Disabled {
 		// Before the first heartbeat: a node that hears of us can reach our agent at once.
-		if s.agent, err = startAgent(cfg.IOS, cfg.Node, nc, s.log, s.rankTable, s.alivePeers); err != nil {
-			close(s.spawnc)
+		if s.agent, err = agentdriver.Start(cfg.IOS, cfg.Node, nc, s.log, s.ranks.Ranks, s.alivePeers); err != nil {
+			s.ranks.Shutdown()
 			return err
 		}
 	}
 
 	// Ranks restarting elsewhere read this node's checkpoint pieces through it.
-	stopPieces, err := startPieceServer(nc, cfg.Node, s.store, cfg.Advertise, s.log.Printf)
+	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf})
 	if err != nil {
-		close(s.spawnc)
+		if s.agent != nil {
+			s.agent.Stop()
+		}
+		s.ranks.Shutdown()
 		return err
 	}
-	defer stopPieces()
+	defer pieces.Stop()
 
 	allow := "no --allow given: this node refuses to run any program"
 	if len(cfg.Allow) > 0 {
@@ -204,8 +204,11 @@ func Serve(ctx context.Context, cfg Config) error {
 		store = "store " + s.store
 	}
 	s.log.Printf("node %s up: %d slots, advertise %s, %s, nats %s, pid %d, version %s",
-		cfg.Node, cfg.Slots, cfg.Advertise, store, launch.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
+		cfg.Node, cfg.Slots, cfg.Advertise, store, natsconn.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
 	s.log.Print(allow)
+	for _, p := range cfg.PinArgs {
+		s.log.Printf("pins the arguments of %s", p)
+	}
 
 	stopBeat := make(chan struct{})
 	beatDone := make(chan struct{})
@@ -218,11 +221,13 @@ func Serve(ctx context.Context, cfg Config) error {
 	case <-closed:
 		runErr = ErrConnectionClosed
 		s.log.Printf("%v, stopping", runErr)
+	case <-s.drained:
+		s.log.Printf("drained: no rank left, shutting down")
 	}
 	if s.agent != nil {
-		s.agent.stop() // leave the peer network first: no migrations of ranks being stopped
+		s.agent.Stop() // leave the peer network first: no migrations of ranks being stopped
 	}
-	s.shutdown()
+	s.ranks.Shutdown()
 	close(stopBeat)
 	<-beatDone
 	// Deregister: observers drop the node at once instead of waiting for missed beats.
@@ -267,16 +272,11 @@ func (s *server) subscribe() error {
 		{job.NodeInfoSubject(name), func(m *nats.Msg) { s.respond(m, s.info()) }},
 		{job.NodesDiscoverSubject, func(m *nats.Msg) { s.respond(m, s.view()) }},
 		{job.NodesHeartbeatSubject, s.onHeartbeat},
-		{job.NodeSpawnSubject(name), s.onSpawn},
-		{job.NodeSignalSubject(name), s.onSignal},
+		{job.NodeDrainSubject(name), s.onDrain},
 	}
 	for _, sb := range subs {
-		sub, err := s.nc.Subscribe(sb.subj, sb.fn)
-		if err != nil {
+		if _, err := s.nc.Subscribe(sb.subj, sb.fn); err != nil {
 			return fmt.Errorf("pcmd: subscribe to %s: %w", sb.subj, err)
-		}
-		if sb.subj == job.NodeSpawnSubject(name) {
-			s.spawnSb = sub
 		}
 	}
 	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -312,60 +312,27 @@ func (s *server) publish(subject string, v any) {
 // info describes the node now.
 func (s *server) info() job.NodeInfo {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	seq, draining := s.seq, s.draining
+	s.mu.Unlock()
 	return job.NodeInfo{
-		Name: s.cfg.Node, Slots: s.cfg.Slots, Used: len(s.ranks), Load: loadAvg(),
+		Name: s.cfg.Node, Slots: s.cfg.Slots, Used: s.ranks.Used(), Load: loadAvg(),
 		Advertise: s.cfg.Advertise, PID: os.Getpid(), Version: Version(),
-		Interval: s.cfg.Heartbeat, Seq: s.seq, Ranks: s.rankTableLocked(),
+		Interval: s.cfg.Heartbeat, Seq: seq, Draining: draining, Ranks: s.ranks.Ranks(),
 	}
-}
-
-// rankTable lists the started ranks, sorted by job and rank.
-func (s *server) rankTable() []job.RankInfo {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rankTableLocked()
-}
-
-func (s *server) rankTableLocked() []job.RankInfo {
-	var out []job.RankInfo
-	for _, r := range s.ranks {
-		if r.proc != nil {
-			out = append(out, job.RankInfo{Job: r.key.job, Rank: r.key.rank, PID: r.pid, Started: r.started})
-		}
-	}
-	slices.SortFunc(out, func(a, b job.RankInfo) int {
-		if c := strings.Compare(a.Job, b.Job); c != 0 {
-			return c
-		}
-		return a.Rank - b.Rank
-	})
-	return out
 }
 
 // alivePeers names the peers whose heartbeats are current, sorted.
 func (s *server) alivePeers() []string {
-	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
-	for name, p := range s.peers {
-		if now.Sub(p.last) <= p.info.GoneAfter() {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return s.peers.alive(time.Now())
 }
 
 // view is the node's answer to discovery: itself and every peer it remembers.
 func (s *server) view() job.NodeView {
 	v := job.NodeView{Self: s.info()}
-	now := time.Now()
 	s.mu.Lock()
-	for _, p := range s.peers {
-		v.Peers = append(v.Peers, job.PeerInfo{Info: p.info, Age: now.Sub(p.last)})
-	}
+	v.Peers = s.peers.view(time.Now())
 	s.mu.Unlock()
 	return v
 }
@@ -373,27 +340,19 @@ func (s *server) view() job.NodeView {
 func (s *server) onHeartbeat(m *nats.Msg) {
 	var info job.NodeInfo
 	if err := job.Decode(m.Data, &info); err != nil {
-		s.log.Printf("ignoring a malformed heartbeat: %v", trimJob(err))
+		s.log.Printf("ignoring a malformed heartbeat: %v", job.TrimPrefix(err))
 		return
 	}
 	if err := info.Validate(); err != nil {
-		s.log.Printf("ignoring an invalid heartbeat: %v", trimJob(err))
+		s.log.Printf("ignoring an invalid heartbeat: %v", job.TrimPrefix(err))
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if info.Name == s.cfg.Node {
-		if info.PID != os.Getpid() && !s.twins[info.PID] {
-			s.twins[info.PID] = true
-			s.log.Printf("warning: another pcmd (pid %d, advertise %s) also uses node name %s", info.PID, info.Advertise, info.Name)
-		}
-		return
+	twin := s.peers.heard(info, time.Now())
+	s.mu.Unlock()
+	if twin {
+		s.log.Printf("warning: another pcmd (pid %d, advertise %s) also uses node name %s", info.PID, info.Advertise, info.Name)
 	}
-	if info.Leaving {
-		delete(s.peers, info.Name)
-		return
-	}
-	s.peers[info.Name] = &peer{info: info, last: time.Now()}
 }
 
 func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
@@ -407,7 +366,8 @@ func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case <-t.C:
 			s.beat()
-			s.checkLeases()
+			s.ranks.CheckLeases(time.Now())
+			s.checkDrained()
 			s.forgetPeers()
 		}
 	}
@@ -422,85 +382,21 @@ func (s *server) beat() {
 
 func (s *server) forgetPeers() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, p := range s.peers {
-		if time.Since(p.last) > forgetAfter {
-			delete(s.peers, name)
-		}
-	}
-}
-
-// shutdown stops accepting spawns and stops every rank: SIGTERM, then SIGKILL after the
-// grace period. Each rank's exit is still published.
-func (s *server) shutdown() {
-	if s.spawnSb != nil {
-		_ = s.spawnSb.Unsubscribe()
-	}
-	s.mu.Lock()
-	s.stopping = true
-	victims := s.running(func(r *rank) bool { return true }, "pcmd on node "+s.cfg.Node+" is shutting down")
+	s.peers.forget(time.Now())
 	s.mu.Unlock()
-	if len(victims) > 0 {
-		s.log.Printf("stopping %d ranks", len(victims))
-	}
-	s.signalAll(victims, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(s.cfg.KillGrace):
-		s.mu.Lock()
-		victims = s.running(func(r *rank) bool { return true }, "")
-		s.mu.Unlock()
-		s.log.Printf("%d ranks did not stop within %v of SIGTERM, killing them", len(victims), s.cfg.KillGrace)
-		s.signalAll(victims, syscall.SIGKILL)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			// Never close spawnc under a spawn that may still send on it; the ranks die
-			// with us anyway (Pdeathsig).
-			s.log.Printf("some ranks did not exit after SIGKILL")
-			return
-		}
-	}
-	close(s.spawnc)
-}
-
-// running returns the started ranks that keep returns true for, recording reason (if not
-// "") as why pcmd stops them. s.mu must be held.
-func (s *server) running(keep func(*rank) bool, reason string) []*rank {
-	var out []*rank
-	for _, r := range s.ranks {
-		if r.proc != nil && keep(r) {
-			if reason != "" && r.reason == "" {
-				r.reason = reason
-			}
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func (s *server) signalAll(ranks []*rank, sig syscall.Signal) {
-	for _, r := range ranks {
-		if err := r.proc.Signal(sig); err != nil {
-			s.log.Printf("job %s rank %d: %v", r.key.job, r.key.rank, err)
-		}
-	}
 }
 
 // loadAvg reads the 1, 5 and 15 minute load averages; zeros where /proc/loadavg is missing.
 func loadAvg() [3]float64 {
-	var l [3]float64
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return l
+		return [3]float64{}
 	}
-	f := strings.Fields(string(b))
-	for i := 0; i < 3 && i < len(f); i++ {
-		l[i], _ = strconv.ParseFloat(f[i], 64)
+	l, err := nodecpu.ParseLoadavg(string(b))
+	if err != nil {
+		return [3]float64{}
 	}
-	return l
+	return [3]float64{l.Load1, l.Load5, l.Load15}
 }
 
 // Version is pcmd's version: the module version, or the VCS revision of a development build.
@@ -532,10 +428,14 @@ func Version() string {
 	return "devel-" + rev + dirty
 }
 
-// trimJob drops the "job: " prefix of internal/job errors for pcmd's messages.
-func trimJob(err error) error {
-	if s, ok := strings.CutPrefix(err.Error(), "job: "); ok {
-		return errors.New(s)
+// nodeEnv is what the node sets in the environment of the rank that req starts, overriding
+// the request: the address the rank listens on, the node's name, its count of ranks here
+// (same of its job, other of others) and, with --store, the checkpoint store. It uses
+// only the configuration: the spawner may call it before Serve has all its parts.
+func (s *server) nodeEnv(req job.SpawnRequest, same, other int) []string {
+	env := []string{job.EnvBind + "=" + s.cfg.Advertise, job.EnvNode + "=" + s.cfg.Node, nodeRanksEnv(req, same, other)}
+	if s.store != "" {
+		env = append(env, job.EnvCkptDir+"="+s.store)
 	}
-	return err
+	return env
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -321,8 +320,7 @@ func (w *chunkWriter) Close() error {
 
 // Successor is the new process's end of a hand-over.
 type Successor struct {
-	c            *conn
-	exitMidState bool
+	c *conn
 }
 
 // Dial connects to the predecessor named by spec, proves it is rank's successor in the job
@@ -359,10 +357,6 @@ func Dial(spec Spec, secret []byte, rank int, dataAddr string, timeout time.Dura
 	return &Successor{c: newConn(c)}, nil
 }
 
-// ExitMidState makes the process exit (status 3) once some of the state has arrived, as if
-// it died during the transfer. For tests of aborted migrations only.
-func (s *Successor) ExitMidState() { s.exitMidState = true }
-
 // ReceiveState reads the state blob. It does not acknowledge it: call Ack once it is checked.
 func (s *Successor) ReceiveState() ([]byte, error) {
 	hint, err := s.c.readControl(frameHint, idleTimeout)
@@ -393,9 +387,6 @@ func (s *Successor) ReceiveState() ([]byte, error) {
 			return nil, fmt.Errorf("rewire: receive state: %w", err)
 		}
 		buf = buf[:len(buf)+int(n)]
-		if s.exitMidState {
-			os.Exit(3)
-		}
 	}
 }
 

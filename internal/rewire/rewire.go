@@ -1,7 +1,10 @@
 // Package rewire carries a rank from one process to another during a live migration: the
 // hand-over connection between the old process (the predecessor) and the new one (the
-// successor), and the seam through which package pcm, which runs the migration protocol,
-// reaches the parts of package mpi it must change (the address table, the matching engine).
+// successor), and the seam through which package pcm, which runs the migration protocol
+// (internal/rankreconf), reaches what it needs of package mpi: Launched, which mpi.Launched
+// returns for a world that mpi.Init made, carries the job, the process's control-plane
+// connection, the world's Member (the address table, the matching engine) and, in a
+// successor, its Inheritance. Nothing here is process-global.
 //
 // The hand-over is a direct, authenticated TCP connection between the two processes; bulk
 // state never travels over NATS. Its exchange, in order:
@@ -22,6 +25,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/nats-io/nats.go"
 )
 
 // Message is an eager message that arrived at the predecessor and was not received yet; it
@@ -63,32 +69,8 @@ type Member interface {
 // ErrUnsupported reports a world that cannot migrate ranks (goroutine worlds, singletons).
 var ErrUnsupported = errors.New("rewire: this world cannot migrate ranks (it needs processes started by mpirun over TCP)")
 
-var (
-	mu        sync.Mutex
-	memberOf  func(world any) (Member, error)
-	inherited *Inheritance
-)
-
-// Install sets the function that finds a world's Member; package mpi calls it at init.
-func Install(f func(world any) (Member, error)) {
-	mu.Lock()
-	defer mu.Unlock()
-	memberOf = f
-}
-
-// MemberOf returns world's Member (world is an *mpi.Comm).
-func MemberOf(world any) (Member, error) {
-	mu.Lock()
-	f := memberOf
-	mu.Unlock()
-	if f == nil {
-		return nil, ErrUnsupported
-	}
-	return f(world)
-}
-
 // Inheritance is what a successor process received from its predecessor before its world
-// was created: the pcm blob, and the connection to acknowledge through.
+// was created: the pcm blob.
 type Inheritance struct {
 	Rank  int
 	State []byte
@@ -96,27 +78,33 @@ type Inheritance struct {
 	Bytes int64     // state bytes received
 }
 
-// SetInherited records the successor's inheritance (mpi.Init does, in a successor).
-func SetInherited(in *Inheritance) {
-	mu.Lock()
-	defer mu.Unlock()
-	inherited = in
+// Launched is what package pcm needs of a world communicator that mpi.Init made in a
+// process started by mpirun (mpi.Launched returns it): the job, the process's one
+// connection to the control plane, the world's side of a migration and, in a successor,
+// the inheritance.
+type Launched struct {
+	Env job.Env
+	// Conn is the process's control-plane connection. mpi owns it: mpi.Finalize closes it.
+	Conn *nats.Conn
+	// Member is nil when the world cannot migrate ranks.
+	Member Member
+
+	mu        sync.Mutex
+	inherited *Inheritance
+}
+
+// NewLaunched describes a launched world; inherited is nil unless the process is a successor.
+func NewLaunched(env job.Env, conn *nats.Conn, member Member, inherited *Inheritance) *Launched {
+	return &Launched{Env: env, Conn: conn, Member: member, inherited: inherited}
 }
 
 // TakeInherited returns the inheritance once, or nil in a process that is not a successor.
-func TakeInherited() *Inheritance {
-	mu.Lock()
-	defer mu.Unlock()
-	in := inherited
-	inherited = nil
+func (l *Launched) TakeInherited() *Inheritance {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	in := l.inherited
+	l.inherited = nil
 	return in
-}
-
-// PeekInherited reports whether this process is a successor, without taking the state.
-func PeekInherited() bool {
-	mu.Lock()
-	defer mu.Unlock()
-	return inherited != nil
 }
 
 // Spec is where a successor finds its predecessor: the value of job.EnvMigrate.

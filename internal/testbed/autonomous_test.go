@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mpios/mpios/internal/pcmd"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/nats-io/nats.go"
 )
@@ -58,7 +58,7 @@ func TestLoadedNodeLosesRanksToIdleNode(t *testing.T) {
 			t.Logf("%s:\n%s", filepath.Base(l), tail(l, 4000))
 		}
 		if nc, err := nats.Connect(c.NATSURL()); err == nil {
-			states, _ := pcmd.DiscoverIOS(nc, time.Second)
+			states, _ := nodestatus.DiscoverIOS(nc, time.Second)
 			b, _ := json.MarshalIndent(states, "", " ")
 			t.Logf("IOS agents:\n%s", b)
 			nc.Close()

@@ -3,7 +3,6 @@
 package testbed
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mpios/mpios/internal/nodecpu"
 )
 
 // cgroupFS is where the cpu controller is mounted.
@@ -26,42 +27,26 @@ type cgroupFS struct {
 // detectCgroups finds the cgroup hierarchy holding the cpu controller: cgroup v2 if its
 // cgroup.controllers lists cpu, else a v1 hierarchy mounted with the cpu controller.
 func detectCgroups() (*cgroupFS, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("cgroups: %w", err)
 	}
-	defer f.Close()
 	var v1cpu, v1acct, v2 string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) < 5 || len(qf) < 3 {
-			continue
-		}
-		mnt := unescapeMount(pf[4])
-		switch qf[0] {
-		case "cgroup2":
-			b, err := os.ReadFile(filepath.Join(mnt, "cgroup.controllers"))
+	for _, m := range nodecpu.ParseMountinfo(string(b)) {
+		switch m.Version {
+		case 2:
+			b, err := os.ReadFile(filepath.Join(m.Point, "cgroup.controllers"))
 			if err == nil && slices.Contains(strings.Fields(string(b)), "cpu") && v2 == "" {
-				v2 = mnt
+				v2 = m.Point
 			}
-		case "cgroup":
-			opts := strings.Split(qf[2], ",")
-			if slices.Contains(opts, "cpu") && v1cpu == "" {
-				v1cpu = mnt
+		case 1:
+			if m.Has("cpu") && v1cpu == "" {
+				v1cpu = m.Point
 			}
-			if slices.Contains(opts, "cpuacct") && v1acct == "" {
-				v1acct = mnt
+			if m.Has("cpuacct") && v1acct == "" {
+				v1acct = m.Point
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("cgroups: read /proc/self/mountinfo: %w", err)
 	}
 	switch {
 	case v2 != "":
@@ -70,25 +55,6 @@ func detectCgroups() (*cgroupFS, error) {
 		return &cgroupFS{version: 1, cpuRoot: v1cpu, acctRoot: v1acct}, nil
 	}
 	return nil, errors.New("cgroups: no cgroup v1 or v2 hierarchy with the cpu controller is mounted")
-}
-
-// unescapeMount undoes the octal escapes (\040 for a space) of /proc/self/mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // roots returns the hierarchy roots the testbed makes cgroups in.
@@ -298,16 +264,11 @@ func (cg *nodeCgroup) usage(sub string) (time.Duration, error) {
 		if err != nil {
 			return 0, fmt.Errorf("cgroups: %w", err)
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-				us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				if err != nil {
-					return 0, fmt.Errorf("cgroups: %s: %q: %w", path, line, err)
-				}
-				return time.Duration(us) * time.Microsecond, nil
-			}
+		st, err := nodecpu.ParseCPUStat(string(b))
+		if err != nil || !st.HasUsage {
+			return 0, fmt.Errorf("cgroups: %s has no usage_usec (%v)", path, err)
 		}
-		return 0, fmt.Errorf("cgroups: %s has no usage_usec", path)
+		return st.Usage, nil
 	}
 	if cg.fs.acctRoot != "" {
 		path := filepath.Join(cg.dir(cg.fs.acctRoot, sub), "cpuacct.usage")
@@ -315,11 +276,11 @@ func (cg *nodeCgroup) usage(sub string) (time.Duration, error) {
 		if err != nil {
 			return 0, fmt.Errorf("cgroups: %w", err)
 		}
-		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		u, err := nodecpu.ParseCPUAcctUsage(string(b))
 		if err != nil {
 			return 0, fmt.Errorf("cgroups: %s: %w", path, err)
 		}
-		return time.Duration(ns), nil
+		return u, nil
 	}
 	// No cpuacct: add up the live processes' times (those that exited are missed).
 	var total time.Duration
@@ -407,20 +368,11 @@ func procCPUTime(pid int) time.Duration {
 	if err != nil {
 		return 0
 	}
-	// The command name (field 2) may contain spaces: fields are counted after its ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
+	t, err := nodecpu.ParseProcPIDStat(string(b), os.Getpagesize())
+	if err != nil {
 		return 0
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// After ')': state is field 3, so utime (14) and stime (15) are at 11 and 12.
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const clkTck = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / clkTck
+	return t.CPU
 }
 
 // cleanupCgroups removes the testbed's cgroups left by a crashed run: it kills their

@@ -90,8 +90,10 @@ type Options struct {
 	KillGrace time.Duration
 	// ExtraArgs are added to every "pcmd serve" command line, e.g. the IOS agent's options.
 	ExtraArgs []string
-	// ExtraEnv is added to the environment of every pcmd (and so of the ranks it starts),
-	// e.g. an IOS policy knob. MPIOS_* variables of this process are never passed on.
+	// ExtraEnv is added to the environment of every pcmd, e.g. an IOS policy knob. The
+	// ranks get only the variables pcmd passes on (spawner.PassedEnv, and pcmd serve
+	// --pass-env NAME through ExtraArgs). MPIOS_* variables of this process are never
+	// passed on.
 	ExtraEnv []string
 
 	// Isolation selects network namespaces and quotas or loopback. "": IsolationAuto.

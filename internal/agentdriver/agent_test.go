@@ -1,0 +1,465 @@
+package agentdriver
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/testbin"
+	"github.com/mpios/mpios/iosbridge"
+	"github.com/mpios/mpios/profiler"
+)
+
+// fakeSampler reports a node with 2 CPUs whose availability the test sets.
+type fakeSampler struct {
+	node  string
+	mu    sync.Mutex
+	avail float64
+	fail  error
+}
+
+func (f *fakeSampler) Sample(now time.Time, ranks []iosbridge.RankID) (iosbridge.NodeProfile, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return iosbridge.NodeProfile{}, f.fail
+	}
+	return iosbridge.NodeProfile{Node: f.node, CPUs: 2, EffectiveCPUs: 2, Availability: f.avail,
+		MemFreeBytes: 8 << 30, MemTotalBytes: 16 << 30, Ranks: ranks, SampledAt: now}, nil
+}
+
+// rankTable is a node's rank table as the test wants it.
+type rankTable struct {
+	mu    sync.Mutex
+	ranks []job.RankInfo
+}
+
+func (r *rankTable) get() []job.RankInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]job.RankInfo(nil), r.ranks...)
+}
+
+type testAgent struct {
+	*Agent
+	sampler *fakeSampler
+	table   *rankTable
+	log     *testbin.Buffer
+}
+
+// fastIOS is an Config whose protocol runs in milliseconds.
+func fastIOS(policy string) Config {
+	return Config{
+		Policy: policy, Period: 20 * time.Millisecond, Tick: 10 * time.Millisecond, Procs: NoProcesses, Seed: 7,
+		Protocol: iosbridge.Config{StealTimeout: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+			HeartbeatInterval: 100 * time.Millisecond, PeerTimeout: 2 * time.Second},
+	}
+}
+
+// startAgentT runs an agent for node with a fake sampler (availability avail), the given
+// rank table and peers, until the test ends.
+func startAgentT(t *testing.T, url, node string, cfg Config, avail float64, ranks []job.RankInfo, peers ...string) *testAgent {
+	t.Helper()
+	nc := testbin.Connect(t, url)
+	ta := &testAgent{sampler: &fakeSampler{node: node, avail: avail}, table: &rankTable{ranks: ranks}, log: &testbin.Buffer{}}
+	cfg.Sampler = ta.sampler
+	a, err := Start(cfg, node, nc, log.New(ta.log, node+" ", 0), ta.table.get, func() []string { return peers })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta.Agent = a
+	var once sync.Once
+	t.Cleanup(func() {
+		once.Do(a.Stop)
+		if t.Failed() {
+			t.Logf("log of agent %s:\n%s", node, ta.log)
+		}
+	})
+	return ta
+}
+
+// loadedRanks is a table of n ranks of job j, started an hour ago (out of their cooldown).
+func loadedRanks(j string, n int) []job.RankInfo {
+	var out []job.RankInfo
+	for r := range n {
+		out = append(out, job.RankInfo{Job: j, Rank: r, PID: 1000 + r, Started: time.Now().Add(-time.Hour)})
+	}
+	return out
+}
+
+// publishProfiles publishes, as the ranks would, a profile of every rank in table: a long
+// iterative job (990 iterations of 0.5 s left, 1 MiB of state).
+func publishProfiles(t *testing.T, nc *nats.Conn, node, policy string, table []job.RankInfo) {
+	t.Helper()
+	for _, r := range table {
+		p := profiler.RankProfile{Job: r.Job, Rank: r.Rank, Node: node, PID: r.PID, Policy: policy, At: time.Now(),
+			Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 1, CompSeconds: 9,
+			Iteration: 10, Iterations: 10, MeanIterSeconds: 0.5, PlannedIterations: 1000, StateBytes: 1 << 20,
+			Sent: []profiler.PeerTraffic{{Rank: (r.Rank + 1) % len(table), Messages: 20, Bytes: 1 << 16}}}
+		data, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish(job.ProfileSubject(r.Job), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// controller stands in for a job's mpirun: it records the ControlRequests on the job's ctl
+// subject and answers each with the next reply (the last one repeats).
+type controller struct {
+	mu      sync.Mutex
+	reqs    []job.ControlRequest
+	replies []job.ControlReply
+	got     chan job.ControlRequest
+}
+
+func newController(t *testing.T, nc *nats.Conn, jobID string, replies ...job.ControlReply) *controller {
+	t.Helper()
+	c := &controller{replies: replies, got: make(chan job.ControlRequest, 100)}
+	if _, err := nc.Subscribe(job.ControlSubject(jobID), func(m *nats.Msg) {
+		var req job.ControlRequest
+		if err := job.Decode(m.Data, &req); err != nil || req.Validate() != nil {
+			t.Errorf("bad control request: %v %+v", err, req)
+			return
+		}
+		c.mu.Lock()
+		rep := c.replies[min(len(c.reqs), len(c.replies)-1)]
+		c.reqs = append(c.reqs, req)
+		c.mu.Unlock()
+		data, _ := job.Encode(rep)
+		_ = m.Respond(data)
+		c.got <- req
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *controller) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.reqs)
+}
+
+func iosState(t *testing.T, nc *nats.Conn, node string) job.IOSState {
+	t.Helper()
+	m, err := nc.Request(job.IOSStateSubject(node), nil, 2*time.Second)
+	if err != nil {
+		t.Fatalf("IOS state of %s: %v", node, err)
+	}
+	var st job.IOSState
+	if err := job.Decode(m.Data, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func eventsOf(st job.IOSState, kind string) []job.IOSEvent {
+	var out []job.IOSEvent
+	for _, e := range st.Events {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// MPI/IOS: "new nodes join network existing nodes idle ... contact peers randomly steal";
+// "decision component local ios agent predicts gain migrating process remote processor";
+// "mpi process gets notified migration event". Node A is idle, node B runs four ranks on two
+// busy CPUs: A's steal request reaches B over NATS, B's mpiios policy gives a rank, and B
+// asks the rank's job to move it to A on the job's ctl subject.
+func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving at iteration 12"})
+	table := loadedRanks("j", 4)
+	b := startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
+	publishProfiles(t, nc, "B", "", table)
+
+	var req job.ControlRequest
+	select {
+	case req = <-ctl.got:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no migration request; B's state %+v", iosState(t, nc, "B"))
+	}
+	if req.Kind != job.ControlMigrate || req.To != "A" || req.Rank < 0 || req.Rank > 3 ||
+		!strings.HasPrefix(req.Reason, "ios mpiios: node A steals, gain ") || !strings.Contains(req.Reason, "ln(L=") {
+		t.Fatalf("control request %+v", req)
+	}
+	var st job.IOSState
+	testbin.WaitFor(t, 5*time.Second, "B to record the accepted migration", func() bool {
+		st = iosState(t, nc, "B")
+		return st.Stats.MigrationsOK > 0
+	})
+	gives := eventsOf(st, job.IOSGive)
+	if len(gives) == 0 || gives[0].Peer != "A" || gives[0].Policy != iosbridge.PolicyMPIIOS || gives[0].Gain <= 0 || gives[0].Job != "j" {
+		t.Errorf("B's give events %+v", gives)
+	}
+	if ok := eventsOf(st, job.IOSMigrateOK); len(ok) == 0 || ok[0].Reason != "moving at iteration 12" {
+		t.Errorf("B's migrate-ok events %+v", ok)
+	}
+	if st.Policy != "mpiios" || st.Stats.RanksGiven == 0 || len(st.Profiles) != 4 || st.Availability != 0 ||
+		len(st.Peers) != 1 || st.Peers[0] != "A" {
+		t.Errorf("B's state %+v", st)
+	}
+	var p profiler.RankProfile
+	if err := json.Unmarshal(st.Profiles[0], &p); err != nil || p.Job != "j" || p.Rank != 0 || p.PID != 1000 {
+		t.Errorf("B's first profile %+v %v", p, err)
+	}
+	sa := iosState(t, nc, "A")
+	if stolen := eventsOf(sa, job.IOSStolen); len(stolen) == 0 || stolen[0].Peer != "B" || stolen[0].Job != "j" {
+		t.Errorf("A's stolen events %+v", stolen)
+	}
+	if sa.Stats.StealsSent == 0 || sa.Stats.StealsAccepted == 0 {
+		t.Errorf("A's stats %+v", sa.Stats)
+	}
+	if !strings.Contains(b.log.String(), "asking job j to move rank") {
+		t.Errorf("B's log:\n%s", b.log)
+	}
+}
+
+// A job refuses the first migration: the giver calls MigrationFailed, the rank becomes a
+// candidate again and a later steal moves it (or another one).
+func TestAgentRefusedMigrationIsRetried(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j",
+		job.ControlReply{Error: "rank 1 is checkpointing"},
+		job.ControlReply{OK: true, Message: "moving"})
+	table := loadedRanks("j", 4)
+	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
+	publishProfiles(t, nc, "B", "", table)
+	testbin.WaitFor(t, 15*time.Second, "two migration requests", func() bool { return ctl.count() >= 2 })
+	var st job.IOSState
+	testbin.WaitFor(t, 5*time.Second, "B to record both outcomes", func() bool {
+		st = iosState(t, nc, "B")
+		return st.Stats.MigrationsFailed >= 1 && st.Stats.MigrationsOK >= 1
+	})
+	if f := eventsOf(st, job.IOSMigrateFailed); len(f) == 0 || f[0].Reason != "refused: rank 1 is checkpointing" {
+		t.Errorf("failed migrations %+v", f)
+	}
+	// The refused rank is in cooldown: the job is not asked about it again at every steal.
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	for _, r := range ctl.reqs[1:] {
+		if r.Rank == ctl.reqs[0].Rank {
+			t.Errorf("refused rank %d asked for again: %+v", r.Rank, ctl.reqs)
+		}
+	}
+}
+
+// startLoadedPair starts agents B (four ranks of job j just started on two busy CPUs, as
+// successors of migrated ranks or fresh) and A (idle), and a controller for j.
+func startLoadedPair(t *testing.T, successor bool) (*nats.Conn, *controller) {
+	t.Helper()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
+	table := loadedRanks("j", 4)
+	for i := range table {
+		table[i].Started, table[i].Successor = time.Now(), successor
+	}
+	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
+	publishProfiles(t, nc, "B", "", table)
+	return nc, ctl
+}
+
+// "Stability": a rank that just arrived on a node as the successor of a migrated rank is
+// not moved within the cooldown.
+func TestAgentMigratedRanksAreInCooldown(t *testing.T) {
+	t.Parallel()
+	nc, ctl := startLoadedPair(t, true)
+	testbin.WaitFor(t, 10*time.Second, "B to decline steal requests", func() bool {
+		d := eventsOf(iosState(t, nc, "B"), job.IOSDecline)
+		return len(d) >= 2 && strings.Contains(d[len(d)-1].Reason, "4 in cooldown")
+	})
+	if n := ctl.count(); n != 0 {
+		t.Fatalf("%d migration requests for ranks in cooldown", n)
+	}
+}
+
+// A job adapts from its first iterations: ranks that have just started fresh (not as
+// successors of migrated ones) are moved as soon as a node steals, with no cooldown.
+func TestAgentFreshRanksMoveAtOnce(t *testing.T) {
+	t.Parallel()
+	nc, ctl := startLoadedPair(t, false)
+	select {
+	case req := <-ctl.got:
+		if req.Kind != job.ControlMigrate || req.To != "A" {
+			t.Fatalf("control request %+v", req)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("fresh ranks not moved; B's state %+v", iosState(t, nc, "B"))
+	}
+}
+
+// "none" never moves anything: neither as the job's policy (mpirun --policy none, carried
+// by the profiles) on nodes running mpiios, nor as the node's policy for jobs without one.
+func TestAgentPolicyNoneNeverMigrates(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, node, job string }{
+		{"job policy none", "", "none"},
+		{"node policy none", "none", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url := testbin.NATSServer(t, "", "")
+			nc := testbin.Connect(t, url)
+			ctl := newController(t, nc, "j", job.ControlReply{OK: true})
+			table := loadedRanks("j", 4)
+			startAgentT(t, url, "B", fastIOS(c.node), 0, table, "A")
+			startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
+			publishProfiles(t, nc, "B", c.job, table)
+			var st job.IOSState
+			testbin.WaitFor(t, 10*time.Second, "B to decline several steal requests", func() bool {
+				st = iosState(t, nc, "B")
+				return len(eventsOf(st, job.IOSDecline)) >= 3
+			})
+			time.Sleep(200 * time.Millisecond)
+			if n := ctl.count(); n != 0 {
+				t.Fatalf("%d migration requests under policy none", n)
+			}
+			st = iosState(t, nc, "B")
+			if st.Stats.RanksGiven != 0 || len(eventsOf(st, job.IOSGive)) != 0 {
+				t.Fatalf("B gave ranks: %+v", st)
+			}
+			d := eventsOf(st, job.IOSDecline)
+			if !strings.Contains(d[len(d)-1].Reason, "policy none never migrates") && !strings.Contains(d[len(d)-1].Reason, "stability") {
+				t.Errorf("decline reason %q", d[len(d)-1].Reason)
+			}
+			if c.job == "none" && st.JobPolicies["j"] != "none" {
+				t.Errorf("job policies %v", st.JobPolicies)
+			}
+			if sa := iosState(t, nc, "A"); sa.Stats.StealsSent < 3 {
+				t.Errorf("A sent only %d steal requests", sa.Stats.StealsSent)
+			}
+		})
+	}
+}
+
+// Anybody can publish on mpios.ios.B: malformed, misaddressed and invalid messages are
+// counted, logged and dropped, and the agent keeps working.
+func TestAgentDropsBadInput(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	table := loadedRanks("j", 1)
+	b := startAgentT(t, url, "B", fastIOS(""), 0, table)
+	send := func(v any) {
+		data, ok := v.([]byte)
+		if !ok {
+			var err error
+			if data, err = job.Encode(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Publish(job.IOSInboxSubject("B"), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send([]byte("\xc1 not msgpack"))
+	send(iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "A", To: "C"})                 // misaddressed
+	send(iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "x.>", To: "B"})               // not a node name
+	send(iosbridge.Message{Kind: iosbridge.KindJoin, From: "A", To: "B", TTL: 1000})           // TTL out of range
+	send(iosbridge.Message{Kind: "explode", From: "A", To: "B"})                               // unknown kind
+	send(iosbridge.Message{Kind: iosbridge.KindStealRequest, From: "A", To: "B", Origin: "A"}) // no profile
+	send(iosbridge.Message{Kind: iosbridge.KindAnnounce, From: "A", To: "B", Peers: []string{"ok", "bad name"}})
+	bad := func(data string) {
+		if err := nc.Publish(job.ProfileSubject("j"), []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad("{not json")
+	bad(`{"job":"k","rank":0,"node":"B"}`)                   // on job j's subject
+	bad(`{"job":"j","rank":0,"node":"B","policy":"bogus"}`)  // unknown policy
+	bad(`{"job":"j","rank":0,"node":"B","iteration":-5}`)    // impossible values
+	bad(`{"job":"j","rank":0,"node":"elsewhere","pid":999}`) // another node's rank: ignored, not bad
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var st job.IOSState
+	testbin.WaitFor(t, 5*time.Second, "the bad input to be counted", func() bool {
+		st = iosState(t, nc, "B")
+		return st.Stats.BadMessages == 7 && st.Stats.BadProfiles == 4
+	})
+	if len(st.Peers) != 0 || len(st.Profiles) != 0 {
+		t.Fatalf("bad input changed the state: %+v", st)
+	}
+	// Still working: a good heartbeat makes A a neighbour.
+	send(iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "A", To: "B"})
+	testbin.WaitFor(t, 5*time.Second, "A to become B's neighbour", func() bool {
+		st = iosState(t, nc, "B")
+		return len(st.Peers) == 1 && st.Peers[0] == "A"
+	})
+	logText := b.log.String()
+	for _, want := range []string{"dropping a malformed protocol message", "dropping a malformed profile"} {
+		if !strings.Contains(logText, want) {
+			t.Errorf("log lacks %q:\n%s", want, logText)
+		}
+	}
+	if st.Stats.BadMessages != 7 {
+		t.Errorf("bad messages %d after a good one", st.Stats.BadMessages)
+	}
+}
+
+// Sampling errors are reported in the state, and the protocol keeps the last good sample.
+func TestAgentSampleError(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	b := startAgentT(t, url, "B", fastIOS("sras"), 0.5, nil)
+	testbin.WaitFor(t, 5*time.Second, "a sample", func() bool { return !iosState(t, nc, "B").SampledAt.IsZero() })
+	b.sampler.mu.Lock()
+	b.sampler.fail = fmt.Errorf("iosbridge: sample: /proc/stat: permission denied")
+	b.sampler.mu.Unlock()
+	testbin.WaitFor(t, 5*time.Second, "the sample error", func() bool {
+		st := iosState(t, nc, "B")
+		return st.SampleError == "sample: /proc/stat: permission denied" && st.Availability == 0.5 && st.Policy == "sras"
+	})
+}
+
+func TestConfigErrors(t *testing.T) {
+	for want, c := range map[string]Config{
+		"unknown policy":         {Policy: "roundrobin"},
+		"steal-threshold 2":      {StealThreshold: 2},
+		"steal-ttl 100":          {TTL: 100},
+		"IOS period 1ns":         {Period: time.Nanosecond},
+		"must not be negative":   {Cooldown: -time.Second},
+		"IOS period 2s and tick": {Tick: time.Nanosecond},
+	} {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v, want an error with %q", c, err, want)
+		}
+	}
+	if c := (Config{Disabled: true, Policy: "roundrobin"}); c.Validate() != nil {
+		t.Error("a disabled agent's config was checked")
+	}
+	c := Config{Policy: " SRAS "}
+	if err := c.Validate(); err != nil || c.Policy != "sras" || c.Period != DefaultPeriod || c.Sampler == nil || c.Procs == nil {
+		t.Errorf("defaults %+v %v", c, err)
+	}
+}

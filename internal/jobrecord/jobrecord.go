@@ -1,0 +1,124 @@
+// Package jobrecord is the record of a running job that mpirun keeps in the user's runtime
+// directory, so tools such as pcmd find the job's control plane.
+package jobrecord
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/mpios/mpios/internal/procstate"
+)
+
+// Record describes a running job. mpirun writes it to RecordPath while the job runs, so
+// tools such as pcmd can find the job's control plane.
+type Record struct {
+	JobID   string    `json:"job_id"`
+	NATSURL string    `json:"nats_url"` // with credentials: the file is private to the user
+	PID     int       `json:"pid"`      // mpirun's pid
+	Started time.Time `json:"started"`
+	NP      int       `json:"np"`
+	Program string    `json:"program"`
+}
+
+// RuntimeDir returns the per-user directory holding job records: $XDG_RUNTIME_DIR/mpios, or
+// os.TempDir()/mpios-<uid> without XDG_RUNTIME_DIR. It does not create it.
+func RuntimeDir() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "mpios")
+	}
+	return filepath.Join(os.TempDir(), "mpios-"+strconv.Itoa(os.Getuid()))
+}
+
+// RecordPath is the record file of job id in dir.
+func RecordPath(dir, id string) string { return filepath.Join(dir, id+".json") }
+
+// ReadRecord reads a record file.
+func ReadRecord(path string) (Record, error) {
+	var r Record
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, fmt.Errorf("jobrecord: read job record: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("jobrecord: job record %s: %w", path, err)
+	}
+	return r, nil
+}
+
+// ErrJobIDInUse reports that a live mpirun already runs a job with the requested id.
+var ErrJobIDInUse = errors.New("job id is in use")
+
+// ensurePrivateDir creates dir with mode 0700, or checks that an existing one is a directory
+// that only we can write: in a shared /tmp another user could have planted it.
+func ensurePrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("jobrecord: runtime dir: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("jobrecord: runtime dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("jobrecord: runtime dir %s is not a directory", dir)
+	}
+	if err := checkOwner(fi); err != nil {
+		return fmt.Errorf("jobrecord: runtime dir %s: %w", dir, err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("jobrecord: runtime dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// Write writes rec atomically into dir, refusing to replace the record of a live job
+// (ErrJobIDInUse). It returns the record's path.
+func Write(dir string, rec Record) (string, error) {
+	if err := ensurePrivateDir(dir); err != nil {
+		return "", err
+	}
+	path := RecordPath(dir, rec.JobID)
+	if old, err := ReadRecord(path); err == nil && procstate.Alive(old.PID) {
+		return "", fmt.Errorf("jobrecord: job %s: %w by mpirun pid %d", rec.JobID, ErrJobIDInUse, old.PID)
+	}
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("jobrecord: job record: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+rec.JobID+"-*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("jobrecord: job record: %w", err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(append(b, '\n'))
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("jobrecord: job record: %w", err)
+	}
+	// CreateTemp already uses 0600; be explicit as the file holds credentials.
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("jobrecord: job record: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("jobrecord: job record: %w", err)
+	}
+	return path, nil
+}
+
+// Remove removes the record at path; one already gone is not an error.
+func Remove(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("jobrecord: remove job record: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,869 @@
+// Package nodeclient is mpirun's client of the pcmd node agents: it parses --hosts and
+// --hostfile, discovers the nodes on the control plane, places a job's ranks on them, and is
+// the rankproc.NodeStarter that spawns ranks there, relays their output and exit status, and
+// watches the nodes' heartbeats.
+package nodeclient
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
+	"github.com/mpios/mpios/internal/rankproc"
+)
+
+// HostSlots is one entry of mpirun's --hosts or --hostfile: a pcmd node and how many ranks
+// to place on it.
+type HostSlots struct {
+	Node  string
+	Slots int // 0 = all the node's free slots
+}
+
+// String returns "node:slots", or "node" when Slots is 0.
+func (h HostSlots) String() string {
+	if h.Slots == 0 {
+		return h.Node
+	}
+	return h.Node + ":" + strconv.Itoa(h.Slots)
+}
+
+// ParseHosts parses a comma-separated list of NODE[:SLOTS], as given to --hosts. A node
+// named twice is an error (its slots would be ambiguous).
+func ParseHosts(s string) ([]HostSlots, error) {
+	var hosts []HostSlots
+	for _, f := range strings.Split(s, ",") {
+		h, err := parseHost(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, checkHosts(hosts)
+}
+
+// ParseHostfile reads one NODE[:SLOTS] per line; blank lines and everything from a '#' on
+// are ignored. Errors name the line.
+func ParseHostfile(r io.Reader) ([]HostSlots, error) {
+	var hosts []HostSlots
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		h, err := parseHost(line)
+		if err != nil {
+			return nil, fmt.Errorf("nodeclient: line %d: %s", n, strings.TrimPrefix(err.Error(), "nodeclient: "))
+		}
+		hosts = append(hosts, h)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("nodeclient: hostfile: %w", err)
+	}
+	if len(hosts) == 0 {
+		return nil, errors.New("nodeclient: hostfile names no node")
+	}
+	return hosts, checkHosts(hosts)
+}
+
+func parseHost(s string) (HostSlots, error) {
+	name, slots, hasSlots := strings.Cut(s, ":")
+	if err := job.ValidateNode(name); err != nil {
+		return HostSlots{}, fmt.Errorf("nodeclient: host %q: %w", s, job.TrimPrefix(err))
+	}
+	h := HostSlots{Node: name}
+	if hasSlots {
+		n, err := strconv.Atoi(slots)
+		if err != nil || n < 1 || n > job.MaxSlots {
+			return HostSlots{}, fmt.Errorf("nodeclient: host %q: slots %q: want an integer in [1,%d]", s, slots, job.MaxSlots)
+		}
+		h.Slots = n
+	}
+	return h, nil
+}
+
+func checkHosts(hosts []HostSlots) error {
+	seen := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		if seen[h.Node] {
+			return fmt.Errorf("nodeclient: host %s is named twice", h.Node)
+		}
+		seen[h.Node] = true
+	}
+	return nil
+}
+
+// Errors of NewRemote, wrapped with details; test with errors.Is.
+var (
+	ErrUnknownNode    = errors.New("unknown node")
+	ErrNodeGone       = rankproc.ErrHostGone
+	ErrNotEnoughSlots = errors.New("not enough slots")
+)
+
+// NodeGoneError is the error Wait returns for a remote rank whose node stopped responding,
+// restarted or shut down: the rank's fate is unknown, and it is presumed dead (pcmd's ranks
+// die with it).
+type NodeGoneError struct {
+	Node   string
+	Reason string // e.g. "node n1 stopped responding (no heartbeat for 3s)"
+}
+
+// Error returns the reason, prefixed with "nodeclient: ".
+func (e *NodeGoneError) Error() string { return "nodeclient: " + e.Reason }
+
+// Is makes errors.Is(err, ErrNodeGone) true.
+func (e *NodeGoneError) Is(target error) bool { return target == ErrNodeGone }
+
+// SpawnError reports that a node refused to start a rank or could not.
+type SpawnError struct {
+	Node    string
+	Rank    int
+	Refusal job.SpawnRefusal // "" if the node did not answer
+	Reason  string
+}
+
+// Error returns the reason (the node's own message for a refusal), prefixed with "nodeclient: ".
+func (e *SpawnError) Error() string { return "nodeclient: " + e.Reason }
+
+// RemoteConfig configures NewRemote.
+type RemoteConfig struct {
+	NATSURL string      // the NATS server the pcmd nodes are registered on (credentials may be embedded)
+	Hosts   []HostSlots // where ranks may go, in placement order
+	NP      int         // ranks to place; 0 = as many as Hosts offers
+
+	// Logf receives the starter's own messages (lost nodes, lost output), without trailing
+	// newline; nil writes them to stderr prefixed with "mpirun: ".
+	Logf func(format string, args ...any)
+
+	RequestTimeout time.Duration // for each request to a node; 0 = 5s
+	DiscoverWait   time.Duration // how long to collect node replies when a node is missing; 0 = 500ms
+	// KeepAlive is the lease given to the nodes: they stop the job's ranks when mpirun has
+	// been silent for that long (it died). 0 = 10s.
+	KeepAlive time.Duration
+
+	// NATSAuth authenticates to NATSURL (credentials, TLS); its URL and Name are not used.
+	NATSAuth natsconn.Options
+}
+
+// Remote is a Starter that runs ranks on pcmd nodes over NATS. Ranks are placed round-robin
+// over RemoteConfig.Hosts, each node taking at most its slots. The program path is passed
+// as is: on a cluster the executable must exist at the same path on every node (shared file
+// system, or installed there), and it must match the nodes' --allow patterns.
+//
+// A Remote watches the heartbeats of its nodes; when one stops beating (job.MissedBeats
+// intervals), restarts or shuts down, the Wait of each of its ranks returns a
+// *NodeGoneError. Close it once the job is over.
+type Remote struct {
+	cfg   RemoteConfig
+	nc    *nats.Conn
+	place []string // node of each rank
+
+	mu    sync.Mutex
+	nodes map[string]*remoteNode
+	jobs  map[string]bool // job ids to send keepalives for
+	quit  chan struct{}
+	gone  chan *NodeGoneError // see Gone
+	wg    sync.WaitGroup
+	close sync.Once
+}
+
+type remoteNode struct {
+	name     string
+	pid      int // pcmd's pid when placement was decided; another means it restarted
+	interval time.Duration
+	last     time.Time
+	gone     *NodeGoneError
+	procs    map[*remoteProcess]bool
+}
+
+// NewRemote connects to NATS, asks every node in cfg.Hosts for its state and places the
+// ranks. It fails, wrapping ErrUnknownNode, ErrNodeGone or ErrNotEnoughSlots, if a node does
+// not answer or has too few free slots.
+func NewRemote(cfg RemoteConfig) (*Remote, error) {
+	if len(cfg.Hosts) == 0 {
+		return nil, errors.New("nodeclient: remote starter: no hosts")
+	}
+	if err := checkHosts(cfg.Hosts); err != nil {
+		return nil, err
+	}
+	if cfg.NP < 0 {
+		return nil, fmt.Errorf("nodeclient: number of ranks is %d", cfg.NP)
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "mpirun: "+format+"\n", args...)
+		}
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	if cfg.DiscoverWait <= 0 {
+		cfg.DiscoverWait = 500 * time.Millisecond
+	}
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = 10 * time.Second
+	}
+	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), quit: make(chan struct{}),
+		gone: make(chan *NodeGoneError, goneBacklog)}
+	auth, err := cfg.NATSAuth.AuthOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(auth,
+		nats.Name("mpirun remote starter"),
+		nats.Timeout(5*time.Second),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.NoCallbacksAfterClientClose(),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsconn.RedactURL(cfg.NATSURL), err)
+	}
+	r.nc = nc
+	if err := r.setup(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	r.wg.Add(2)
+	go r.monitor()
+	go r.keepAlive()
+	return r, nil
+}
+
+func (r *Remote) setup() error {
+	// Subscribe before asking, so no heartbeat after a node's answer is missed.
+	if _, err := r.nc.Subscribe(job.NodesHeartbeatSubject, r.onHeartbeat); err != nil {
+		return fmt.Errorf("nodeclient: subscribe to %s: %w", job.NodesHeartbeatSubject, err)
+	}
+	caps := make([]int, len(r.cfg.Hosts))
+	names := make([]string, len(r.cfg.Hosts))
+	for i, h := range r.cfg.Hosts {
+		info, err := r.nodeInfo(h.Node)
+		if err != nil {
+			return err
+		}
+		free := max(info.Slots-info.Used, 0)
+		switch {
+		case h.Slots == 0 && free == 0:
+			return fmt.Errorf("nodeclient: node %s has no free slot (%d in use): %w", h.Node, info.Used, ErrNotEnoughSlots)
+		case h.Slots > free:
+			return fmt.Errorf("nodeclient: node %s has %d free slots (%d total, %d in use), --hosts asks for %d: %w",
+				h.Node, free, info.Slots, info.Used, h.Slots, ErrNotEnoughSlots)
+		case h.Slots == 0:
+			caps[i] = free
+		default:
+			caps[i] = h.Slots
+		}
+		names[i] = h.Node
+		r.mu.Lock()
+		r.nodes[h.Node] = &remoteNode{name: h.Node, pid: info.PID, interval: info.Interval,
+			last: time.Now(), procs: make(map[*remoteProcess]bool)}
+		r.mu.Unlock()
+	}
+	place, err := Place(names, caps, r.cfg.NP)
+	if err != nil {
+		return err
+	}
+	r.place = place
+	return nil
+}
+
+// nodeInfo asks a node for its NodeInfo; if it does not answer, the other nodes are asked
+// whether they know it, to tell an unknown node from a gone one.
+func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
+	var info job.NodeInfo
+	msg, err := r.nc.Request(job.NodeInfoSubject(node), nil, r.cfg.RequestTimeout)
+	if err == nil {
+		if err := job.Decode(msg.Data, &info); err != nil {
+			return info, fmt.Errorf("nodeclient: node %s: %w", node, err)
+		}
+		if err := info.Validate(); err != nil || info.Name != node {
+			return info, fmt.Errorf("nodeclient: node %s answered with an invalid node description", node)
+		}
+		return info, nil
+	}
+	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
+		return info, fmt.Errorf("nodeclient: ask node %s: %w", node, err)
+	}
+	views, _ := DiscoverNodes(r.nc, r.cfg.DiscoverWait)
+	var known []string
+	var age time.Duration = -1
+	for _, v := range views {
+		known = append(known, v.Self.Name)
+		for _, p := range v.Peers {
+			if p.Info.Name == node && (age < 0 || p.Age < age) {
+				age = p.Age
+			}
+		}
+	}
+	if age >= 0 {
+		return info, fmt.Errorf("nodeclient: node %s does not answer, its last heartbeat was %v ago: %w",
+			node, age.Round(100*time.Millisecond), ErrNodeGone)
+	}
+	slices.Sort(known)
+	known = slices.Compact(known)
+	list := "none"
+	if len(known) > 0 {
+		list = strings.Join(known, ", ")
+	}
+	return info, fmt.Errorf("nodeclient: node %s: no pcmd serves it on NATS server %s (nodes answering: %s): %w",
+		node, natsconn.RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
+}
+
+// Place assigns np ranks round-robin to nodes, node i taking at most caps[i]; np 0 takes
+// every slot. It returns the node of each rank.
+func Place(nodes []string, caps []int, np int) ([]string, error) {
+	if len(nodes) != len(caps) {
+		return nil, errors.New("nodeclient: place: nodes and capacities differ in length")
+	}
+	total := 0
+	for _, c := range caps {
+		total += c
+	}
+	if np == 0 {
+		np = total
+	}
+	if np > total || np == 0 {
+		return nil, fmt.Errorf("nodeclient: %d ranks requested, the hosts offer %d slots: %w", np, total, ErrNotEnoughSlots)
+	}
+	out := make([]string, 0, np)
+	used := make([]int, len(nodes))
+	for len(out) < np {
+		for i := range nodes {
+			if used[i] < caps[i] && len(out) < np {
+				out = append(out, nodes[i])
+				used[i]++
+			}
+		}
+	}
+	return out, nil
+}
+
+// goneBacklog bounds the node losses Gone holds for a slow reader.
+const goneBacklog = 64
+
+// Gone delivers each node the Remote declares gone, once. Reading it is optional: a gone
+// node is refused when asked for anyway.
+func (r *Remote) Gone() <-chan *NodeGoneError { return r.gone }
+
+// NP returns the number of ranks placed.
+func (r *Remote) NP() int { return len(r.place) }
+
+// Placement returns the node of each rank.
+func (r *Remote) Placement() []string { return slices.Clone(r.place) }
+
+// Start implements Starter: it asks the rank's node to spawn it.
+func (r *Remote) Start(spec rankproc.Spec) (rankproc.Process, error) {
+	if spec.Rank < 0 || spec.Rank >= len(r.place) {
+		return nil, fmt.Errorf("nodeclient: start rank %d: only %d ranks were placed", spec.Rank, len(r.place))
+	}
+	return r.start(r.place[spec.Rank], spec)
+}
+
+// CheckNode implements NodeStarter. Nodes that were not among the hosts are learned here
+// and watched from then on.
+func (r *Remote) CheckNode(name string) error {
+	if err := job.ValidateNode(name); err != nil {
+		return fmt.Errorf("nodeclient: %w", job.TrimPrefix(err))
+	}
+	r.mu.Lock()
+	node := r.nodes[name]
+	r.mu.Unlock()
+	if node != nil && node.gone != nil {
+		return node.gone
+	}
+	info, err := r.nodeInfo(name)
+	if err != nil {
+		return err
+	}
+	if info.Slots-info.Used <= 0 {
+		return fmt.Errorf("nodeclient: node %s has no free slot (%d of %d in use): %w", name, info.Used, info.Slots, ErrNotEnoughSlots)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nodes[name] == nil {
+		r.nodes[name] = &remoteNode{name: name, pid: info.PID, interval: info.Interval, last: time.Now(), procs: make(map[*remoteProcess]bool)}
+	}
+	return nil
+}
+
+// StartOn implements NodeStarter.
+func (r *Remote) StartOn(node string, spec rankproc.Spec) (rankproc.Process, error) {
+	if err := r.CheckNode(node); err != nil {
+		return nil, err
+	}
+	return r.start(node, spec)
+}
+
+func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error) {
+	if spec.Output == nil {
+		return nil, fmt.Errorf("nodeclient: start rank %d: Spec.Output is nil", spec.Rank)
+	}
+	env := mpiosEnv(spec.Env)
+	jobID := rankproc.EnvValue(env, job.EnvJobID)
+	if err := job.ValidateID(jobID); err != nil {
+		return nil, fmt.Errorf("nodeclient: start rank %d: environment has no valid %s", spec.Rank, job.EnvJobID)
+	}
+	dir := spec.Dir
+	if dir == "" {
+		// The rank runs where mpirun runs, as local ranks do; pcmd refuses if that
+		// directory does not exist on its node.
+		if wd, err := os.Getwd(); err == nil {
+			dir = wd
+		}
+	}
+	p := &remoteProcess{r: r, node: name, rank: spec.Rank, job: jobID, output: spec.Output, done: make(chan struct{})}
+
+	r.mu.Lock()
+	node := r.nodes[name]
+	if node.gone != nil {
+		r.mu.Unlock()
+		return nil, &SpawnError{Node: name, Rank: spec.Rank, Reason: node.gone.Reason}
+	}
+	node.procs[p] = true
+	if !r.jobs[jobID] {
+		r.jobs[jobID] = true
+		_ = r.nc.Publish(job.KeepAliveSubject(jobID), nil) // the lease starts at spawn time anyway
+	}
+	r.mu.Unlock()
+
+	fail := func(err error) (rankproc.Process, error) {
+		p.finish(rankproc.Exit{Code: -1}, err)
+		return nil, err
+	}
+	// One subscription for output and exit keeps them in publication order. Later
+	// incarnations of a rank (after migrations) get subjects of their own.
+	outSubj, exitSubj, allSubj := "", "", job.RankSubjects(jobID, spec.Rank)
+	if spec.Incarnation > 0 {
+		outSubj, exitSubj, allSubj = job.IncarnationSubjects(jobID, spec.Rank, spec.Incarnation)
+	}
+	sub, err := r.nc.Subscribe(allSubj, p.onMsg)
+	if err != nil {
+		return fail(fmt.Errorf("nodeclient: start rank %d: subscribe: %w", spec.Rank, err))
+	}
+	p.mu.Lock()
+	p.sub = sub
+	p.mu.Unlock()
+	data, err := job.Encode(job.SpawnRequest{
+		Job: jobID, Rank: spec.Rank, Path: spec.Path, Args: spec.Args, Env: env, Dir: dir,
+		Out: outSubj, Exit: exitSubj, KeepAlive: r.cfg.KeepAlive,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))
+	}
+	msg, err := r.nc.Request(job.NodeSpawnSubject(name), data, r.cfg.RequestTimeout)
+	if err != nil {
+		reason := fmt.Sprintf("node %s did not answer the spawn request for rank %d: %v", name, spec.Rank, err)
+		if errors.Is(err, nats.ErrNoResponders) {
+			reason = fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeSpawnSubject(name))
+		}
+		return fail(&SpawnError{Node: name, Rank: spec.Rank, Reason: reason})
+	}
+	var rep job.SpawnReply
+	if err := job.Decode(msg.Data, &rep); err != nil {
+		return fail(&SpawnError{Node: name, Rank: spec.Rank, Reason: fmt.Sprintf("node %s: malformed spawn reply: %v", name, job.TrimPrefix(err))})
+	}
+	if rep.Error != "" || rep.Refusal != "" || rep.PID <= 0 {
+		reason := rep.Error
+		if reason == "" {
+			reason = fmt.Sprintf("node %s did not start rank %d (refusal %q, pid %d)", name, spec.Rank, rep.Refusal, rep.PID)
+		}
+		return fail(&SpawnError{Node: name, Rank: spec.Rank, Refusal: rep.Refusal, Reason: reason})
+	}
+	p.mu.Lock()
+	p.pid = rep.PID
+	p.mu.Unlock()
+	return p, nil
+}
+
+// mpiosEnv keeps the MPIOS_* entries of env, the last of each name, in order: only those
+// describe the job (pcmd refuses others), the rest of mpirun's environment is local.
+func mpiosEnv(env []string) []string {
+	last := make(map[string]int)
+	for i, kv := range env {
+		if name, _, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(name, "MPIOS_") {
+			last[name] = i
+		}
+	}
+	var out []string
+	for i, kv := range env {
+		if name, _, ok := strings.Cut(kv, "="); ok && last[name] == i && strings.HasPrefix(name, "MPIOS_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// onHeartbeat refreshes a node's liveness; a node that restarted or is leaving is gone.
+func (r *Remote) onHeartbeat(m *nats.Msg) {
+	var info job.NodeInfo
+	if job.Decode(m.Data, &info) != nil || info.Validate() != nil {
+		return // not ours to judge; pcmd status shows broken nodes
+	}
+	r.mu.Lock()
+	node := r.nodes[info.Name]
+	if node == nil || node.gone != nil {
+		r.mu.Unlock()
+		return
+	}
+	switch {
+	case info.Leaving:
+		r.mu.Unlock()
+		r.nodeGone(info.Name, fmt.Sprintf("pcmd on node %s shut down", info.Name))
+		return
+	case info.PID != node.pid:
+		r.mu.Unlock()
+		r.nodeGone(info.Name, fmt.Sprintf("pcmd on node %s restarted (pid %d, was %d)", info.Name, info.PID, node.pid))
+		return
+	}
+	node.last, node.interval = time.Now(), info.Interval
+	// A rank the node no longer lists, whose exit never arrived, had its exit message lost.
+	// Several beats in a row are needed: a beat can overtake the exit on our side.
+	var lost []*remoteProcess
+	for p := range node.procs {
+		p.mu.Lock()
+		if p.pid > 0 {
+			listed := slices.ContainsFunc(info.Ranks, func(ri job.RankInfo) bool { return ri.Job == p.job && ri.Rank == p.rank })
+			if listed {
+				p.unlisted = 0
+			} else if p.unlisted++; p.unlisted >= job.MissedBeats {
+				lost = append(lost, p)
+			}
+		}
+		p.mu.Unlock()
+	}
+	r.mu.Unlock()
+	for _, p := range lost {
+		p.finish(rankproc.Exit{Code: -1, At: time.Now()}, fmt.Errorf("nodeclient: node %s no longer runs rank %d and its exit status was lost", p.node, p.rank))
+	}
+}
+
+// monitor declares nodes gone that missed job.MissedBeats heartbeats.
+func (r *Remote) monitor() {
+	defer r.wg.Done()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.quit:
+			return
+		case now := <-t.C:
+			var gone []string
+			var reasons []string
+			r.mu.Lock()
+			for _, n := range r.nodes {
+				if n.gone == nil && len(n.procs) > 0 {
+					if silent := now.Sub(n.last); silent > job.MissedBeats*n.interval {
+						gone = append(gone, n.name)
+						reasons = append(reasons, fmt.Sprintf("node %s stopped responding (no heartbeat for %v)",
+							n.name, silent.Round(100*time.Millisecond)))
+					}
+				}
+			}
+			r.mu.Unlock()
+			for i := range gone {
+				r.nodeGone(gone[i], reasons[i])
+			}
+		}
+	}
+}
+
+// nodeGone fails every rank on the node; the node cannot be used again by this starter.
+func (r *Remote) nodeGone(name, reason string) {
+	r.mu.Lock()
+	node := r.nodes[name]
+	if node == nil || node.gone != nil {
+		r.mu.Unlock()
+		return
+	}
+	node.gone = &NodeGoneError{Node: name, Reason: reason}
+	select {
+	case r.gone <- node.gone:
+	default:
+		// Nobody reads Gone: the node is refused anyway when it is next asked for.
+	}
+	var procs []*remoteProcess
+	var ranks []int
+	for p := range node.procs {
+		procs = append(procs, p)
+		ranks = append(ranks, p.rank)
+	}
+	r.mu.Unlock()
+	if len(procs) > 0 {
+		slices.Sort(ranks)
+		r.cfg.Logf("%s; its ranks %s are lost", reason, joinInts(ranks))
+	}
+	for _, p := range procs {
+		p.finish(rankproc.Exit{Code: -1, At: time.Now()}, node.gone)
+	}
+}
+
+// probeNodes asks the nodes other than except that still run ranks whether their pcmd is
+// there, and declares gone those that NATS says nobody listens for (a dead pcmd's
+// subscriptions vanish with its connection, long before its heartbeats are missed).
+func (r *Remote) probeNodes(except string) {
+	r.mu.Lock()
+	var names []string
+	for _, n := range r.nodes {
+		if n.name != except && n.gone == nil && len(n.procs) > 0 {
+			names = append(names, n.name)
+		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := r.nc.Request(job.NodeInfoSubject(name), nil, 250*time.Millisecond)
+			if errors.Is(err, nats.ErrNoResponders) {
+				r.nodeGone(name, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeInfoSubject(name)))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// keepAlive publishes the lease renewals of the jobs started through r.
+func (r *Remote) keepAlive() {
+	defer r.wg.Done()
+	t := time.NewTicker(job.KeepAliveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-t.C:
+			r.mu.Lock()
+			for id := range r.jobs {
+				_ = r.nc.Publish(job.KeepAliveSubject(id), nil) // a missed one is renewed next tick
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// Close stops watching the nodes and disconnects. Ranks still running are not stopped (the
+// nodes stop them when their keepalive lease expires); their Wait returns an error.
+func (r *Remote) Close() error {
+	r.close.Do(func() {
+		close(r.quit)
+		r.wg.Wait()
+		r.mu.Lock()
+		var procs []*remoteProcess
+		for _, n := range r.nodes {
+			for p := range n.procs {
+				procs = append(procs, p)
+			}
+		}
+		r.mu.Unlock()
+		for _, p := range procs {
+			p.finish(rankproc.Exit{Code: -1, At: time.Now()}, errors.New("nodeclient: the remote starter was closed"))
+		}
+		r.nc.Close()
+	})
+	return nil
+}
+
+// remoteProcess is a rank on a pcmd node.
+type remoteProcess struct {
+	r      *Remote
+	node   string
+	rank   int
+	job    string
+	output func(rankproc.Stream, []byte)
+
+	mu       sync.Mutex
+	pid      int
+	sub      *nats.Subscription
+	unlisted int // heartbeats in a row that did not list the rank
+
+	// Used by onMsg only, which NATS calls sequentially.
+	received uint64
+	partial  [3][]byte // by stream: pieces of a long line
+
+	once sync.Once
+	done chan struct{}
+	exit rankproc.Exit
+	err  error
+}
+
+func (p *remoteProcess) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
+func (p *remoteProcess) Host() string { return p.node }
+
+func (p *remoteProcess) Wait() (rankproc.Exit, error) {
+	<-p.done
+	return p.exit, p.err
+}
+
+func (p *remoteProcess) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	data, err := job.Encode(job.SignalRequest{Job: p.job, Rank: p.rank, Signal: int(sig)})
+	if err != nil {
+		return fmt.Errorf("nodeclient: signal rank %d: %w", p.rank, err)
+	}
+	msg, err := p.r.nc.Request(job.NodeSignalSubject(p.node), data, p.r.cfg.RequestTimeout)
+	if errors.Is(err, nats.ErrNoResponders) {
+		// Nobody listens for the node: its pcmd is dead, and the rank with it.
+		p.r.nodeGone(p.node, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", p.node, job.NodeSignalSubject(p.node)))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nodeclient: signal rank %d on node %s: %w", p.rank, p.node, err)
+	}
+	var rep job.SignalReply
+	if err := job.Decode(msg.Data, &rep); err != nil {
+		return fmt.Errorf("nodeclient: signal rank %d on node %s: %w", p.rank, p.node, job.TrimPrefix(err))
+	}
+	if rep.Error != "" && !rep.NotFound {
+		return fmt.Errorf("nodeclient: signal rank %d on node %s: %s", p.rank, p.node, rep.Error)
+	}
+	return nil // NotFound: it exited, its exit message is on its way
+}
+
+// onMsg handles the rank's output and exit messages. They come from the network: anything
+// malformed is reported and dropped.
+func (p *remoteProcess) onMsg(m *nats.Msg) {
+	leaf := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	switch leaf {
+	case "out":
+		var o job.RankOutput
+		if err := job.Decode(m.Data, &o); err != nil || (o.Stream != job.StreamStdout && o.Stream != job.StreamStderr) {
+			p.r.cfg.Logf("ignoring a malformed output message for rank %d", p.rank)
+			return
+		}
+		p.received++
+		if o.Partial {
+			if len(p.partial[o.Stream])+len(o.Line) < rankproc.MaxLine {
+				p.partial[o.Stream] = append(p.partial[o.Stream], o.Line...)
+				return
+			}
+			// Too long to hold: emit what we have, as a local rank's forwarder would.
+		}
+		line := o.Line
+		if buf := p.partial[o.Stream]; buf != nil {
+			line = append(buf, o.Line...)
+			p.partial[o.Stream] = nil
+		}
+		p.output(rankproc.Stream(o.Stream), line)
+	case "exit":
+		var e job.RankExit
+		if err := job.Decode(m.Data, &e); err != nil || e.Signal < 0 || e.Signal > 64 {
+			p.r.cfg.Logf("ignoring a malformed exit message for rank %d", p.rank)
+			return
+		}
+		for s, buf := range p.partial {
+			if buf != nil {
+				p.output(rankproc.Stream(s), buf)
+			}
+		}
+		if e.Sent > p.received {
+			p.r.cfg.Logf("%d output messages of rank %d on node %s were lost", e.Sent-p.received, p.rank, p.node)
+		}
+		if e.Reason != "" {
+			p.r.cfg.Logf("node %s stopped rank %d: %s", p.node, p.rank, e.Reason)
+		}
+		ex := rankproc.Exit{Code: e.Code, Signal: syscall.Signal(e.Signal), At: time.Now()}
+		var err error
+		if e.Error != "" {
+			err = fmt.Errorf("nodeclient: node %s: %s", p.node, e.Error)
+		}
+		if err != nil || !ex.Success() {
+			// A dead node is the likelier cause of this failure (its ranks' peers fail
+			// first): its ranks are finished, with a NodeGoneError, before this exit, and the
+			// supervisor blames them among the failures that arrive together.
+			p.r.probeNodes(p.node)
+		}
+		p.finish(ex, err)
+	}
+}
+
+// finish records how the rank ended, once, and forgets it.
+func (p *remoteProcess) finish(ex rankproc.Exit, err error) {
+	p.once.Do(func() {
+		p.exit, p.err = ex, err
+		p.mu.Lock()
+		sub := p.sub
+		p.mu.Unlock()
+		if sub != nil {
+			_ = sub.Unsubscribe() // fails only if the connection is closed: nothing left to stop
+		}
+		p.r.mu.Lock()
+		if n := p.r.nodes[p.node]; n != nil {
+			delete(n.procs, p)
+		}
+		p.r.mu.Unlock()
+		close(p.done)
+	})
+}
+
+// DiscoverNodes asks every pcmd on the connection's NATS server for its view of the nodes
+// (job.NodesDiscoverSubject) and collects the replies that arrive within wait. Malformed
+// replies are dropped.
+func DiscoverNodes(nc *nats.Conn, wait time.Duration) ([]job.NodeView, error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("nodeclient: discover nodes: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(job.NodesDiscoverSubject, inbox, nil); err != nil {
+		return nil, fmt.Errorf("nodeclient: discover nodes: %w", err)
+	}
+	var views []job.NodeView
+	deadline := time.Now().Add(wait)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return views, nil
+		}
+		msg, err := sub.NextMsg(left)
+		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+			return views, nil // no (more) nodes; the server reports "no responders" if none listen
+		}
+		if err != nil {
+			return views, fmt.Errorf("nodeclient: discover nodes: %w", err)
+		}
+		var v job.NodeView
+		if job.Decode(msg.Data, &v) != nil || v.Self.Validate() != nil {
+			continue
+		}
+		peers := v.Peers[:0]
+		for _, pi := range v.Peers {
+			if pi.Info.Validate() == nil && pi.Age >= 0 {
+				peers = append(peers, pi)
+			}
+		}
+		v.Peers = peers
+		views = append(views, v)
+	}
+}

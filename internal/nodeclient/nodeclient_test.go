@@ -1,0 +1,458 @@
+package nodeclient_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/nodeclient"
+	"github.com/mpios/mpios/internal/rankproc"
+	"github.com/mpios/mpios/internal/testbin"
+)
+
+func TestParseHosts(t *testing.T) {
+	good := map[string][]nodeclient.HostSlots{
+		"n1":             {{"n1", 0}},
+		"n1:2,n2:3":      {{"n1", 2}, {"n2", 3}},
+		" n1:2 , node-b": {{"n1", 2}, {"node-b", 0}},
+	}
+	for in, want := range good {
+		got, err := nodeclient.ParseHosts(in)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("nodeclient.ParseHosts(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	bad := map[string]string{
+		"":            "want 1 to 64",
+		"n1,":         "want 1 to 64",
+		"n1:0":        "want an integer in [1,",
+		"n1:x":        "want an integer",
+		"n1:2:3":      "want an integer",
+		"a.b:2":       "letters, digits",
+		"n1:2,n1:3":   "named twice",
+		"n1:99999999": "want an integer in",
+	}
+	for in, want := range bad {
+		if _, err := nodeclient.ParseHosts(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("nodeclient.ParseHosts(%q) error %v, want one containing %q", in, err, want)
+		}
+	}
+}
+
+func TestParseHostfile(t *testing.T) {
+	got, err := nodeclient.ParseHostfile(strings.NewReader("# cluster\nn1:4  # big one\n\n  n2\n"))
+	if want := []nodeclient.HostSlots{{"n1", 4}, {"n2", 0}}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, %v; want %v", got, err, want)
+	}
+	if _, err := nodeclient.ParseHostfile(strings.NewReader("n1\nn2:zero\n")); err == nil || !strings.Contains(err.Error(), "line 2:") {
+		t.Errorf("error %v does not name line 2", err)
+	}
+	if _, err := nodeclient.ParseHostfile(strings.NewReader("# nothing\n")); err == nil {
+		t.Error("an empty hostfile was accepted")
+	}
+}
+
+func ExampleParseHosts() {
+	hosts, err := nodeclient.ParseHosts("n1:2,n2:1,n3")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(hosts)
+	// n3 offers 2 free slots, say: ranks go round-robin, each node up to its slots.
+	place, err := nodeclient.Place([]string{"n1", "n2", "n3"}, []int{2, 1, 2}, 4)
+	fmt.Println(place, err)
+	// Output:
+	// [n1:2 n2:1 n3]
+	// [n1 n2 n3 n1] <nil>
+}
+
+func TestPlace(t *testing.T) {
+	got, err := nodeclient.Place([]string{"a", "b"}, []int{3, 1}, 0)
+	if want := []string{"a", "b", "a", "a"}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("nodeclient.Place = %v, %v; want %v", got, err, want)
+	}
+	if _, err := nodeclient.Place([]string{"a", "b"}, []int{1, 1}, 3); !errors.Is(err, nodeclient.ErrNotEnoughSlots) {
+		t.Errorf("3 ranks on 2 slots: %v, want nodeclient.ErrNotEnoughSlots", err)
+	}
+}
+
+// fastBeat is the heartbeat period of fake nodes.
+const fastBeat = 50 * time.Millisecond
+
+// fakeNode speaks pcmd's side of the protocol without running anything: spawned ranks
+// print what the test says and exit when signalled or told to.
+type fakeNode struct {
+	t        *testing.T
+	nc       *nats.Conn
+	name     string
+	slots    int
+	interval time.Duration
+
+	mu      sync.Mutex
+	subs    []*nats.Subscription
+	ranks   map[int]job.SpawnRequest
+	stopped chan struct{}
+	onSpawn func(req job.SpawnRequest) // publishes the rank's output, in the spawn handler
+}
+
+func startFakeNode(t *testing.T, url, name string, slots int, interval time.Duration) *fakeNode {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	n := &fakeNode{t: t, nc: nc, name: name, slots: slots, interval: interval,
+		ranks: make(map[int]job.SpawnRequest), stopped: make(chan struct{})}
+	sub := func(subj string, fn nats.MsgHandler) {
+		s, err := nc.Subscribe(subj, fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.subs = append(n.subs, s)
+	}
+	sub(job.NodeInfoSubject(name), func(m *nats.Msg) { n.reply(m, n.info()) })
+	sub(job.NodesDiscoverSubject, func(m *nats.Msg) { n.reply(m, job.NodeView{Self: n.info()}) })
+	sub(job.NodeSpawnSubject(name), func(m *nats.Msg) {
+		var req job.SpawnRequest
+		if err := job.Decode(m.Data, &req); err != nil || req.Validate() != nil {
+			n.reply(m, job.SpawnReply{Refusal: job.RefuseInvalid, Error: "bad request"})
+			return
+		}
+		if req.Path == "/bin/sh" {
+			n.reply(m, job.SpawnReply{Node: name, Refusal: job.RefuseNotAllowed,
+				Error: "pcmd: node " + name + " refuses to run /bin/sh: not allowed by --allow"})
+			return
+		}
+		n.mu.Lock()
+		n.ranks[req.Rank] = req
+		n.mu.Unlock()
+		n.reply(m, job.SpawnReply{Node: name, PID: 1000 + req.Rank})
+		if n.onSpawn != nil {
+			n.onSpawn(req)
+		}
+	})
+	sub(job.NodeSignalSubject(name), func(m *nats.Msg) {
+		var req job.SignalRequest
+		if job.Decode(m.Data, &req) != nil {
+			return
+		}
+		n.mu.Lock()
+		_, ok := n.ranks[req.Rank]
+		delete(n.ranks, req.Rank)
+		n.mu.Unlock()
+		n.reply(m, job.SignalReply{NotFound: !ok})
+		if ok {
+			n.publish(job.RankExitSubject(req.Job, req.Rank), job.RankExit{Code: -1, Signal: req.Signal})
+		}
+	})
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		tick := time.NewTicker(n.interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-n.stopped:
+				return
+			case <-tick.C:
+				n.publish(job.NodesHeartbeatSubject, n.info())
+			}
+		}
+	}()
+	return n
+}
+
+func (n *fakeNode) info() job.NodeInfo {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	info := job.NodeInfo{Name: n.name, Slots: n.slots, Used: len(n.ranks), PID: 4242, Interval: n.interval}
+	for r, req := range n.ranks {
+		info.Ranks = append(info.Ranks, job.RankInfo{Job: req.Job, Rank: r, PID: 1000 + r})
+	}
+	return info
+}
+
+func (n *fakeNode) reply(m *nats.Msg, v any) {
+	data, err := job.Encode(v)
+	if err == nil {
+		err = m.Respond(data)
+	}
+	if err != nil {
+		n.t.Errorf("fake node reply: %v", err)
+	}
+}
+
+func (n *fakeNode) publish(subj string, v any) {
+	data, err := job.Encode(v)
+	if err == nil {
+		err = n.nc.Publish(subj, data)
+	}
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		n.t.Errorf("fake node publish: %v", err)
+	}
+}
+
+// die makes the node vanish as a killed pcmd does: no more answers, no more heartbeats.
+func (n *fakeNode) die() {
+	close(n.stopped)
+	for _, s := range n.subs {
+		_ = s.Unsubscribe()
+	}
+	_ = n.nc.Flush()
+}
+
+// logBuffer collects a nodeclient.Remote's messages.
+type logBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logBuffer) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+func newRemote(t *testing.T, url string, hosts string, np int) (*nodeclient.Remote, *logBuffer, error) {
+	t.Helper()
+	h, err := nodeclient.ParseHosts(hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	r, err := nodeclient.NewRemote(nodeclient.RemoteConfig{NATSURL: url, Hosts: h, NP: np, Logf: logs.logf,
+		RequestTimeout: 2 * time.Second, DiscoverWait: 200 * time.Millisecond})
+	if err == nil {
+		t.Cleanup(func() { r.Close() })
+	}
+	return r, logs, err
+}
+
+func TestRemotePlacementErrors(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	startFakeNode(t, url, "n1", 2, fastBeat)
+	_, _, err := newRemote(t, url, "n1,n9", 0)
+	if !errors.Is(err, nodeclient.ErrUnknownNode) || !strings.Contains(err.Error(), "node n9: no pcmd serves it") ||
+		!strings.Contains(err.Error(), "nodes answering: n1") || strings.Contains(err.Error(), "u:p@") {
+		t.Errorf("unknown node: %v (want it named, the nodes answering listed, no credentials)", err)
+	}
+	if _, _, err := newRemote(t, url, "n1:3", 0); !errors.Is(err, nodeclient.ErrNotEnoughSlots) || !strings.Contains(err.Error(), "node n1 has 2 free slots") {
+		t.Errorf("too many slots: %v", err)
+	}
+	if _, _, err := newRemote(t, url, "n1:2", 3); !errors.Is(err, nodeclient.ErrNotEnoughSlots) {
+		t.Errorf("-np above the slots: %v", err)
+	}
+	r, _, err := newRemote(t, url, "n1", 0)
+	if err != nil || r.NP() != 2 {
+		t.Fatalf("all free slots: NP %v, %v", r, err)
+	}
+}
+
+// TestRemoteRun runs a job through launch.Run on two fake nodes: output comes back in
+// order (a long line in pieces), malformed messages are dropped, and lost ones reported.
+func TestRemoteRun(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	nodes := []*fakeNode{startFakeNode(t, url, "n1", 2, fastBeat), startFakeNode(t, url, "n2", 2, fastBeat)}
+	for _, n := range nodes {
+		n.onSpawn = func(req job.SpawnRequest) {
+			out := job.RankOutSubject(req.Job, req.Rank)
+			n.publish(out, job.RankOutput{Stream: job.StreamStdout, Seq: 1, Line: []byte(fmt.Sprintf("rank %d on %s bind=%s", req.Rank, n.name, rankproc.EnvValue(req.Env, job.EnvBind)))})
+			n.publish(out, job.RankOutput{Stream: job.StreamStderr, Seq: 2, Line: []byte("long-"), Partial: true})
+			n.publish(out, job.RankOutput{Stream: job.StreamStderr, Seq: 3, Line: []byte("line")})
+			if err := n.nc.Publish(out, []byte("\xc1garbage")); err != nil {
+				t.Error(err)
+			}
+			n.publish(out, job.RankOutput{Stream: 7, Seq: 4, Line: []byte("bad stream")})
+			sent := uint64(3)
+			if req.Rank == 3 {
+				sent = 5 // as if two messages were lost
+			}
+			n.mu.Lock()
+			delete(n.ranks, req.Rank)
+			n.mu.Unlock()
+			n.publish(job.RankExitSubject(req.Job, req.Rank), job.RankExit{Sent: sent})
+		}
+	}
+	r, logs, err := newRemote(t, url, "n1:2,n2:2", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.Placement(), []string{"n1", "n2", "n1", "n2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("placement %v, want %v", got, want)
+	}
+	// The fake nodes run nothing: any executable will do as the program.
+	prog, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr testbin.Buffer
+	err = launch.Run(context.Background(), launch.Config{NP: r.NP(), Program: prog, Starter: r, JobID: "remote-run",
+		Env: []string{"PATH=/bin", "MPIOS_CKPT_EVERY=5", "MPIOS_CKPT_EVERY=7"}, NATSURL: url,
+		Stdout: &stdout, Stderr: &stderr, RuntimeDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+	for rank, node := range r.Placement() {
+		// mpirun's default bind is passed on; pcmd replaces it with its --advertise.
+		wantLine(t, stdout.String(), fmt.Sprintf("rank %d on %s bind=127.0.0.1", rank, node))
+	}
+	if n := strings.Count(stderr.String(), "long-line\n"); n != 4 {
+		t.Errorf("%d reassembled long lines, want 4:\n%s", n, stderr.String())
+	}
+	for _, want := range []string{"ignoring a malformed output message for rank 0", "2 output messages of rank 3 on node n2 were lost"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs)
+		}
+	}
+	if strings.Contains(stdout.String()+stderr.String(), "bad stream") {
+		t.Error("a message with an invalid stream was printed")
+	}
+}
+
+func TestRemoteSpawnEnvAndRefusal(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n := startFakeNode(t, url, "n1", 2, fastBeat)
+	r, _, err := newRemote(t, url, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HOME=/root", "LD_PRELOAD=/evil.so", "MPIOS_JOB_ID=stale", "MPIOS_JOB_ID=j1", "MPIOS_RANK=0"}
+	_, err = r.Start(rankproc.Spec{Rank: 0, Path: "/bin/sh", Env: env, Output: func(rankproc.Stream, []byte) {}})
+	var se *nodeclient.SpawnError
+	if !errors.As(err, &se) || se.Refusal != job.RefuseNotAllowed || !strings.Contains(err.Error(), "refuses to run /bin/sh") {
+		t.Fatalf("refused spawn: %v", err)
+	}
+	p, err := r.Start(rankproc.Spec{Rank: 1, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	req := n.ranks[1]
+	n.mu.Unlock()
+	wd, _ := os.Getwd()
+	if want := []string{"MPIOS_JOB_ID=j1", "MPIOS_RANK=0"}; !reflect.DeepEqual(req.Env, want) || req.Dir != wd || req.KeepAlive <= 0 {
+		t.Errorf("spawn request env %q dir %q keepalive %v; want env %q, dir %q, a keepalive", req.Env, req.Dir, req.KeepAlive, want, wd)
+	}
+	if p.Host() != "n1" || p.PID() != 1001 {
+		t.Errorf("host %q pid %d", p.Host(), p.PID())
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	if err != nil || ex.Signal != syscall.SIGTERM {
+		t.Errorf("Wait = %v, %v; want killed by SIGTERM", ex, err)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Errorf("signalling an exited rank: %v", err)
+	}
+}
+
+// TestRemoteNodeGone: a node that stops beating fails its ranks, without a hang.
+func TestRemoteNodeGone(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n1, _ := startFakeNode(t, url, "n1", 1, fastBeat), startFakeNode(t, url, "n2", 1, fastBeat)
+	r, logs, err := newRemote(t, url, "n1,n2", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"MPIOS_JOB_ID=gone"}
+	p0, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := r.Start(rankproc.Spec{Rank: 1, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	n1.die()
+	done := make(chan error, 1)
+	go func() { _, err := p0.Wait(); done <- err }()
+	select {
+	case err := <-done:
+		var ge *nodeclient.NodeGoneError
+		if !errors.As(err, &ge) || !errors.Is(err, nodeclient.ErrNodeGone) || ge.Node != "n1" ||
+			!strings.Contains(err.Error(), "node n1 stopped responding (no heartbeat for") {
+			t.Errorf("Wait error %v, want a nodeclient.NodeGoneError for n1", err)
+		}
+		if took := time.Since(start); took < job.MissedBeats*n1.interval {
+			t.Errorf("declared gone after %v, before %d beats were missed", took, job.MissedBeats)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait of a rank on a dead node did not return")
+	}
+	if !strings.Contains(logs.String(), "its ranks 0 are lost") {
+		t.Errorf("log: %s", logs)
+	}
+	select {
+	case g := <-r.Gone():
+		if g.Node != "n1" || !strings.Contains(g.Reason, "node n1 stopped responding") {
+			t.Errorf("Gone delivered %+v", g)
+		}
+	default:
+		t.Error("Gone did not deliver the lost node")
+	}
+	select {
+	case <-nodeclient.Finished(p1):
+		t.Error("the rank on the live node was failed too")
+	default:
+	}
+	if _, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}}); err == nil {
+		t.Error("Start on a gone node succeeded")
+	}
+}
+
+// TestRemoteSignalDeadNode: signalling a rank whose pcmd vanished marks the node gone at once.
+func TestRemoteSignalDeadNode(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n1 := startFakeNode(t, url, "n1", 1, time.Hour) // no help from missed heartbeats
+	r, _, err := newRemote(t, url, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=sig"}, Output: func(rankproc.Stream, []byte) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.die()
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Errorf("Signal: %v", err)
+	}
+	if _, err := p.Wait(); !errors.Is(err, nodeclient.ErrNodeGone) {
+		t.Errorf("Wait: %v, want nodeclient.ErrNodeGone", err)
+	}
+}
+
+func wantLine(t *testing.T, out, pattern string) {
+	t.Helper()
+	if !regexp.MustCompile(`(?m)^` + pattern + `$`).MatchString(out) {
+		t.Errorf("no line matching %q in:\n%s", pattern, out)
+	}
+}

@@ -1,0 +1,158 @@
+package pcmd
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/agentdriver"
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodestatus"
+)
+
+// planDrain places the ranks of a draining node on the free slots of its alive peers (not
+// those draining themselves): each
+// job's ranks go to the peer with the most free slots (ties: the first by name), as many as
+// fit, then to the next, so that a job is split over as few nodes as possible. It returns
+// one move per job and target, and the ranks that found no slot. Deterministic: the same
+// tables give the same plan.
+func planDrain(ranks []job.RankInfo, peers []job.NodeInfo) (moves []job.DrainMove, stuck []job.RankInfo) {
+	type slot struct {
+		name string
+		free int
+	}
+	var free []slot
+	for _, p := range peers {
+		if n := p.Slots - p.Used; n > 0 && !p.Draining {
+			free = append(free, slot{p.Name, n})
+		}
+	}
+	ranks = slices.Clone(ranks)
+	slices.SortFunc(ranks, func(a, b job.RankInfo) int {
+		if c := strings.Compare(a.Job, b.Job); c != 0 {
+			return c
+		}
+		return a.Rank - b.Rank
+	})
+	for i := 0; i < len(ranks); {
+		best := -1
+		for j, s := range free {
+			if s.free > 0 && (best < 0 || s.free > free[best].free || s.free == free[best].free && s.name < free[best].name) {
+				best = j
+			}
+		}
+		if best < 0 {
+			return moves, append(stuck, ranks[i:]...)
+		}
+		m := job.DrainMove{Job: ranks[i].Job, To: free[best].name}
+		for ; i < len(ranks) && ranks[i].Job == m.Job && free[best].free > 0; i++ {
+			m.Ranks = append(m.Ranks, ranks[i].Rank)
+			free[best].free--
+		}
+		moves = append(moves, m)
+	}
+	return moves, nil
+}
+
+// drain handles a drain request: close the node to new ranks, place its ranks on its peers
+// and ask their jobs to move them. A drain that cannot place every rank is refused and, if
+// the node was not draining already, leaves it open as before. The node exits once it runs
+// no rank (heartbeatLoop).
+func (s *server) drain(req job.DrainRequest) job.DrainReply {
+	rep := job.DrainReply{Node: s.cfg.Node}
+	s.mu.Lock()
+	again := s.draining
+	s.draining = true
+	peers := s.peers.aliveInfos(time.Now())
+	s.mu.Unlock()
+	s.ranks.Drain() // first: no rank may arrive between the plan and the moves
+	moves, stuck := planDrain(s.ranks.Ranks(), peers)
+	if len(stuck) > 0 {
+		var names []string
+		for _, r := range stuck {
+			names = append(names, fmt.Sprintf("%s/%d", r.Job, r.Rank))
+		}
+		rep.Error = fmt.Sprintf("pcmd: node %s cannot drain: no alive peer has a free slot for %s", s.cfg.Node, strings.Join(names, ", "))
+		if !again {
+			s.ranks.Reopen()
+			s.mu.Lock()
+			s.draining = false
+			s.mu.Unlock()
+			rep.Error += "; it goes on taking ranks"
+		}
+		s.log.Print(rep.Error)
+		return rep
+	}
+	why := "pcmd drain of node " + s.cfg.Node
+	if req.Reason != "" {
+		why += ": " + req.Reason
+	}
+	s.log.Printf("draining (%s): no new ranks, moving %d jobs' ranks", why, len(moves))
+	timeout := s.cfg.IOS.ControlTimeout
+	if timeout <= 0 { // the agent is off
+		timeout = agentdriver.DefaultControlTimeout
+	}
+	var wg sync.WaitGroup
+	for i := range moves {
+		m := &moves[i]
+		creq := job.ControlRequest{Kind: job.ControlMigrate, Rank: m.Ranks[0], To: m.To, Reason: why}
+		if len(m.Ranks) > 1 {
+			creq.Ranks = m.Ranks
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			crep, err := nodestatus.Control(s.nc, m.Job, creq, timeout)
+			switch {
+			case err != nil:
+				m.Answer = strings.TrimPrefix(err.Error(), "pcmd: ")
+			case !crep.OK:
+				m.Answer = "refused: " + crep.Error
+			default:
+				m.Accepted, m.Answer = true, crep.Message
+			}
+			s.log.Printf("drain: job %s ranks %v to %s: %s", m.Job, m.Ranks, m.To, m.Answer)
+		}()
+	}
+	wg.Wait()
+	rep.Moves = moves
+	return rep
+}
+
+func (s *server) onDrain(m *nats.Msg) {
+	if m.Reply == "" {
+		s.log.Printf("ignoring a drain request without a reply subject")
+		return
+	}
+	var req job.DrainRequest
+	err := job.Decode(m.Data, &req)
+	if err == nil {
+		err = req.Validate()
+	}
+	if err != nil {
+		msg := fmt.Sprintf("pcmd: node %s rejects a drain request: %v", s.cfg.Node, job.TrimPrefix(err))
+		s.log.Print(msg)
+		s.respond(m, job.DrainReply{Node: s.cfg.Node, Error: msg})
+		return
+	}
+	// The jobs' answers take up to the control timeout; other requests go on meanwhile.
+	go s.respond(m, s.drain(req))
+}
+
+// checkDrained ends a drained node once it runs no rank.
+func (s *server) checkDrained() {
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining && s.ranks.Used() == 0 {
+		select {
+		case <-s.drained:
+		default:
+			close(s.drained)
+		}
+	}
+}

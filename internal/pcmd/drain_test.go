@@ -1,0 +1,159 @@
+package pcmd
+
+import (
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodestatus"
+	"github.com/mpios/mpios/internal/testbin"
+)
+
+func ranksOf(jobID string, ranks ...int) []job.RankInfo {
+	var out []job.RankInfo
+	for _, r := range ranks {
+		out = append(out, job.RankInfo{Job: jobID, Rank: r, PID: 1000 + r})
+	}
+	return out
+}
+
+// Graceful leave (issue 16): a draining node's ranks go to its peers' free slots, each job
+// to as few nodes as possible, the roomiest peer first.
+func TestADrainingNodesRanksGoToItsPeersFreeSlots(t *testing.T) {
+	peers := []job.NodeInfo{
+		{Name: "n2", Slots: 4, Used: 3},
+		{Name: "n3", Slots: 4, Used: 1},
+		{Name: "n4", Slots: 2, Used: 2},
+		{Name: "n5", Slots: 8, Draining: true}, // leaving too: takes no ranks
+	}
+	ranks := append(ranksOf("b", 0), ranksOf("a", 2, 0, 1)...)
+	moves, stuck := planDrain(ranks, peers)
+	want := []job.DrainMove{
+		{Job: "a", Ranks: []int{0, 1, 2}, To: "n3"},
+		{Job: "b", Ranks: []int{0}, To: "n2"},
+	}
+	if !reflect.DeepEqual(moves, want) || len(stuck) != 0 {
+		t.Errorf("planDrain = %+v, stuck %+v; want %+v", moves, stuck, want)
+	}
+}
+
+// A job that fits on no single peer is split over as few as the free slots allow.
+func TestAJobIsSplitOnlyWhenNoPeerHoldsIt(t *testing.T) {
+	peers := []job.NodeInfo{{Name: "n3", Slots: 2}, {Name: "n2", Slots: 2}}
+	moves, stuck := planDrain(ranksOf("a", 0, 1, 2), peers)
+	want := []job.DrainMove{{Job: "a", Ranks: []int{0, 1}, To: "n2"}, {Job: "a", Ranks: []int{2}, To: "n3"}}
+	if !reflect.DeepEqual(moves, want) || len(stuck) != 0 {
+		t.Errorf("planDrain = %+v, stuck %+v; want %+v", moves, stuck, want)
+	}
+}
+
+// Ranks that find no free slot are named; the node then refuses to drain.
+func TestRanksWithoutRoomAreStuck(t *testing.T) {
+	moves, stuck := planDrain(ranksOf("a", 0, 1), []job.NodeInfo{{Name: "n2", Slots: 2, Used: 1}})
+	if len(moves) != 1 || !reflect.DeepEqual(moves[0].Ranks, []int{0}) || len(stuck) != 1 || stuck[0].Rank != 1 {
+		t.Errorf("planDrain = %+v, stuck %+v", moves, stuck)
+	}
+	if moves, stuck := planDrain(nil, nil); moves != nil || stuck != nil {
+		t.Errorf("an empty node: %+v %+v", moves, stuck)
+	}
+}
+
+func drain(t *testing.T, nc *nats.Conn, node string) job.DrainReply {
+	t.Helper()
+	rep, err := nodestatus.Drain(nc, node, job.DrainRequest{Reason: "maintenance"}, 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// Through Serve: a drain without room is refused and changes nothing; with room, the node
+// takes no new ranks, asks the job to move its rank to the peer, and exits once the rank
+// left.
+func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	dir, prog := rankScript(t)
+	n1 := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
+	sub := watchRank(t, nc, "j", 0)
+	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 0, Path: prog, Args: []string{"sleep"}}); rep.Error != "" {
+		t.Fatal(rep.Error)
+	}
+	if rep := drain(t, nc, "n1"); !strings.Contains(rep.Error, "cannot drain: no alive peer has a free slot for j/0; it goes on taking ranks") {
+		t.Errorf("drain without a peer: %+v", rep)
+	}
+	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 1, Path: prog, Args: []string{"sleep"}}); rep.Error != "" {
+		t.Errorf("after a refused drain: %v", rep.Error)
+	}
+	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 1, Path: prog, Args: []string{"sleep"}}); rep.Refusal != job.RefuseDuplicate {
+		t.Fatalf("rank 1 not running: %+v", rep)
+	}
+
+	startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, Slots: 2})
+	testbin.WaitFor(t, 5*time.Second, "n1 to hear n2", func() bool {
+		m, err := nc.Request(job.NodesDiscoverSubject, nil, time.Second)
+		var v job.NodeView
+		return err == nil && job.Decode(m.Data, &v) == nil && v.Self.Name == "n1" && len(v.Peers) == 1
+	})
+	// The job's mpirun, played by the test: it accepts, and its ranks leave n1.
+	asked := make(chan job.ControlRequest, 1)
+	if _, err := nc.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
+		var req job.ControlRequest
+		_ = job.Decode(m.Data, &req)
+		asked <- req
+		b, _ := job.Encode(job.ControlReply{OK: true, Message: "moving at iteration 7"})
+		_ = m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep := drain(t, nc, "n1")
+	want := []job.DrainMove{{Job: "j", Ranks: []int{0, 1}, To: "n2", Accepted: true, Answer: "moving at iteration 7"}}
+	if rep.Error != "" || !reflect.DeepEqual(rep.Moves, want) {
+		t.Fatalf("drain = %+v, want moves %+v", rep, want)
+	}
+	if req := <-asked; req.Kind != job.ControlMigrate || req.To != "n2" || !reflect.DeepEqual(req.Ranks, []int{0, 1}) ||
+		req.Reason != "pcmd drain of node n1: maintenance" {
+		t.Errorf("control request %+v", req)
+	}
+	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "k", Rank: 0, Path: prog}); rep.Refusal != job.RefuseStopping || !strings.Contains(rep.Error, "draining") {
+		t.Errorf("a draining node admitted a rank: %+v", rep)
+	}
+	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
+	var text strings.Builder
+	if err != nil || len(st.Nodes) != 2 || !st.Nodes[0].Draining || st.Nodes[1].Draining || st.Nodes[0].Used != 2 ||
+		st.WriteText(&text) != nil || !strings.Contains(text.String(), "n1    draining  2/2") {
+		t.Errorf("status of a draining node: %+v %v\n%s", st.Nodes, err, text.String())
+	}
+	select {
+	case err := <-n1.done:
+		t.Fatalf("n1 exited with ranks left: %v", err)
+	case <-time.After(300 * time.Millisecond): // several heartbeats
+	}
+	for r := range 2 {
+		b, _ := job.Encode(job.SignalRequest{Job: "j", Rank: r, Signal: int(syscall.SIGTERM)})
+		if _, err := nc.Request(job.NodeSignalSubject("n1"), b, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, e := waitExit(t, sub, 5*time.Second); e.Signal != int(syscall.SIGTERM) {
+		t.Errorf("rank 0: %+v", e)
+	}
+	select {
+	case err := <-n1.done:
+		n1.done <- err // for the cleanup's stop
+		if err != nil {
+			t.Errorf("drained n1: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("n1 did not exit once drained")
+	}
+	if !strings.Contains(n1.log.String(), "drained: no rank left, shutting down") {
+		t.Errorf("n1's log:\n%s", n1.log)
+	}
+}

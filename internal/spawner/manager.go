@@ -1,0 +1,545 @@
+package spawner
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rankproc"
+)
+
+// Config configures a Manager.
+type Config struct {
+	Node string // the node's name (job.ValidateNode)
+
+	// Allow lists glob patterns (filepath.Match, '*' does not cross '/') of the absolute
+	// program paths the node may run. Empty: every spawn request is refused.
+	Allow []string
+	// PinArgs fixes the arguments of some allowed programs (pcmd serve --pin-args):
+	// "PROGRAM_GLOB ARG_GLOB...", see checkArgs. A program no pin names runs with the
+	// arguments the request gives.
+	PinArgs []string
+	Slots   int // ranks run at once, 1 to job.MaxSlots
+
+	KillGrace time.Duration // SIGTERM to SIGKILL delay when stopping ranks; > 0
+	// MaxLease (> 0) is the longest a job's ranks outlive the last keepalive of its
+	// launcher: the lease of a spawn request is capped to it, and a request that names
+	// none gets it. Every rank thus holds a lease.
+	MaxLease time.Duration
+
+	// Env is the base environment of every rank (KEY=VALUE).
+	Env []string
+	// NodeEnv returns the variables the node sets for the rank that req starts, once its
+	// slot is reserved: same and other count the ranks (started or starting, this one
+	// included) of its job and of the other jobs on the node. They override the request's.
+	// nil = none.
+	NodeEnv func(req job.SpawnRequest, same, other int) []string
+
+	Log *log.Logger // not nil
+}
+
+// Validate checks the configuration; errors name the pcmd flag at fault.
+func (c Config) Validate() error {
+	if c.Slots < 1 || c.Slots > job.MaxSlots {
+		return fmt.Errorf("pcmd: %d slots: want 1 to %d", c.Slots, job.MaxSlots)
+	}
+	for _, p := range c.Allow {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("pcmd: --allow %q: want a pattern of absolute paths", p)
+		}
+		if _, err := filepath.Match(p, ""); err != nil {
+			return fmt.Errorf("pcmd: --allow %q: %w", p, err)
+		}
+	}
+	if _, err := parsePins(c.PinArgs); err != nil {
+		return err
+	}
+	if c.KillGrace <= 0 {
+		return errors.New("pcmd: kill grace must be positive")
+	}
+	if c.MaxLease < job.MinInterval || c.MaxLease > job.MaxInterval {
+		return fmt.Errorf("pcmd: lease %v: want %v to %v", c.MaxLease, job.MinInterval, job.MaxInterval)
+	}
+	return nil
+}
+
+// Manager runs a node's ranks: it answers spawn and signal requests (job.NodeSpawnSubject,
+// job.NodeSignalSubject), starts the ranks it admits, relays their output and exit status,
+// and stops them when their job's lease runs out or the node shuts down. Its decisions are
+// the Table's.
+type Manager struct {
+	cfg     Config
+	pins    []argPin
+	log     *log.Logger
+	nc      *nats.Conn
+	spawnc  chan spawnOp
+	spawnSb *nats.Subscription
+	sigSb   *nats.Subscription
+	wg      sync.WaitGroup // one per admitted rank, until its exit is published
+
+	mu     sync.Mutex
+	table  *Table
+	ranks  map[RankKey]*rank
+	leases map[string]*nats.Subscription // keepalive subscriptions of the jobs with a lease
+}
+
+// rank is a rank the node runs, or is starting (proc nil). proc is guarded by Manager.mu.
+type rank struct {
+	key       RankKey
+	out, exit string // subjects
+	proc      rankproc.Process
+	pid       int
+
+	sent   atomic.Uint64 // output messages published
+	warned atomic.Bool   // a publish error was logged
+}
+
+type spawnOp struct {
+	spec rankproc.Spec
+	res  chan<- spawnResult
+}
+
+type spawnResult struct {
+	proc rankproc.Process
+	err  error
+}
+
+// Start validates cfg, starts the node's spawning thread and subscribes to the node's
+// spawn and signal subjects on nc. Shutdown stops it.
+func Start(nc *nats.Conn, cfg Config) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pins, _ := parsePins(cfg.PinArgs) // checked by Validate
+	m := &Manager{
+		cfg: cfg, pins: pins, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
+		table: NewTable(cfg.Node, cfg.Slots, cfg.MaxLease), ranks: map[RankKey]*rank{}, leases: map[string]*nats.Subscription{},
+	}
+	go m.spawner()
+	var err error
+	if m.spawnSb, err = nc.Subscribe(job.NodeSpawnSubject(cfg.Node), m.onSpawn); err == nil {
+		m.sigSb, err = nc.Subscribe(job.NodeSignalSubject(cfg.Node), m.onSignal)
+	}
+	if err != nil {
+		m.unsubscribe()
+		close(m.spawnc)
+		return nil, fmt.Errorf("pcmd: subscribe: %w", err)
+	}
+	return m, nil
+}
+
+func (m *Manager) unsubscribe() {
+	for _, sb := range []*nats.Subscription{m.spawnSb, m.sigSb} {
+		if sb != nil {
+			_ = sb.Unsubscribe()
+		}
+	}
+}
+
+// spawner starts every rank from one goroutine locked to its OS thread: Linux delivers a
+// rank's Pdeathsig when the thread that forked it exits, and this thread lives as long as
+// pcmd (it exits, killing stragglers, only when spawnc is closed at shutdown).
+func (m *Manager) spawner() {
+	runtime.LockOSThread()
+	for op := range m.spawnc {
+		p, err := rankproc.Local{}.Start(op.spec)
+		op.res <- spawnResult{p, err}
+	}
+}
+
+// Used is the number of slots in use.
+func (m *Manager) Used() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.table.Used()
+}
+
+// Ranks lists the started ranks, sorted by job and rank.
+func (m *Manager) Ranks() []job.RankInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.table.Ranks()
+}
+
+func (m *Manager) respond(msg *nats.Msg, v any) {
+	if msg.Reply == "" {
+		return
+	}
+	data, err := job.Encode(v)
+	if err == nil {
+		err = msg.Respond(data)
+	}
+	if err != nil {
+		m.log.Printf("reply on %s: %v", msg.Subject, err)
+	}
+}
+
+func (m *Manager) onSpawn(msg *nats.Msg) {
+	if msg.Reply == "" {
+		m.log.Printf("ignoring a spawn request without a reply subject")
+		return
+	}
+	m.respond(msg, m.spawn(msg.Data))
+}
+
+// refuse builds a refusal reply and logs it.
+func (m *Manager) refuse(code job.SpawnRefusal, format string, args ...any) job.SpawnReply {
+	text := fmt.Sprintf("pcmd: node %s ", m.cfg.Node) + fmt.Sprintf(format, args...)
+	m.log.Print(text)
+	return job.SpawnReply{Node: m.cfg.Node, Refusal: code, Error: text}
+}
+
+// spawn handles one spawn request: decode, validate, apply the node's policy, start.
+func (m *Manager) spawn(data []byte) job.SpawnReply {
+	var req job.SpawnRequest
+	if err := job.Decode(data, &req); err != nil {
+		return m.refuse(job.RefuseInvalid, "rejects a malformed spawn request: %s", job.TrimPrefix(err).Error())
+	}
+	if err := req.Validate(); err != nil {
+		return m.refuse(job.RefuseInvalid, "rejects an invalid spawn request: %s", job.TrimPrefix(err).Error())
+	}
+	path, code, why := checkProgram(m.cfg.Allow, req.Path)
+	if why != "" {
+		return m.refuse(code, "%s", why)
+	}
+	if why := checkArgs(m.pins, path, req.Args); why != "" {
+		return m.refuse(job.RefuseNotAllowed, "%s", why)
+	}
+	if req.Dir != "" {
+		if fi, err := os.Stat(req.Dir); !filepath.IsAbs(req.Dir) || err != nil || !fi.IsDir() {
+			return m.refuse(job.RefuseInvalid, "cannot run rank %d of job %s in %s: not an existing absolute directory on this node",
+				req.Rank, req.Job, req.Dir)
+		}
+	}
+	if v, ok := Lookup(req.Env, job.EnvJobID); ok && v != req.Job {
+		return m.refuse(job.RefuseInvalid, "rejects a spawn request for job %s whose %s is %q", req.Job, job.EnvJobID, v)
+	}
+	if v, ok := Lookup(req.Env, job.EnvRank); ok && v != strconv.Itoa(req.Rank) {
+		return m.refuse(job.RefuseInvalid, "rejects a spawn request for rank %d whose %s is %q", req.Rank, job.EnvRank, v)
+	}
+
+	key := RankKey{req.Job, req.Rank}
+	r := &rank{key: key, out: req.Out, exit: req.Exit}
+	if r.out == "" {
+		r.out = job.RankOutSubject(req.Job, req.Rank)
+	}
+	if r.exit == "" {
+		r.exit = job.RankExitSubject(req.Job, req.Rank)
+	}
+	m.mu.Lock()
+	if code, why := m.table.Admit(key); code != "" {
+		m.mu.Unlock()
+		return m.refuse(code, "%s", why)
+	}
+	m.ranks[key] = r
+	m.wg.Add(1)
+	same, other := m.table.Counts(req.Job)
+	m.mu.Unlock()
+
+	var nodeEnv []string
+	if m.cfg.NodeEnv != nil {
+		nodeEnv = m.cfg.NodeEnv(req, same, other)
+	}
+	res := make(chan spawnResult, 1)
+	m.spawnc <- spawnOp{spec: rankproc.Spec{
+		Rank:   req.Rank,
+		Path:   path,
+		Args:   req.Args,
+		Env:    RankEnv(m.cfg.Env, req.Env, nodeEnv),
+		Dir:    req.Dir,
+		Output: func(st rankproc.Stream, line []byte) { m.publishOutput(r, st, line) },
+	}, res: res}
+	sr := <-res
+	if sr.err != nil {
+		m.mu.Lock()
+		m.table.Abort(key)
+		delete(m.ranks, key)
+		m.mu.Unlock()
+		m.wg.Done()
+		return m.refuse(job.RefuseFailed, "cannot start %s for job %s: %s", path, req.Job, strings.TrimPrefix(sr.err.Error(), "rankproc: "))
+	}
+
+	m.mu.Lock()
+	r.proc, r.pid = sr.proc, sr.proc.PID()
+	watch, stop := m.table.Started(key, r.pid, time.Now(), req.KeepAlive)
+	if slices.ContainsFunc(req.Env, func(kv string) bool { return strings.HasPrefix(kv, job.EnvMigrate+"=") }) {
+		m.table.MarkSuccessor(key)
+	}
+	if watch {
+		m.watchLease(req.Job)
+	}
+	m.mu.Unlock()
+	if stop != "" {
+		// Shutdown began while we were starting it and did not see it.
+		_ = r.proc.Signal(syscall.SIGTERM)
+	}
+	m.log.Printf("job %s rank %d: started %s (pid %d)", req.Job, req.Rank, path, r.pid)
+	go m.watch(r)
+	return job.SpawnReply{Node: m.cfg.Node, PID: r.pid}
+}
+
+// checkProgram applies the allow-list to a requested path. It returns the cleaned path to
+// run, or a refusal code and message. Only the cleaned absolute path is matched, so
+// "a/../../bin/sh" cannot slip through a pattern; symbolic links are not resolved, so
+// patterns must name directories that untrusted users cannot write to.
+func checkProgram(allow []string, p string) (string, job.SpawnRefusal, string) {
+	if !filepath.IsAbs(p) {
+		return "", job.RefuseNotAllowed, fmt.Sprintf("refuses to run %s: not an absolute path", p)
+	}
+	clean := filepath.Clean(p)
+	shown := clean
+	if clean != p {
+		shown = fmt.Sprintf("%s (given as %s)", clean, p)
+	}
+	if len(allow) == 0 {
+		return "", job.RefuseNotAllowed, fmt.Sprintf("refuses to run %s: no --allow given, this node runs no program", shown)
+	}
+	if !Allowed(allow, clean) {
+		return "", job.RefuseNotAllowed, fmt.Sprintf("refuses to run %s: not allowed by --allow", shown)
+	}
+	fi, err := os.Stat(clean)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", job.RefuseFailed, fmt.Sprintf("cannot run %s: no such file on this node "+
+			"(on a cluster the program must exist at the same path on every node)", shown)
+	case err != nil:
+		return "", job.RefuseFailed, fmt.Sprintf("cannot run %s: %v", shown, err)
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+		return "", job.RefuseFailed, fmt.Sprintf("cannot run %s: not an executable file", shown)
+	}
+	return clean, "", ""
+}
+
+// Allowed reports whether the absolute path matches one of the glob patterns (as
+// filepath.Match; '*' does not match '/'). The path is cleaned first; relative paths never
+// match.
+func Allowed(patterns []string, path string) bool {
+	if !filepath.IsAbs(path) {
+		return false
+	}
+	path = filepath.Clean(path)
+	for _, p := range patterns {
+		if ok, err := filepath.Match(p, path); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// publishOutput relays one output line, split into pieces that fit a NATS message.
+func (m *Manager) publishOutput(r *rank, st rankproc.Stream, line []byte) {
+	limit := max(int(m.nc.MaxPayload())-1024, 1024)
+	for {
+		piece, partial := line, false
+		if len(piece) > limit {
+			piece, partial = line[:limit], true
+		}
+		// Counted even if publishing fails, so the receiver can tell that it lost some.
+		seq := r.sent.Add(1)
+		data, err := job.Encode(job.RankOutput{Stream: int(st), Seq: seq, Line: piece, Partial: partial})
+		if err == nil {
+			err = m.nc.Publish(r.out, data)
+		}
+		if err != nil && r.warned.CompareAndSwap(false, true) {
+			m.log.Printf("job %s rank %d: output is being lost: %v", r.key.Job, r.key.Rank, err)
+		}
+		if !partial {
+			return
+		}
+		line = line[limit:]
+	}
+}
+
+// watch publishes the rank's exit, after its last output line, and frees its slot.
+func (m *Manager) watch(r *rank) {
+	defer m.wg.Done()
+	ex, err := r.proc.Wait()
+	comm.RemoveJobSegments(r.key.Job) // shared-memory rings the rank left if it crashed
+	m.mu.Lock()
+	reason := m.table.Reason(r.key)
+	m.mu.Unlock()
+	msg := job.RankExit{Code: ex.Code, Signal: int(ex.Signal), Sent: r.sent.Load(), Reason: reason}
+	if err != nil {
+		msg.Error = strings.TrimPrefix(err.Error(), "rankproc: ")
+		m.log.Printf("job %s rank %d (pid %d): %s", r.key.Job, r.key.Rank, r.pid, msg.Error)
+	} else {
+		m.log.Printf("job %s rank %d (pid %d) %s", r.key.Job, r.key.Rank, r.pid, ex)
+	}
+	// Published before the slot is freed: a heartbeat that no longer lists the rank then
+	// follows its exit message.
+	data, err := job.Encode(msg)
+	if err == nil {
+		err = m.nc.Publish(r.exit, data)
+	}
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		m.log.Printf("publish on %s: %v", r.exit, err)
+	}
+	m.mu.Lock()
+	delete(m.ranks, r.key)
+	if _, unwatch := m.table.Exited(r.key); unwatch {
+		if sb := m.leases[r.key.Job]; sb != nil {
+			_ = sb.Unsubscribe()
+			delete(m.leases, r.key.Job)
+		}
+	}
+	m.mu.Unlock()
+}
+
+// watchLease listens for the keepalives of jobID's launcher. m.mu must be held.
+func (m *Manager) watchLease(jobID string) {
+	sb, err := m.nc.Subscribe(job.KeepAliveSubject(jobID), func(*nats.Msg) {
+		m.mu.Lock()
+		m.table.KeepAlive(jobID, time.Now())
+		m.mu.Unlock()
+	})
+	if err != nil {
+		m.log.Printf("job %s: cannot watch keepalives, its ranks will be stopped when its lease runs out: %v", jobID, err)
+		return
+	}
+	m.leases[jobID] = sb
+}
+
+// CheckLeases stops the ranks of jobs whose launcher went silent: it died, and nobody
+// would ever stop them otherwise. pcmd calls it at every heartbeat.
+func (m *Manager) CheckLeases(now time.Time) {
+	m.mu.Lock()
+	expired := m.table.Expire(now)
+	var victims []*rank
+	for _, e := range expired {
+		m.log.Printf("%s, stopping its ranks", e.Reason)
+		victims = append(victims, m.lookup(e.Ranks)...)
+	}
+	m.mu.Unlock()
+	if len(victims) == 0 {
+		return
+	}
+	m.signalAll(victims, syscall.SIGTERM)
+	time.AfterFunc(m.cfg.KillGrace, func() {
+		m.mu.Lock()
+		var late []*rank
+		for _, r := range victims {
+			if m.ranks[r.key] == r {
+				late = append(late, r)
+			}
+		}
+		m.mu.Unlock()
+		m.signalAll(late, syscall.SIGKILL) // Signal after exit is a no-op
+	})
+}
+
+// lookup returns the processes of the started ranks keys. m.mu must be held.
+func (m *Manager) lookup(keys []RankKey) []*rank {
+	var out []*rank
+	for _, k := range keys {
+		if r := m.ranks[k]; r != nil && r.proc != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (m *Manager) signalAll(ranks []*rank, sig syscall.Signal) {
+	for _, r := range ranks {
+		if err := r.proc.Signal(sig); err != nil {
+			m.log.Printf("job %s rank %d: %v: %v", r.key.Job, r.key.Rank, sig, err)
+		}
+	}
+}
+
+// Drain closes the node to new ranks and leaves its running ranks alone: spawn requests
+// are refused (job.RefuseStopping) from now on.
+func (m *Manager) Drain() {
+	m.mu.Lock()
+	m.table.Drain()
+	m.mu.Unlock()
+}
+
+// Reopen undoes Drain: spawn requests are admitted again (unless the node shuts down).
+func (m *Manager) Reopen() {
+	m.mu.Lock()
+	m.table.Reopen()
+	m.mu.Unlock()
+}
+
+// Shutdown stops accepting spawns and stops every rank: SIGTERM, then SIGKILL after the
+// kill grace. Each rank's exit is still published. It returns once the ranks are gone.
+func (m *Manager) Shutdown() {
+	m.unsubscribe()
+	m.mu.Lock()
+	victims := m.lookup(m.table.Shutdown())
+	m.mu.Unlock()
+	if len(victims) > 0 {
+		m.log.Printf("stopping %d ranks", len(victims))
+	}
+	m.signalAll(victims, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(m.cfg.KillGrace):
+		m.mu.Lock()
+		victims = m.lookup(m.table.Running())
+		m.mu.Unlock()
+		m.log.Printf("%d ranks did not stop within %v of SIGTERM, killing them", len(victims), m.cfg.KillGrace)
+		m.signalAll(victims, syscall.SIGKILL)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			// Never close spawnc under a spawn that may still send on it; the ranks die
+			// with us anyway (Pdeathsig).
+			m.log.Printf("some ranks did not exit after SIGKILL")
+			return
+		}
+	}
+	close(m.spawnc)
+}
+
+func (m *Manager) onSignal(msg *nats.Msg) {
+	var req job.SignalRequest
+	reply := func(rep job.SignalReply) {
+		if rep.Error != "" {
+			m.log.Print(rep.Error)
+		}
+		m.respond(msg, rep)
+	}
+	if err := job.Decode(msg.Data, &req); err != nil {
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s rejects a malformed signal request: %s", m.cfg.Node, job.TrimPrefix(err).Error())})
+		return
+	}
+	if err := req.Validate(); err != nil {
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s rejects an invalid signal request: %s", m.cfg.Node, job.TrimPrefix(err).Error())})
+		return
+	}
+	m.mu.Lock()
+	var proc rankproc.Process
+	if r := m.ranks[RankKey{req.Job, req.Rank}]; r != nil {
+		proc = r.proc
+	}
+	m.mu.Unlock()
+	if proc == nil {
+		m.respond(msg, job.SignalReply{NotFound: true,
+			Error: fmt.Sprintf("pcmd: node %s does not run rank %d of job %s", m.cfg.Node, req.Rank, req.Job)})
+		return
+	}
+	sig := syscall.Signal(req.Signal)
+	m.log.Printf("job %s rank %d: sending %v", req.Job, req.Rank, sig)
+	if err := proc.Signal(sig); err != nil {
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s: %v", m.cfg.Node, strings.TrimPrefix(err.Error(), "launch: "))})
+		return
+	}
+	m.respond(msg, job.SignalReply{})
+}
