@@ -10,6 +10,7 @@ import (
 
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rewire"
 	"github.com/nats-io/nats.go"
 )
@@ -164,12 +165,17 @@ func (h *engineHolder) set(e *engine) {
 // connectControl connects to the job's control plane and subscribes to its events before
 // anything else, so that no failure report can be missed.
 func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
-	nc, err := nats.Connect(env.NATSURL,
+	// Credentials and TLS files beside the URL, as the launcher passes them (natsconn.Environ).
+	auth, err := natsconn.FromEnviron(nil).AuthOptions()
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
+	}
+	nc, err := nats.Connect(env.NATSURL, append(auth,
 		nats.Name(fmt.Sprintf("mpios %s rank %d", env.JobID, env.Rank)),
 		nats.Timeout(10*time.Second),
 		nats.MaxReconnects(-1), // the data plane does not need NATS; keep trying quietly
 		nats.ReconnectWait(250*time.Millisecond),
-	)
+	)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
 	}

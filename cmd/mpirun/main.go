@@ -18,6 +18,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/internal/supervisor"
 	"github.com/mpios/mpios/iosbridge"
@@ -25,6 +26,14 @@ import (
 
 // statusUsage is the exit status for command-line mistakes.
 const statusUsage = 2
+
+// maxRanks bounds -np: far beyond any machine or cluster mpirun serves, and small enough
+// that the launcher's per-rank tables cannot exhaust its memory.
+const maxRanks = 1 << 16
+
+// natsCLI: mpirun's NATS credentials come from files or $MPIOS_NATS_*, never from its
+// command line, which other users can read; the ranks read the same variables.
+var natsCLI = natsconn.CLI{EnvPrefix: "MPIOS_NATS_"}
 
 // helpText is the whole --help output; a fixed text reads better than a generated one.
 const helpText = `mpirun - run an mpios program as N cooperating processes
@@ -43,12 +52,28 @@ USAGE:
    with "go build" into a temporary directory (removed on exit).
 
 OPTIONS:
-   -np N, -n N          number of ranks to start (at least 1; required unless
+   -np N, -n N          number of ranks to start (1 to 65536; required unless
                         --hosts or --hostfile give the slots)
    --nats URL           use this NATS server for the job's control plane, e.g.
-                        nats://user:pass@host:4222 (credentials are passed on to
-                        the ranks). By default mpirun runs a private embedded
+                        nats://host:4222 or tls://host:4222. Credentials in the
+                        URL (nats://user:pass@host:4222) work and are passed on to
+                        the ranks, but ps shows them to every user: prefer the
+                        options below. By default mpirun runs a private embedded
                         server on 127.0.0.1 with random credentials.
+   --nats-creds FILE, --nats-nkey FILE, --nats-token-file FILE, --nats-user USER
+                        authenticate to the --nats server with a .creds file (nsc),
+                        an NKey user seed file, a token file, or a user whose
+                        password is in $MPIOS_NATS_PASSWORD. A token can also come
+                        from $MPIOS_NATS_TOKEN, and every flag from its variable
+                        ($MPIOS_NATS_CREDS, _NKEY, _TOKEN_FILE, _USER): unlike the
+                        command line, other users cannot read them. The ranks get
+                        the same options (files by absolute path: on remote nodes
+                        they must exist at that path). See docs/security.md.
+   --nats-ca FILE       for a tls:// server: PEM CAs that sign its certificate
+                        (default: the system's); also $MPIOS_NATS_CA
+   --nats-cert FILE, --nats-key FILE
+                        PEM client certificate and key, for servers that verify
+                        clients; also $MPIOS_NATS_CERT, $MPIOS_NATS_KEY
    --tag-output         prefix every output line with the rank, as "[2] text"
    --timeout DURATION   stop the job if it still runs after DURATION (e.g. 90s,
                         10m) and exit with status 124
@@ -179,7 +204,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 		CustomAppHelpTemplate: helpText,
 		Writer:                stdout,
 		ErrWriter:             stderr,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "np", Aliases: []string{"n"}, Usage: "number of ranks"},
 			&cli.StringFlag{Name: "nats", Usage: "NATS server URL"},
 			&cli.BoolFlag{Name: "tag-output", Usage: "prefix lines with [rank]"},
@@ -198,7 +223,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.BoolFlag{Name: "no-recover", Usage: "do not recover a checkpointing job from failures"},
 			&cli.IntFlag{Name: "max-recoveries", Value: supervisor.DefaultMaxRecoveries, Usage: "recoveries before giving up"},
 			&cli.DurationFlag{Name: "hang-timeout", Value: launch.DefaultHangTimeout, Usage: "declare a silent rank failed after this long"},
-		},
+		}, natsCLI.Flags()...),
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &usageError{msg: err.Error()}
 		},
@@ -216,7 +241,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			if hosts != nil {
 				// Placement is decided, and checked against the nodes, before anything starts.
 				remote, err := nodeclient.NewRemote(nodeclient.RemoteConfig{
-					NATSURL: cfg.NATSURL, Hosts: hosts, NP: cfg.NP,
+					NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Hosts: hosts, NP: cfg.NP,
 					Logf: func(format string, args ...any) {
 						fmt.Fprintf(stderr, "mpirun: "+format+"\n", args...)
 					},
@@ -250,6 +275,9 @@ func config(c *cli.Context) (launch.Config, error) {
 		if cfg.NP = c.Int("np"); cfg.NP < 1 {
 			return cfg, &usageError{fmt.Sprintf("-np %d: need at least 1 rank", cfg.NP)}
 		}
+		if cfg.NP > maxRanks {
+			return cfg, &usageError{fmt.Sprintf("-np %d: at most %d ranks", cfg.NP, maxRanks)}
+		}
 	}
 	switch {
 	case c.NArg() > 0:
@@ -270,6 +298,17 @@ func config(c *cli.Context) (launch.Config, error) {
 		return cfg, &usageError{"--nats: empty URL"}
 	}
 	cfg.NATSURL = c.String("nats")
+	auth, err := natsCLI.Options(c, cfg.NATSURL).Abs()
+	if err == nil && cfg.NATSURL != "" {
+		err = auth.Validate()
+	}
+	switch {
+	case err != nil:
+		return cfg, &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
+	case cfg.NATSURL == "" && auth != natsconn.Options{}:
+		return cfg, &usageError{"NATS credentials and TLS options (--nats-* flags or $MPIOS_NATS_* variables) need --nats URL: the embedded server makes its own"}
+	}
+	cfg.NATSAuth = auth
 	cfg.TagOutput = c.Bool("tag-output")
 	if cfg.Timeout = c.Duration("timeout"); cfg.Timeout < 0 {
 		return cfg, &usageError{"--timeout must not be negative"}
@@ -321,6 +360,9 @@ func config(c *cli.Context) (launch.Config, error) {
 			return cfg, &usageError{"--profile-out: want a file name"}
 		}
 	}
+	// The ranks connect with the same credentials (files by path, token and password from
+	// mpirun's environment, which they inherit).
+	ckptEnv = append(ckptEnv, cfg.NATSAuth.Environ()...)
 	if ckptEnv != nil {
 		cfg.Env = append(os.Environ(), ckptEnv...)
 	}

@@ -271,6 +271,9 @@ func TestMigrationsKeepResultsBitwise(t *testing.T) {
 	apps := map[string][]string{
 		"heat2d": {"heat2d", "-n", "96", "-iters", "2500"},
 		"jacobi": {"jacobi", "-n", "256", "-maxiters", "2500", "-tol", "0"},
+		// The 2-D decomposition: its Cartesian view of the world and its column halos
+		// (mpi.CartView, Shift, Pack) are made again by each successor.
+		"heat2d-2d": {"heat2d", "-n", "96", "-iters", "2500", "-decomp", "2d"},
 	}
 	for name, args := range apps {
 		t.Run(name, func(t *testing.T) {

@@ -23,9 +23,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/natsembed"
 	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/internal/profilewriter"
@@ -88,6 +90,10 @@ type Config struct {
 
 	Starter    rankproc.Starter // nil = rankproc.Local{}
 	RuntimeDir string           // where the job's jobrecord.Record is written; "" = jobrecord.RuntimeDir()
+
+	// NATSAuth authenticates mpirun to NATSURL (credentials, TLS); its URL and Name are
+	// not used. The ranks get the same options through their environment (see Env).
+	NATSAuth natsconn.Options
 }
 
 // FailureKind says why a job failed.
@@ -132,6 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("launch: secret: %w", err)
 	}
 
+	defer comm.RemoveJobSegments(cfg.JobID) // shared-memory rings of ranks that crashed
 	r := &runner{
 		cfg:    cfg,
 		stdout: newLineWriter(cfg.Stdout),
@@ -147,7 +154,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer srv.Shutdown()
 		natsURL = srv.URL()
 	}
-	r.stderr.logf("job %s nats %s", cfg.JobID, natsembed.RedactURL(natsURL))
+	r.stderr.logf("job %s nats %s", cfg.JobID, natsconn.RedactURL(natsURL))
 
 	if err := r.connect(natsURL); err != nil {
 		return err
@@ -274,7 +281,11 @@ type runner struct {
 
 func (r *runner) connect(url string) error {
 	id := r.cfg.JobID
-	nc, err := nats.Connect(url,
+	auth, err := r.cfg.NATSAuth.AuthOptions()
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(url, append(auth,
 		nats.Name("mpirun "+id),
 		nats.Timeout(5*time.Second),
 		// The job must survive a restart of an external server; the ranks reconnect too.
@@ -290,14 +301,14 @@ func (r *runner) connect(url string) error {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			r.cp.set(true)
-			r.stderr.logf("reconnected to NATS at %s", natsembed.RedactURL(nc.ConnectedUrl()))
+			r.stderr.logf("reconnected to NATS at %s", natsconn.RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			r.stderr.logf("NATS: %v", err)
 		}),
-	)
+	)...)
 	if err != nil {
-		return fmt.Errorf("launch: connect to NATS at %s: %w", natsembed.RedactURL(url), err)
+		return fmt.Errorf("launch: connect to NATS at %s: %w", natsconn.RedactURL(url), err)
 	}
 	r.nc = nc
 	// One channel for every subject the supervisor takes: the reader goroutine queues them in

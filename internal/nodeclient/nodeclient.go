@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rankproc"
 )
 
@@ -153,6 +153,9 @@ type RemoteConfig struct {
 	// KeepAlive is the lease given to the nodes: they stop the job's ranks when mpirun has
 	// been silent for that long (it died). 0 = 10s.
 	KeepAlive time.Duration
+
+	// NATSAuth authenticates to NATSURL (credentials, TLS); its URL and Name are not used.
+	NATSAuth natsconn.Options
 }
 
 // Remote is a Starter that runs ranks on pcmd nodes over NATS. Ranks are placed round-robin
@@ -216,15 +219,19 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	}
 	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), quit: make(chan struct{}),
 		gone: make(chan *NodeGoneError, goneBacklog)}
-	nc, err := nats.Connect(cfg.NATSURL,
+	auth, err := cfg.NATSAuth.AuthOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(auth,
 		nats.Name("mpirun remote starter"),
 		nats.Timeout(5*time.Second),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.NoCallbacksAfterClientClose(),
-	)
+	)...)
 	if err != nil {
-		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsembed.RedactURL(cfg.NATSURL), err)
+		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsconn.RedactURL(cfg.NATSURL), err)
 	}
 	r.nc = nc
 	if err := r.setup(); err != nil {
@@ -318,7 +325,7 @@ func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 		list = strings.Join(known, ", ")
 	}
 	return info, fmt.Errorf("nodeclient: node %s: no pcmd serves it on NATS server %s (nodes answering: %s): %w",
-		node, natsembed.RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
+		node, natsconn.RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
 }
 
 // Place assigns np ranks round-robin to nodes, node i taking at most caps[i]; np 0 takes

@@ -16,7 +16,7 @@ import (
 
 	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodecpu"
 	"github.com/mpios/mpios/internal/pieceserver"
 	"github.com/mpios/mpios/internal/spawner"
@@ -204,7 +204,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		store = "store " + s.store
 	}
 	s.log.Printf("node %s up: %d slots, advertise %s, %s, nats %s, pid %d, version %s",
-		cfg.Node, cfg.Slots, cfg.Advertise, store, natsembed.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
+		cfg.Node, cfg.Slots, cfg.Advertise, store, natsconn.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
 	s.log.Print(allow)
 	for _, p := range cfg.PinArgs {
 		s.log.Printf("pins the arguments of %s", p)
