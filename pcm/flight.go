@@ -166,6 +166,7 @@ func (p *Process) advance(failed int64) error {
 	}
 	p.flight = nil
 	if failed == 0 {
+		p.reportCommitted(f.manifest)
 		return nil
 	}
 	cerr := &CheckpointError{Job: p.opts.JobID, Seq: f.seq, Iteration: f.iter, CommitFailed: true}

@@ -62,6 +62,10 @@ type Options struct {
 	// when the state is too large to hold twice in memory. OptionsFromEnv sets it from
 	// MPIOS_CKPT_SYNC=1.
 	SyncCheckpoints bool
+	// ReconfBase is the number of entries of the launcher's reconfiguration log this process
+	// must not act on: in a job that mpirun recovered from a failure, the requests of the
+	// failed run. OptionsFromEnv sets it from MPIOS_RECONF_BASE.
+	ReconfBase uint64
 	// Log receives diagnostics (restart fallbacks, prune failures). Default: os.Stderr.
 	Log io.Writer
 }
@@ -149,6 +153,13 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	// pcmd names its node for the ranks it starts: pieces record where they are stored.
 	o.Node = getenv(job.EnvNode)
 	o.Restart = getenv(job.EnvRestart)
+	if s := getenv(job.EnvReconfBase); s != "" {
+		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return o, bad(job.EnvReconfBase, s, "an integer >= 0")
+		}
+		o.ReconfBase = n
+	}
 	if err := o.validate(); err != nil {
 		return o, err
 	}

@@ -169,18 +169,6 @@ func parseFloats(s string) ([]float64, error) {
 	return out, nil
 }
 
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func (b *bench) run() int {
 	root, err := testbin.ModuleRoot()
 	if err != nil {
@@ -215,7 +203,7 @@ func (b *bench) run() int {
 	host, _ := os.Hostname()
 	fmt.Printf("## bench/migration — %s\n\n", time.Now().Format("2006-01-02 15:04"))
 	fmt.Printf("Machine %s: %d CPUs, %s; source %s; load average at start %s.\n",
-		host, runtime.NumCPU(), runtime.Version(), src, loadavg())
+		host, runtime.NumCPU(), runtime.Version(), src, testbin.LoadAvg())
 	fmt.Printf("Command: `go run ./bench/migration %s`\n", shellJoin(os.Args[1:]))
 
 	failed := false
@@ -233,7 +221,7 @@ func (b *bench) run() int {
 			failed = true
 		}
 	}
-	fmt.Printf("\nLoad average at the end: %s.\n", loadavg())
+	fmt.Printf("\nLoad average at the end: %s.\n", testbin.LoadAvg())
 	if failed {
 		return 1
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
-	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/pcmd"
 	"github.com/mpios/mpios/iosbridge"
@@ -62,11 +62,16 @@ COMMANDS:
 
 NATS:
    Every command talks to a NATS server (--nats URL, a comma-separated list for a
-   cluster). Authenticate with credentials in the URL (nats://user:pass@host:4222),
-   --nats-creds FILE, --nats-token T, or --nats-user U --nats-pass P. Tokens and
-   passwords can also come from $PCMD_NATS_TOKEN and $PCMD_NATS_PASS, which other
-   users cannot read in the process list. Without --nats, status, migrate and
-   checkpoint use the server of the newest mpirun running for this user.
+   cluster; tls://HOST:PORT requires TLS). Authenticate with --nats-creds FILE (a
+   .creds file from nsc), --nats-nkey FILE (an NKey user seed), --nats-token-file
+   FILE, or --nats-user U with the password in $PCMD_NATS_PASSWORD. Each flag can
+   also be set as $PCMD_NATS_CREDS, $PCMD_NATS_NKEY, $PCMD_NATS_TOKEN_FILE,
+   $PCMD_NATS_USER, and a token as $PCMD_NATS_TOKEN: unlike the command line,
+   other users cannot read these. (--nats-token, --nats-pass and credentials in
+   the URL still work, visible to every user in the process list.) For TLS,
+   --nats-ca FILE verifies the server, --nats-cert and --nats-key give a client
+   certificate. Without --nats, status, migrate and checkpoint use the server of
+   the newest mpirun running for this user. See docs/security.md.
 
 EXAMPLES:
    pcmd serve --node n1 --nats nats://10.0.0.1:4222 --advertise 10.0.0.11 \
@@ -122,21 +127,14 @@ func natsFlags(required bool) []cli.Flag {
 	if !required {
 		natsUsage += " (default: that of the newest running mpirun)"
 	}
-	return []cli.Flag{
-		&cli.StringFlag{Name: "nats", Usage: natsUsage},
-		&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials `FILE` (user JWT and nkey seed)"},
-		&cli.StringFlag{Name: "nats-token", EnvVars: []string{"PCMD_NATS_TOKEN"}, Usage: "NATS authentication `TOKEN`"},
-		&cli.StringFlag{Name: "nats-user", Usage: "NATS `USER` (with --nats-pass)"},
-		&cli.StringFlag{Name: "nats-pass", EnvVars: []string{"PCMD_NATS_PASS"}, Usage: "NATS `PASSWORD` of --nats-user"},
-	}
+	return append([]cli.Flag{&cli.StringFlag{Name: "nats", Usage: natsUsage}}, natsCLI.Flags()...)
 }
 
-func natsOptions(c *cli.Context, url string) pcmd.NATSOptions {
-	return pcmd.NATSOptions{
-		URL: url, CredsFile: c.String("nats-creds"), Token: c.String("nats-token"),
-		User: c.String("nats-user"), Password: c.String("nats-pass"),
-	}
-}
+// natsCLI: pcmd's credentials come from flags, files or $PCMD_NATS_*; --nats-token and
+// --nats-pass stay for compatibility.
+var natsCLI = natsconn.CLI{EnvPrefix: "PCMD_NATS_", SecretFlags: true}
+
+func natsOptions(c *cli.Context, url string) pcmd.NATSOptions { return natsCLI.Options(c, url) }
 
 func main() {
 	// SIGTERM is pcmd serve's own (a graceful leave first); elsewhere it ends pcmd as SIGINT.
@@ -291,7 +289,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						return &usageError{"--heartbeat, --kill-grace and --lease must be positive"}
 					}
 					if err := cfg.NATS.Validate(); err != nil {
-						return &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}
+						return &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
 					}
 					ctx, cfg.Leave = leaveOnSIGTERM(ctx, c.Bool("force"))
 					return pcmd.Serve(ctx, cfg)
@@ -501,12 +499,12 @@ func clientConn(c *cli.Context, stderr io.Writer) (*nats.Conn, error) {
 		}
 		url = rec.NATSURL
 		fmt.Fprintf(stderr, "pcmd: using NATS %s of mpirun job %s (pid %d, record %s)\n",
-			natsembed.RedactURL(url), rec.JobID, rec.PID, path)
+			natsconn.RedactURL(url), rec.JobID, rec.PID, path)
 	}
 	opts := natsOptions(c, url)
 	opts.Name = "pcmd " + c.Command.Name
 	if err := opts.Validate(); err != nil {
-		return nil, &usageError{strings.TrimPrefix(err.Error(), "pcmd: ")}
+		return nil, &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
 	}
 	return opts.Connect(nil, nil, nil)
 }

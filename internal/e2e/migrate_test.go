@@ -284,6 +284,9 @@ func TestMigrationsKeepResultsBitwise(t *testing.T) {
 	apps := map[string][]string{
 		"heat2d": {"heat2d", "-n", "96", "-iters", "2500"},
 		"jacobi": {"jacobi", "-n", "256", "-maxiters", "2500", "-tol", "0"},
+		// The 2-D decomposition: its Cartesian view of the world and its column halos
+		// (mpi.CartView, Shift, Pack) are made again by each successor.
+		"heat2d-2d": {"heat2d", "-n", "96", "-iters", "2500", "-decomp", "2d"},
 	}
 	for name, args := range apps {
 		t.Run(name, func(t *testing.T) {
@@ -415,7 +418,7 @@ func TestRestartOnOtherNodesFetchesPieces(t *testing.T) {
 	args := []string{"heat2d", "-n", "41", "-iters", "40"}
 	want := referenceDump(t, args...)
 	c := newCluster(t, "n1", "n2", "n3", "n4")
-	crashed := c.start(t, "rs1", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "8", "--ckpt-sync", prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")
+	crashed := c.start(t, "rs1", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "8", "--ckpt-sync", "--no-recover", prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")
 	if code := crashed.wait(60 * time.Second); code == 0 {
 		t.Fatalf("the crashing run exited 0:\n%s", crashed.stderr.String())
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/mpios/mpios/internal/msgpackcheck"
 	"github.com/mpios/mpios/internal/reconf"
 )
 
@@ -207,7 +208,19 @@ type Abort struct {
 func Encode(v any) ([]byte, error) { return msgpack.Marshal(v) }
 
 // Decode unmarshals a control message, rejecting malformed input with a clear error.
-func Decode(data []byte, v any) error {
+func Decode(data []byte, v any) (err error) {
+	// msgpack v5.4.1 panics on some input (a nil where a time.Time is expected): any NATS
+	// client could otherwise crash every receiver with one message.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("job: decode %T: malformed input: %v", v, p)
+		}
+	}()
+	// The decoder preallocates the lengths arrays announce: 9 bytes announcing 3e9 elements
+	// killed any receiver out of memory (found by FuzzDecodeReconfLog).
+	if err := msgpackcheck.Check(data); err != nil {
+		return fmt.Errorf("job: decode %T: %w", v, err)
+	}
 	if err := msgpack.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("job: decode %T: %w", v, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -21,7 +22,7 @@ import (
 
 	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rankproc"
 )
 
@@ -153,6 +154,9 @@ type RemoteConfig struct {
 	// KeepAlive is the lease given to the nodes: they stop the job's ranks when mpirun has
 	// been silent for that long (it died). 0 = 10s.
 	KeepAlive time.Duration
+
+	// NATSAuth authenticates to NATSURL (credentials, TLS); its URL and Name are not used.
+	NATSAuth natsconn.Options
 }
 
 // Remote is a Starter that runs ranks on pcmd nodes over NATS. Ranks are placed round-robin
@@ -167,6 +171,7 @@ type Remote struct {
 	cfg   RemoteConfig
 	nc    *nats.Conn
 	place []string // node of each rank
+	slots map[string]int
 
 	mu    sync.Mutex
 	nodes map[string]*remoteNode
@@ -222,13 +227,17 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		return nil, err
 	}
 	r.watch.Grace = grace
-	nc, err := nats.Connect(cfg.NATSURL, append(ctlplane.Options(&r.watch, nil),
+	auth, err := cfg.NATSAuth.AuthOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(append(auth, ctlplane.Options(&r.watch, nil)...),
 		nats.Name("mpirun remote starter"),
 		nats.Timeout(5*time.Second),
 		nats.NoCallbacksAfterClientClose(),
 	)...)
 	if err != nil {
-		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsembed.RedactURL(cfg.NATSURL), err)
+		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsconn.RedactURL(cfg.NATSURL), err)
 	}
 	r.nc = nc
 	if err := r.setup(); err != nil {
@@ -276,6 +285,10 @@ func (r *Remote) setup() error {
 		return err
 	}
 	r.place = place
+	r.slots = make(map[string]int, len(names))
+	for i, n := range names {
+		r.slots[n] += caps[i]
+	}
 	return nil
 }
 
@@ -318,7 +331,7 @@ func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 		list = strings.Join(known, ", ")
 	}
 	return info, fmt.Errorf("nodeclient: node %s: no pcmd serves it on NATS server %s (nodes answering: %s): %w",
-		node, natsembed.RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
+		node, natsconn.RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
 }
 
 // Place assigns np ranks round-robin to nodes, node i taking at most caps[i]; np 0 takes
@@ -359,6 +372,10 @@ func (r *Remote) Gone() <-chan *NodeGoneError { return r.gone }
 
 // NP returns the number of ranks placed.
 func (r *Remote) NP() int { return len(r.place) }
+
+// Slots returns how many ranks the job may run on each of its nodes (--hosts NODE:SLOTS, or
+// the free slots a node had at placement): where a recovered job's ranks may restart.
+func (r *Remote) Slots() map[string]int { return maps.Clone(r.slots) }
 
 // Placement returns the node of each rank.
 func (r *Remote) Placement() []string { return slices.Clone(r.place) }

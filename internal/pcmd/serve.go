@@ -18,7 +18,7 @@ import (
 	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodecpu"
 	"github.com/mpios/mpios/internal/pieceserver"
 	"github.com/mpios/mpios/internal/spawner"
@@ -240,7 +240,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		store = fmt.Sprintf("checkpoints in memory (%s, cap %d MiB)", s.store, cfg.CkptMemCap>>20)
 	}
 	s.log.Printf("node %s up: %d slots, advertise %s, %s, nats %s, pid %d, version %s",
-		cfg.Node, cfg.Slots, cfg.Advertise, store, natsembed.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
+		cfg.Node, cfg.Slots, cfg.Advertise, store, natsconn.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
 	s.log.Print(allow)
 	for _, p := range cfg.PinArgs {
 		s.log.Printf("pins the arguments of %s", p)

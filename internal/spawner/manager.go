@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rankproc"
 )
@@ -367,12 +368,13 @@ func (m *Manager) publishOutput(r *rank, st rankproc.Stream, line []byte) {
 func (m *Manager) watch(r *rank) {
 	defer m.wg.Done()
 	ex, err := r.proc.Wait()
+	comm.RemoveJobSegments(r.key.Job) // shared-memory rings the rank left if it crashed
 	m.mu.Lock()
 	reason := m.table.Reason(r.key)
 	m.mu.Unlock()
 	msg := job.RankExit{Code: ex.Code, Signal: int(ex.Signal), Sent: r.sent.Load(), Reason: reason}
 	if err != nil {
-		msg.Error = strings.TrimPrefix(err.Error(), "launch: ")
+		msg.Error = strings.TrimPrefix(err.Error(), "rankproc: ")
 		m.log.Printf("job %s rank %d (pid %d): %s", r.key.Job, r.key.Rank, r.pid, msg.Error)
 	} else {
 		m.log.Printf("job %s rank %d (pid %d) %s", r.key.Job, r.key.Rank, r.pid, ex)
