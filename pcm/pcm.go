@@ -94,6 +94,7 @@ type Process struct {
 	storeID   [2]uint64
 	prof      *profiler.JobProfiler // nil when not profiling
 	total     int                   // planned iterations (SetIterations), 0 if unknown
+	dist      distSet               // distributed objects (NewBlock)
 
 	// Poll schedule of on-demand requests, in Reconfigure calls.
 	calls, nextPoll int64
