@@ -20,7 +20,8 @@
 // environment (see pcm): with MPIOS_CKPT_EVERY=K the grid and the iteration
 // counter are checkpointed every K iterations, and MPIOS_RESTART=JOB resumes
 // from JOB's newest valid checkpoint, with a result bitwise identical to an
-// uninterrupted run.
+// uninterrupted run, on the same number of ranks or another: the grid is a
+// pcm.Block, whose rows pcm splits over however many ranks load it.
 //
 // The hidden flag -crash-after N (for tests of restart) makes rank 1 (rank 0
 // if alone) exit with status 1 right after iteration N, as if it had died.
@@ -99,21 +100,6 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-%s must be >= 0, got %d", solverkit.CrashFlag, cfg.crashAfter)
 	}
 	return cfg, nil
-}
-
-// newGrid allocates a local block of rows interior rows plus one ghost (or
-// boundary) row above and below, each row n+2 wide (boundary columns
-// included), and sets the fixed boundary values. isTop marks the rank that
-// owns global row 1, whose upper ghost row is the hot boundary.
-func newGrid(rows, n int, isTop bool) []float64 {
-	w := n + 2
-	u := make([]float64, (rows+2)*w)
-	if isTop {
-		for j := range w {
-			u[j] = topBoundary
-		}
-	}
-	return u
 }
 
 // step applies one Jacobi sweep to the rows interior rows of src and writes
@@ -205,55 +191,63 @@ func run(args []string, stdout io.Writer) (err error) {
 			err = fmt.Errorf("mpi finalize: %w", ferr)
 		}
 	}()
-	rank, size := comm.Rank(), comm.Size()
-	if size > cfg.n {
+	if comm.Size() > cfg.n {
 		// Every rank needs at least one row for the neighbour chain to work.
-		return fmt.Errorf("-n %d is smaller than the number of ranks %d", cfg.n, size)
+		return fmt.Errorf("-n %d is smaller than the number of ranks %d", cfg.n, comm.Size())
 	}
 	n := cfg.n
-	_, rows := solverkit.BlockRange(n, size, rank)
-	up, down := rank-1, rank+1
-	if rank == 0 {
-		up = mpi.ProcNull
-	}
-	if rank == size-1 {
-		down = mpi.ProcNull
-	}
 
-	// Solver state: u always holds the current grid (ghost rows and fixed
-	// boundary included) and iter the number of completed iterations; both
-	// are registered with pcm, which checkpoints and restores them. unew is
-	// scratch for the next sweep and carries the same fixed boundary, so the
-	// two can be swapped.
-	u := newGrid(rows, n, rank == 0)
-	unew := newGrid(rows, n, rank == 0)
-	if cfg.init != 0 {
-		for i := 1; i <= rows; i++ {
-			for j := 1; j <= n; j++ {
-				u[i*(n+2)+j] = cfg.init
-			}
-		}
-	}
-	iter := 0
+	// Solver state: the grid u, a block of rows distributed by pcm, and iter, the number of
+	// completed iterations, both registered with pcm, which checkpoints and restores them and
+	// moves u's rows when the job is resized. Each rank's rows (n+2 wide, boundary columns
+	// included) are framed by a ghost (or boundary) row above and below; the block's
+	// scratch buffer of the same shape receives the next sweep, and Flip makes it the grid.
 	p, err := pcm.Init(comm)
 	if err != nil {
 		return err
 	}
-	if err := p.Register("u", &u); err != nil {
+	u, err := pcm.NewBlock[float64](p, "u", n, n+2, pcm.Halo(1), pcm.DoubleBuffer())
+	if err != nil {
 		return err
 	}
+	if cfg.init != 0 {
+		local := u.Local()
+		for i := range u.Rows() {
+			for j := 1; j <= n; j++ {
+				local[i*(n+2)+j] = cfg.init
+			}
+		}
+	}
+	iter := 0
 	if err := p.Register("iter", &iter); err != nil {
 		return err
 	}
-	defer solverkit.Close(p, "heat2d", rank, &err)
+	defer solverkit.Close(p, "heat2d", comm.Rank(), &err)
 	p.SetIterations(cfg.iters)
 	if err := p.Load(); err != nil {
 		return err
 	}
-	if len(u) != (rows+2)*(n+2) {
-		return fmt.Errorf("the checkpoint's grid has %d cells, -n %d on %d ranks needs %d: restart with the same -n", len(u), n, size, (rows+2)*(n+2))
-	}
 	startIter := iter
+
+	// The decomposition, set again whenever the world or the block changes.
+	var rank, size, rows, up, down int
+	decompose := func() {
+		rank, size, rows = comm.Rank(), comm.Size(), u.Rows()
+		up, down = rank-1, rank+1
+		if rank == 0 {
+			up = mpi.ProcNull
+			// The hot boundary is the upper ghost row of the first block, in both buffers.
+			for _, g := range [][]float64{u.Padded(), u.Scratch()} {
+				for j := range n + 2 {
+					g[j] = topBoundary
+				}
+			}
+		}
+		if rank == size-1 {
+			down = mpi.ProcNull
+		}
+	}
+	decompose()
 
 	// Start the clock together. A process that took over a migrated rank joins a
 	// running loop: the others are not at this barrier.
@@ -264,13 +258,14 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	start := time.Now()
 	for iter < cfg.iters {
-		if err := exchange(comm, u, rows, n, up, down); err != nil {
+		grid, next := u.Padded(), u.Scratch()
+		if err := exchange(comm, grid, rows, n, up, down); err != nil {
 			return err
 		}
-		step(unew, u, rows, n)
+		step(next, grid, rows, n)
 		iter++
 		if cfg.residualEvery > 0 && iter%cfg.residualEvery == 0 {
-			local := []float64{maxChange(unew, u, rows, n)}
+			local := []float64{maxChange(next, grid, rows, n)}
 			global := []float64{0}
 			if err := mpi.Allreduce(comm, local, global, mpi.Max); err != nil {
 				return fmt.Errorf("residual allreduce: %w", err)
@@ -279,25 +274,28 @@ func run(args []string, stdout io.Writer) (err error) {
 				fmt.Fprintf(stdout, "residual %d %.6e\n", iter, global[0])
 			}
 		}
-		u, unew = unew, u
+		u.Flip()
 		// Iteration boundary: u is the grid after iter iterations and
 		// nothing else carries state across iterations.
-		if leave, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "heat2d", CrashAfter: cfg.crashAfter, Pace: cfg.pace, NoPCM: cfg.noPCM}); leave || err != nil {
+		act, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "heat2d", CrashAfter: cfg.crashAfter, Pace: cfg.pace, NoPCM: cfg.noPCM})
+		if err != nil || act == pcm.Leave {
 			return err
 		}
+		// After a resize (pcm.Resized) the world and u's rows are new: take the world
+		// again (comm = p.World()) and call decompose.
 	}
 	if err := comm.Barrier(); err != nil {
 		return err
 	}
 	elapsed := time.Since(start)
 
-	local := []float64{interiorSum(u, rows, n)}
+	local := []float64{interiorSum(u.Padded(), rows, n)}
 	total := []float64{0}
 	if err := mpi.Reduce(comm, local, total, mpi.Sum, 0); err != nil {
 		return fmt.Errorf("checksum reduce: %w", err)
 	}
 	if cfg.dump != "" {
-		if err := dumpGrid(comm, u, rows, n, cfg.dump); err != nil {
+		if err := dumpGrid(comm, u, cfg.dump); err != nil {
 			return err
 		}
 	}
@@ -315,17 +313,16 @@ func run(args []string, stdout io.Writer) (err error) {
 
 // dumpGrid gathers the interior rows of every rank on rank 0 and writes them
 // to path as raw little-endian float64 values, row-major, n*n in total.
-func dumpGrid(c *mpi.Comm, u []float64, rows, n int, path string) error {
-	w := n + 2
-	send := make([]float64, 0, rows*n)
-	for i := 1; i <= rows; i++ {
-		send = append(send, u[i*w+1:i*w+1+n]...)
+func dumpGrid(c *mpi.Comm, u *pcm.Block[float64], path string) error {
+	n, w := u.GlobalRows(), u.RowLen()
+	send := make([]float64, 0, u.Rows()*n)
+	local := u.Local()
+	for i := range u.Rows() {
+		send = append(send, local[i*w+1:i*w+1+n]...)
 	}
-	size := c.Size()
-	counts := make([]int, size)
-	for r := range size {
-		_, cnt := solverkit.BlockRange(n, size, r)
-		counts[r] = cnt * n
+	counts := make([]int, c.Size())
+	for r, rg := range u.Ranges() {
+		counts[r] = rg.Len() * n
 	}
 	var recv []float64
 	if c.Rank() == 0 {

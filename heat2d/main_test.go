@@ -41,6 +41,21 @@ func seqHeat(n, iters int) []float64 {
 	return out
 }
 
+// newGrid (the layout of a block in heat2d, for the kernel tests) allocates a local block of rows interior rows plus one ghost (or
+// boundary) row above and below, each row n+2 wide (boundary columns
+// included), and sets the fixed boundary values. isTop marks the rank that
+// owns global row 1, whose upper ghost row is the hot boundary.
+func newGrid(rows, n int, isTop bool) []float64 {
+	w := n + 2
+	u := make([]float64, (rows+2)*w)
+	if isTop {
+		for j := range w {
+			u[j] = topBoundary
+		}
+	}
+	return u
+}
+
 // TestStepDecomposed runs the kernel on p in-process row blocks, copying the
 // ghost rows by hand the way exchange does, and checks the result is bitwise
 // identical to the sequential reference. This covers the decomposition logic
@@ -218,5 +233,47 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 		if math.Float64bits(b[k]) != math.Float64bits(a[k]) {
 			t.Fatalf("restarted cell (%d,%d) = %v, undisturbed %v", k/n, k%n, b[k], a[k])
 		}
+	}
+}
+
+// TestRestartIntoAnotherSizeMPIRun checkpoints heat2d on 4 ranks (a rank dies after
+// iteration 35), then restarts that checkpoint on 3 and on 6 ranks: pcm splits the
+// checkpointed grid over the new number of ranks, and both runs end bitwise identical to
+// the sequential reference.
+func TestRestartIntoAnotherSizeMPIRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches mpirun")
+	}
+	const n, iters = 67, 60
+	dir := t.TempDir()
+	mpirun := filepath.Join(dir, "mpirun")
+	bin := filepath.Join(dir, "heat2d")
+	testbin.Build(t, mpirun, "./cmd/mpirun")
+	testbin.Build(t, bin, "./heat2d")
+	ckpt := filepath.Join(dir, "ckpt")
+	rt := filepath.Join(dir, "run")
+	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
+	job := func(np int, env []string, args ...string) (stdout, stderr string, err error) {
+		all := append([]string{"-np", fmt.Sprint(np), "--timeout", "50s"}, args...)
+		return testbin.Run(time.Minute, testbin.IsolatedEnv(rt, env...), mpirun, all...)
+	}
+	out, stderr, err := job(4, ckptEnv, "--job-id", "four", bin, "-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-crash-after", "35")
+	if ms := testbin.Crashed(t, err, out, stderr, ckpt, "four"); len(ms) == 0 || ms[0].Iteration != 30 || ms[0].Size != 4 {
+		t.Fatalf("checkpoints of the crashed job: %+v, want iteration 30 of 4 ranks", ms)
+	}
+	want := seqHeat(n, iters)
+	for _, np := range []int{3, 6} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			dump := filepath.Join(dir, fmt.Sprintf("np%d.bin", np))
+			out, stderr, err := job(np, append(ckptEnv, "MPIOS_RESTART=four"), "--job-id", fmt.Sprint("np", np),
+				bin, "-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-dump", dump)
+			if err != nil {
+				t.Fatalf("restart on %d ranks: %v\n%s%s", np, err, out, stderr)
+			}
+			if !strings.Contains(stderr, fmt.Sprintf("pcm: job np%d restarts from job four checkpoint 3 (iteration 30)", np)) {
+				t.Errorf("restart not reported:\n%s", stderr)
+			}
+			testbin.CheckBitwise(t, testbin.ReadFloats(t, dump), want, func(k int) string { return fmt.Sprintf("cell (%d,%d)", k/n, k%n) })
+		})
 	}
 }
