@@ -297,13 +297,16 @@ func boundsOf(rs []redist.Range) []int64 {
 
 // distSet is a process's registered distributed objects.
 type distSet struct {
-	objects []distributed
+	objects   []distributed
+	malleable []malleableEntry
 	moved   int64 // bytes this process sent in its last redistribution
 }
 
 // hasDistributed reports whether anything distributed is registered (a resize of a job
 // without distributed data is refused).
-func (p *Process) hasDistributed() bool { return len(p.dist.objects) > 0 }
+func (p *Process) hasDistributed() bool {
+	return len(p.dist.objects) > 0 || len(p.dist.malleable) > 0
+}
 
 // layouts returns the layouts of every distributed object, in registration order.
 func (d *distSet) layouts() []blockLayout {

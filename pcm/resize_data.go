@@ -107,7 +107,8 @@ func (p *Process) resizeData(c *mpi.Comm, oldSize int, newRank []int, newSize in
 			o.install(news[k], newRank[me])
 		}
 	}
-	return nil
+	// The application's own structures last: their items cannot be taken back.
+	return p.resizeMalleable(cc, oldSize, newRank, newSize, weights)
 }
 
 // abortResize drops what a failed resize prepared.
@@ -240,7 +241,7 @@ func (p *Process) Rebalance(weights []float64) error {
 		return fmt.Errorf("pcm: Rebalance before Load: %w", ErrCallOrder)
 	}
 	if !p.hasDistributed() {
-		return fmt.Errorf("pcm: Rebalance: nothing distributed is registered (NewBlock): %w", ErrCallOrder)
+		return fmt.Errorf("pcm: Rebalance: nothing distributed is registered (NewBlock, RegisterMalleable): %w", ErrCallOrder)
 	}
 	if err := p.settle(); err != nil && !errors.Is(err, ErrCheckpointFailed) {
 		return err

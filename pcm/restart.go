@@ -209,7 +209,7 @@ func (p *Process) tryLoad(job string, seq uint64, c candidate, have bool) (outco
 		return outcome{Code: codeSkip, Rank: rank, Reason: "manifest missing on this rank's node"}, nil
 	case !c.ok:
 		return outcome{Code: codeSkip, Rank: -1, Reason: c.reason}, nil
-	case p.hasDistributed():
+	case len(p.dist.objects) > 0:
 		return p.tryLoadDistributed(job, c.m)
 	case c.m.Size != p.world.Size():
 		err := &SizeMismatchError{Job: job, Seq: seq, Checkpoint: c.m.Size, World: p.world.Size(), Distributed: c.m.Meta[metaBlocks] != ""}

@@ -121,6 +121,11 @@ func (p *Process) checkpointLayouts(m ckptstore.Manifest) ([]blockLayout, error)
 // another number of ranks (see the comment at the top of the file).
 func (p *Process) tryLoadDistributed(job string, m ckptstore.Manifest) (outcome, error) {
 	rank, size := p.world.Rank(), p.world.Size()
+	if len(p.dist.malleable) > 0 && m.Size != size {
+		err := fmt.Errorf("pcm: restart from job %s checkpoint %d: the checkpoint has %d ranks, this world has %d, and pcm cannot split the application's own structures (RegisterMalleable %q) over another number (run with -np %d): %w",
+			job, m.Seq, m.Size, size, p.dist.malleable[0].name, m.Size, ErrSizeMismatch)
+		return outcome{Code: codeFatal, Rank: -1, Reason: err.Error()}, err
+	}
 	olds, err := p.checkpointLayouts(m)
 	if err != nil {
 		err = fmt.Errorf("pcm: restart from job %s checkpoint %d: %v: %w", job, m.Seq, err, state.ErrMismatch)
