@@ -9,8 +9,8 @@
 //
 //	x'_i = (b_i - sum_{j != i} A_ij x_j) / A_ii   (j in increasing order),
 //
-// then the new x is gathered everywhere (Allgatherv) and the largest local
-// change is reduced with Max. The iteration stops once that change is below
+// with the full x gathered everywhere (Allgatherv) at the start of the
+// iteration, and the largest local change is reduced with Max. The iteration stops once that change is below
 // -tol (counting that iteration) or after -maxiters iterations. Results are
 // bitwise independent of the number of ranks and match bench/c/jacobi.c.
 //
@@ -260,29 +260,22 @@ func run(args []string, stdout io.Writer) (err error) {
 	startIter := iter
 
 	// The decomposition, set again whenever the world or the block changes: this rank's
-	// rows of A and b (derived data, rebuilt rather than moved), every rank's row counts,
-	// and xfull, the full iterate every rank needs, gathered from the blocks. xnext is
-	// scratch for the next full iterate.
+	// rows of A and b (derived data, rebuilt rather than moved) and every rank's row count.
+	// xfull is scratch for the full iterate every rank needs, gathered from the blocks at
+	// the start of each iteration.
 	var rank, size, start int
 	var a, b []float64
 	var counts []int
 	xfull := make([]float64, n)
-	xnext := make([]float64, n)
-	decompose := func() error {
+	decompose := func() {
 		rank, size, start = comm.Rank(), comm.Size(), x.Offset()
 		a, b = buildRows(start, x.Rows(), n)
 		counts = counts[:0]
 		for _, rg := range x.Ranges() {
 			counts = append(counts, rg.Len())
 		}
-		if err := mpi.Allgatherv(comm, x.Local(), xfull, counts); err != nil {
-			return fmt.Errorf("allgatherv: %w", err)
-		}
-		return nil
 	}
-	if err := decompose(); err != nil {
-		return err
-	}
+	decompose()
 
 	// Start the clock together. A process that took over a migrated rank joins a
 	// running loop: the others are not at this barrier.
@@ -293,11 +286,11 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	t0 := time.Now()
 	for iter < cfg.maxIters {
-		xloc := x.Scratch()
-		sweep(xloc, a, b, xfull, start)
-		if err := mpi.Allgatherv(comm, xloc, xnext, counts); err != nil {
+		if err := mpi.Allgatherv(comm, x.Local(), xfull, counts); err != nil {
 			return fmt.Errorf("allgatherv: %w", err)
 		}
+		xloc := x.Scratch()
+		sweep(xloc, a, b, xfull, start)
 		local := 0.0
 		for r, v := range xloc {
 			local = math.Max(local, math.Abs(v-xfull[start+r]))
@@ -308,7 +301,6 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 		change = global[0]
 		x.Flip()
-		xfull, xnext = xnext, xfull
 		iter++
 		// Iteration boundary: x is the iterate after iter iterations. The
 		// reconfiguration point comes after the convergence test, so that a
@@ -329,6 +321,9 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	elapsed := time.Since(t0)
 
+	if err := mpi.Gatherv(comm, x.Local(), xfull, counts, 0); err != nil {
+		return fmt.Errorf("gatherv: %w", err)
+	}
 	if rank != 0 {
 		return nil
 	}
