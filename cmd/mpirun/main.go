@@ -72,8 +72,10 @@ OPTIONS:
    --ckpt-dir DIR       where checkpoints are stored (default: the MPIOS_CKPT_DIR
                         of the environment, else ~/.local/state/mpios/ckpt)
    --restart JOB        resume from the newest complete checkpoint of job JOB
-                        (same number of ranks; falls back to an older checkpoint
-                        if the newest is damaged, and says so)
+                        (falls back to an older checkpoint if the newest is
+                        damaged, and says so). -np may differ from the
+                        checkpointed job's if the application keeps its
+                        distributed data in pcm blocks (pcm.NewBlock)
    --policy NAME        how the IOS agents of the pcmd nodes decide to move this
                         job's ranks: mpiios (MPI/IOS gain), sras, atsras, flcras,
                         or none (never move them; profile only). Default: each
