@@ -137,19 +137,23 @@ func (p *Process) moveItems(c *mpi.Comm, e malleableEntry, plan redist.Plan, kep
 	}
 	sends, recvs := plan.Sends(me), plan.Receives(me)
 	// Gives from the Front in row order, from the Back in reverse row order: each takes the
-	// items at that end now.
-	slices.SortStableFunc(sends, func(a, b redist.Transfer) int {
-		fa, fb := front(a), front(b)
-		switch {
-		case fa && !fb:
-			return -1
-		case !fa && fb:
-			return 1
-		case fa:
-			return a.Rows.Lo - b.Rows.Lo
+	// items at that end now. Receives the other way round: at the Front the nearest first.
+	byEnd := func(sign int) func(a, b redist.Transfer) int {
+		return func(a, b redist.Transfer) int {
+			fa, fb := front(a), front(b)
+			switch {
+			case fa && !fb:
+				return -1
+			case !fa && fb:
+				return 1
+			case fa:
+				return sign * (a.Rows.Lo - b.Rows.Lo)
+			}
+			return -sign * (a.Rows.Lo - b.Rows.Lo)
 		}
-		return b.Rows.Lo - a.Rows.Lo
-	})
+	}
+	slices.SortStableFunc(sends, byEnd(1))
+	slices.SortStableFunc(recvs, byEnd(-1))
 	var reqs []*mpi.Request
 	for _, t := range sends {
 		end := Back
@@ -184,25 +188,7 @@ func (p *Process) moveItems(c *mpi.Comm, e malleableEntry, plan redist.Plan, kep
 	if err := mpi.WaitAll(reqs...); err != nil {
 		return err
 	}
-	// Receives at the Front nearest first (descending rows), at the Back in row order.
-	order := make([]int, len(recvs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		ta, tb := recvs[a], recvs[b]
-		fa, fb := front(ta), front(tb)
-		switch {
-		case fa && !fb:
-			return -1
-		case !fa && fb:
-			return 1
-		case fa:
-			return tb.Rows.Lo - ta.Rows.Lo
-		}
-		return ta.Rows.Lo - tb.Rows.Lo
-	})
-	for _, i := range order {
+	for i := range recvs {
 		end := Back
 		if front(recvs[i]) {
 			end = Front

@@ -2,7 +2,6 @@ package pcm
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -72,19 +71,7 @@ func benchResize(b *testing.B, from, to, mib int) {
 	b.ReportAllocs()
 	mpitest.RunEndpoints(b, mpitest.Endpoints(b, mpitest.TCP, n), func(c *mpi.Comm) error {
 		me := c.Rank()
-		color := 0
-		if me >= from {
-			color = 1
-		}
-		start, err := c.Split(color, me)
-		if err != nil {
-			return err
-		}
-		p, err := InitWith(start, Options{Log: io.Discard})
-		if err != nil {
-			return err
-		}
-		blk, err := NewBlock[float64](p, "u", rows, rowLen)
+		p, blk, err := oldAndJoining(c, from, rows, rowLen)
 		if err != nil {
 			return err
 		}

@@ -49,6 +49,25 @@ func checkRows(b *Block[float64], want redist.Range) error {
 	return nil
 }
 
+// oldAndJoining starts the processes of c: the first old ones in a world of their own, the
+// others (which join at the first resize) in another, each with a block "u".
+func oldAndJoining(c *mpi.Comm, old, rows, rowLen int, opts ...BlockOption) (*Process, *Block[float64], error) {
+	color := 0
+	if c.Rank() >= old {
+		color = 1
+	}
+	start, err := c.Split(color, c.Rank())
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := InitWith(start, Options{Log: io.Discard})
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := NewBlock[float64](p, "u", rows, rowLen, opts...)
+	return p, b, err
+}
+
 // TestResizeDataSplitThenMerge follows the thesis's heat experiment: 4 ranks split to 6
 // (two processes join with nothing), then merge to 3 (ranks 1, 3 and 5 leave), then
 // rebalance by weight. After each step every process holds exactly the rows of its new rank
@@ -57,19 +76,7 @@ func TestResizeDataSplitThenMerge(t *testing.T) {
 	const rows = 41
 	mpitest.Run(t, mpitest.InProc, 6, func(c *mpi.Comm) error {
 		me := c.Rank()
-		color := 0
-		if me >= 4 {
-			color = 1 // the joiners have a world of their own until the resize
-		}
-		start, err := c.Split(color, me)
-		if err != nil {
-			return err
-		}
-		p, err := InitWith(start, Options{Log: io.Discard})
-		if err != nil {
-			return err
-		}
-		b, err := NewBlock[float64](p, "u", rows, testRowLen, Halo(1), DoubleBuffer())
+		p, b, err := oldAndJoining(c, 4, rows, testRowLen, Halo(1), DoubleBuffer())
 		if err != nil {
 			return err
 		}
@@ -110,7 +117,7 @@ func TestResizeDataSplitThenMerge(t *testing.T) {
 			return fmt.Errorf("merge: %w", err)
 		}
 		three, _ := redist.Blocks(rows, nil, 3)
-		color = 0
+		color := 0
 		if newRank[me] < 0 {
 			color = mpi.Undefined
 		}

@@ -176,21 +176,15 @@ type Plan struct {
 }
 
 // Sends returns the transfers worker w makes, in plan order.
-func (p Plan) Sends(w int) []Transfer {
-	var out []Transfer
-	for _, t := range p.Transfers {
-		if t.From == w {
-			out = append(out, t)
-		}
-	}
-	return out
-}
+func (p Plan) Sends(w int) []Transfer { return p.filter(func(t Transfer) bool { return t.From == w }) }
 
 // Receives returns the transfers worker w receives, in plan order.
-func (p Plan) Receives(w int) []Transfer {
+func (p Plan) Receives(w int) []Transfer { return p.filter(func(t Transfer) bool { return t.To == w }) }
+
+func (p Plan) filter(keep func(Transfer) bool) []Transfer {
 	var out []Transfer
 	for _, t := range p.Transfers {
-		if t.To == w {
+		if keep(t) {
 			out = append(out, t)
 		}
 	}
