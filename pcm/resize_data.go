@@ -150,6 +150,7 @@ func checkResize(cSize, oldSize int, newRank []int, newSize int, weights []float
 // against its own objects; any mismatch fails the call on all.
 func (p *Process) agreeLayouts(c *mpi.Comm, joining bool, oldSize int) ([]blockLayout, error) {
 	var msg []byte
+	var encErr error
 	if c.Rank() == 0 {
 		var buf bytes.Buffer
 		enc, err := json.Marshal(p.dist.layouts())
@@ -158,14 +159,20 @@ func (p *Process) agreeLayouts(c *mpi.Comm, joining bool, oldSize int) ([]blockL
 			buf.Write(enc)
 			_, err = p.replicated().WriteTo(&buf)
 		}
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("pcm: resize: encode layouts: %w", err), agreeOK(c, err))
-		}
-		msg = buf.Bytes()
+		msg, encErr = buf.Bytes(), err
 	}
 	n := []int{len(msg)}
+	if encErr != nil {
+		n[0] = -1 // tells the others that rank 0 cannot describe its state
+	}
 	if err := mpi.Bcast(c, n, 0); err != nil {
 		return nil, fmt.Errorf("pcm: resize: %w", err)
+	}
+	switch {
+	case encErr != nil:
+		return nil, fmt.Errorf("pcm: resize: encode layouts and registered values: %w", encErr)
+	case n[0] < 0:
+		return nil, fmt.Errorf("pcm: resize: rank 0 could not encode its layouts and registered values: %w", ErrPeer)
 	}
 	if c.Rank() != 0 {
 		msg = make([]byte, n[0])

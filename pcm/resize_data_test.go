@@ -183,3 +183,55 @@ func TestResizeDataRefusesBadRequests(t *testing.T) {
 		return nil
 	})
 }
+
+// TestResizeDataAbortsWhenAPeerDies: a process that dies before it hands its rows over makes
+// the redistribution fail on the others within bounded time, and they keep the rows they had
+// (the job can go on at its old size or restart from a checkpoint).
+func TestResizeDataAbortsWhenAPeerDies(t *testing.T) {
+	const rows = 3000
+	eps := mpitest.Endpoints(t, mpitest.TCP, 3)
+	errs := make(chan error, 3)
+	for r := range eps {
+		go func() {
+			errs <- func() error {
+				c, err := mpi.Attach(eps[r])
+				if err != nil {
+					return err
+				}
+				p, err := InitWith(c, Options{Log: io.Discard})
+				if err != nil {
+					return err
+				}
+				b, err := NewBlock[float64](p, "u", rows, testRowLen)
+				if err != nil {
+					return err
+				}
+				if err := p.Load(); err != nil {
+					return err
+				}
+				fillRows(b)
+				before := b.Range()
+				if err := c.Barrier(); err != nil {
+					return err
+				}
+				if r == 2 {
+					return eps[r].Close() // dies instead of taking part
+				}
+				err = p.Rebalance([]float64{1, 1, 6})
+				if err == nil {
+					return fmt.Errorf("rank %d: Rebalance succeeded without rank 2", r)
+				}
+				if cerr := checkRows(b, before); cerr != nil {
+					return fmt.Errorf("rank %d after the failed rebalance (%v): %w", r, err, cerr)
+				}
+				eps[r].Close()
+				return nil
+			}()
+		}()
+	}
+	for range eps {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
