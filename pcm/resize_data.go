@@ -114,7 +114,7 @@ func (p *Process) resizeData(c *mpi.Comm, oldSize int, newRank []int, newSize in
 // abortResize drops what a failed resize prepared.
 func (p *Process) abortResize(reqs []*mpi.Request, err error) error {
 	for _, r := range reqs {
-		r.Wait() //nolint:errcheck // the first error is the one reported
+		_, _ = r.Wait() // the first error is the one reported
 	}
 	for _, o := range p.dist.objects {
 		o.discard()
