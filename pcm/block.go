@@ -299,7 +299,8 @@ func boundsOf(rs []redist.Range) []int64 {
 type distSet struct {
 	objects   []distributed
 	malleable []malleableEntry
-	moved     int64 // bytes this process sent in its last redistribution
+	pending   *pendingResize // prepared by resizeData, until resizeDone
+	moved     int64          // bytes this process sent in its last redistribution
 }
 
 // hasDistributed reports whether anything distributed is registered (a resize of a job

@@ -75,7 +75,7 @@ func TestMalleableActorRedistribution(t *testing.T) {
 						it.v = append(it.v, int64(x))
 					}
 				}
-				if err := p.resizeData(c, 4, []int{0, 1, 2, 3, 4, 5}, 6, []float64{1, 1, 2, 2, 1, 1}); err != nil {
+				if err := resize(p, c, 4, []int{0, 1, 2, 3, 4, 5}, 6, []float64{1, 1, 2, 2, 1, 1}); err != nil {
 					return err
 				}
 				shares, _ := redist.Shares(total, []float64{1, 1, 2, 2, 1, 1}, 6)
@@ -83,7 +83,7 @@ func TestMalleableActorRedistribution(t *testing.T) {
 					return fmt.Errorf("after the split: %d items, want %d", it.Len(), shares[me])
 				}
 				newRank := []int{-1, 0, 1, -1, 2, -1}
-				if err := p.resizeData(c, 6, newRank, 3, nil); err != nil {
+				if err := resize(p, c, 6, newRank, 3, nil); err != nil {
 					return err
 				}
 				want := 0

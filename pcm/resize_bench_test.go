@@ -89,7 +89,7 @@ func benchResize(b *testing.B, from, to, mib int) {
 				return err
 			}
 			t0 := time.Now()
-			if err := p.resizeData(c, from, ranksTo(to), to, nil); err != nil {
+			if err := resize(p, c, from, ranksTo(to), to, nil); err != nil {
 				return err
 			}
 			sent := []int64{p.MovedBytes()}
@@ -101,7 +101,7 @@ func benchResize(b *testing.B, from, to, mib int) {
 				pause += time.Since(t0)
 				moved += total[0]
 			}
-			if err := p.resizeData(c, to, ranksTo(from), from, nil); err != nil {
+			if err := resize(p, c, to, ranksTo(from), from, nil); err != nil {
 				return err
 			}
 		}

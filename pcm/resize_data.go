@@ -18,25 +18,27 @@ import (
 // call, the process with rank r in c holds the part of old rank r (nothing if r >= oldSize);
 // afterwards it holds the part of new rank newRank[r] of newSize (newRank[r] == -1: the
 // process leaves and holds nothing). weights (len newSize, nil = equal) sets uneven shares.
-// It is collective over c.
+// It is collective over c, and returns the bytes this process sent.
 //
-// The processes that join (r >= oldSize) also receive the replicated registered values
-// (Register) from c's rank 0, so that after the call every member of the new configuration
-// holds the whole registered state of its new rank. On error nothing is installed: every
-// process keeps the data it had, and the job can go on in its old configuration.
-func (p *Process) resizeData(c *mpi.Comm, oldSize int, newRank []int, newSize int, weights []float64) error {
+// The new parts are only prepared: resizeDone installs them (commit) or drops them (abort),
+// once the caller has agreed on the outcome, so that after an abort every process holds the
+// data it had and the job goes on in its old configuration. (A Malleable's items move for
+// good: see Malleable.) The processes that join (r >= oldSize) also receive the replicated
+// registered values (Register) from c's rank 0.
+func (p *Process) resizeData(c *mpi.Comm, oldSize int, newRank []int, newSize int, weights []float64) (int64, error) {
 	me := c.Rank()
+	p.dist.pending = nil
 	if err := checkResize(c.Size(), oldSize, newRank, newSize, weights); err != nil {
-		return err
+		return 0, err
 	}
 	cc, err := c.Dup() // a private context: no message of the application can match ours
 	if err != nil {
-		return fmt.Errorf("pcm: resize: %w", err)
+		return 0, fmt.Errorf("pcm: resize: %w", err)
 	}
 	defer cc.Free()
 	olds, err := p.agreeLayouts(cc, me >= oldSize, oldSize)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var reqs []*mpi.Request
 	plans := make([]redist.Plan, len(olds))
@@ -45,7 +47,7 @@ func (p *Process) resizeData(c *mpi.Comm, oldSize int, newRank []int, newSize in
 	for k, l := range olds {
 		to, err := redist.Blocks(l.Rows, weights, newSize)
 		if err != nil {
-			return fmt.Errorf("pcm: resize block %q: %w", l.Name, err)
+			return 0, p.abortResize(reqs, fmt.Errorf("pcm: resize block %q: %w", l.Name, err))
 		}
 		news[k] = boundsOf(to)
 		fromW, toW := make([]redist.Range, c.Size()), make([]redist.Range, c.Size())
@@ -58,7 +60,7 @@ func (p *Process) resizeData(c *mpi.Comm, oldSize int, newRank []int, newSize in
 			}
 		}
 		if plans[k], err = redist.PlanRanges(fromW, toW); err != nil {
-			return fmt.Errorf("pcm: resize block %q: %w", l.Name, err)
+			return 0, p.abortResize(reqs, fmt.Errorf("pcm: resize block %q: %w", l.Name, err))
 		}
 		o := p.dist.objects[k]
 		var dst, src []byte
@@ -87,28 +89,43 @@ func (p *Process) resizeData(c *mpi.Comm, oldSize int, newRank []int, newSize in
 				continue
 			}
 			if err != nil {
-				return p.abortResize(reqs, fmt.Errorf("pcm: resize block %q: %w", l.Name, err))
+				return 0, p.abortResize(reqs, fmt.Errorf("pcm: resize block %q: %w", l.Name, err))
 			}
 			reqs = append(reqs, r)
 		}
 	}
 	if err := mpi.WaitAll(reqs...); err != nil {
-		return p.abortResize(nil, fmt.Errorf("pcm: resize: move rows: %w", err))
+		return 0, p.abortResize(nil, fmt.Errorf("pcm: resize: move rows: %w", err))
 	}
-	// Nobody installs before everybody has its rows: a failure anywhere leaves every
-	// process with its old data.
-	if err := agreeOK(cc, nil); err != nil {
-		return p.abortResize(nil, fmt.Errorf("pcm: resize: %w", err))
+	p.dist.pending = &pendingResize{bounds: news, rank: newRank[me]}
+	// The application's own structures last: their items cannot be taken back.
+	return p.dist.moved, p.resizeMalleable(cc, oldSize, newRank, newSize, weights)
+}
+
+// pendingResize is what resizeData prepared and resizeDone installs.
+type pendingResize struct {
+	bounds [][]int64 // per object, the new layout
+	rank   int       // this process's new rank, -1 if it leaves
+}
+
+// resizeDone ends the resize whose data resizeData moved: with commit, every distributed
+// object takes its new part (a process that leaves drops its data); without, the new parts
+// are dropped and every process keeps what it had. Call it on every process of the resize
+// once they agree on the outcome.
+func (p *Process) resizeDone(commit bool) {
+	pr := p.dist.pending
+	p.dist.pending = nil
+	if pr == nil || !commit {
+		p.discardPrepared()
+		return
 	}
 	for k, o := range p.dist.objects {
-		if newRank[me] < 0 {
+		if pr.rank < 0 {
 			o.release()
 		} else {
-			o.install(news[k], newRank[me])
+			o.install(pr.bounds[k], pr.rank)
 		}
 	}
-	// The application's own structures last: their items cannot be taken back.
-	return p.resizeMalleable(cc, oldSize, newRank, newSize, weights)
 }
 
 // abortResize drops what a failed resize prepared.
@@ -116,9 +133,7 @@ func (p *Process) abortResize(reqs []*mpi.Request, err error) error {
 	for _, r := range reqs {
 		_, _ = r.Wait() // the first error is the one reported
 	}
-	for _, o := range p.dist.objects {
-		o.discard()
-	}
+	p.discardPrepared()
 	return err
 }
 
@@ -258,7 +273,19 @@ func (p *Process) Rebalance(weights []float64) error {
 	for r := range ranks {
 		ranks[r] = r
 	}
-	return p.resizeData(p.world, n, ranks, n, weights)
+	_, err := p.resizeData(p.world, n, ranks, n, weights)
+	// Nobody installs before everybody has its rows: a failure anywhere leaves every
+	// process with its old data. A process that failed does not agree: its error is a
+	// broken communicator (the others' collectives then fail too) or the same on every
+	// process (a bad request).
+	if err == nil {
+		err = agreeOK(p.world, nil)
+	}
+	p.resizeDone(err == nil)
+	if err != nil {
+		return fmt.Errorf("pcm: Rebalance: %w", err)
+	}
+	return nil
 }
 
 // MovedBytes returns the number of bytes this process sent in its last redistribution

@@ -96,7 +96,7 @@ func TestResizeDataSplitThenMerge(t *testing.T) {
 		}
 
 		// Split: 4 -> 6.
-		if err := p.resizeData(c, 4, []int{0, 1, 2, 3, 4, 5}, 6, nil); err != nil {
+		if err := resize(p, c, 4, []int{0, 1, 2, 3, 4, 5}, 6, nil); err != nil {
 			return fmt.Errorf("split: %w", err)
 		}
 		six, _ := redist.Blocks(rows, nil, 6)
@@ -113,7 +113,7 @@ func TestResizeDataSplitThenMerge(t *testing.T) {
 
 		// Merge: 6 -> 3, the odd ranks leave.
 		newRank := []int{0, -1, 1, -1, 2, -1}
-		if err := p.resizeData(c, 6, newRank, 3, nil); err != nil {
+		if err := resize(p, c, 6, newRank, 3, nil); err != nil {
 			return fmt.Errorf("merge: %w", err)
 		}
 		three, _ := redist.Blocks(rows, nil, 3)
@@ -234,4 +234,33 @@ func TestResizeDataAbortsWhenAPeerDies(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// resize is resizeData committed at once on each process (the tests' processes do not need
+// to agree on the outcome first).
+func resize(p *Process, c *mpi.Comm, oldSize int, newRank []int, newSize int, weights []float64) error {
+	_, err := p.resizeData(c, oldSize, newRank, newSize, weights)
+	p.resizeDone(err == nil)
+	return err
+}
+
+// TestResizeDoneAbortKeepsTheOldRows: after a resize whose outcome is abort, every process
+// holds the rows it had.
+func TestResizeDoneAbortKeepsTheOldRows(t *testing.T) {
+	mpitest.Run(t, mpitest.InProc, 3, func(c *mpi.Comm) error {
+		p, b, err := oldAndJoining(c, 3, 20, testRowLen, DoubleBuffer())
+		if err != nil {
+			return err
+		}
+		if err := p.Load(); err != nil {
+			return err
+		}
+		fillRows(b)
+		before := b.Range()
+		if _, err := p.resizeData(c, 3, []int{0, -1, 1}, 2, nil); err != nil {
+			return err
+		}
+		p.resizeDone(false)
+		return checkRows(b, before)
+	})
 }

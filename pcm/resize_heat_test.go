@@ -160,7 +160,7 @@ func TestResizeSequenceKeepsHeatBitwise(t *testing.T) {
 						newRanks[key(q)] = next[q]
 					}
 				}
-				if err := p.resizeData(c, size, newRanks, newSize, nil); err != nil {
+				if err := resize(p, c, size, newRanks, newSize, nil); err != nil {
 					return fmt.Errorf("resize %d -> %d: %w", size, newSize, err)
 				}
 			}
