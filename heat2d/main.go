@@ -12,7 +12,12 @@
 //
 // Usage:
 //
-//	mpirun -np 4 heat2d -n 256 -iters 100 [-residual-every K] [-dump FILE]
+//	mpirun -np 4 heat2d -n 256 -iters 100 [-residual-every K] [-dump FILE] [-decomp rows|2d]
+//
+// With -decomp 2d the grid is split in both directions over a balanced grid of
+// ranks (mpi.DimsCreate, mpi.CartView) and each iteration also exchanges one
+// ghost column with the west and east neighbours; the result is bitwise the
+// same as with row blocks (the default).
 //
 // Rank 0 prints "checksum %.10e" and "sec_per_iter %.6e".
 //
@@ -21,7 +26,9 @@
 // counter are checkpointed every K iterations, and MPIOS_RESTART=JOB resumes
 // from JOB's newest valid checkpoint, with a result bitwise identical to an
 // uninterrupted run, on the same number of ranks or another: the grid is a
-// pcm.Block, whose rows pcm splits over however many ranks load it.
+// pcm.Block, whose rows pcm splits over however many ranks load it. With
+// -decomp 2d the grid is one plain slice per rank, so a restart needs the same
+// number of ranks and the same -decomp (pcm refuses another number clearly).
 //
 // The hidden flag -crash-after N (for tests of restart) makes rank 1 (rank 0
 // if alone) exit with status 1 right after iteration N, as if it had died.
@@ -46,6 +53,8 @@ import (
 const (
 	tagToUp   = 1
 	tagToDown = 2
+	tagToWest = 3
+	tagToEast = 4
 )
 
 // topBoundary is the fixed temperature of the top boundary row.
@@ -60,6 +69,7 @@ type config struct {
 	pace          time.Duration // test only: sleep this long per iteration
 	noPCM         bool          // benchmark baseline only: never call pcm.Reconfigure
 	init          float64       // benchmark only: the interior's initial value
+	twoD          bool          // -decomp 2d: blocks of rows and columns
 }
 
 func main() {
@@ -83,11 +93,15 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.pace, solverkit.PaceFlag, 0, "")
 	fs.BoolVar(&cfg.noPCM, solverkit.NoPCMFlag, false, "")
 	fs.Float64Var(&cfg.init, solverkit.InitFlag, 0, "")
+	decomp := fs.String("decomp", "rows", "domain decomposition: rows (row blocks) or 2d (blocks of rows and columns)")
 	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	cfg.twoD = *decomp == "2d"
 	switch {
+	case *decomp != "rows" && *decomp != "2d":
+		return cfg, fmt.Errorf("-decomp must be rows or 2d, got %q", *decomp)
 	case fs.NArg() != 0:
 		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	case cfg.n < 1:
@@ -100,6 +114,21 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-%s must be >= 0, got %d", solverkit.CrashFlag, cfg.crashAfter)
 	}
 	return cfg, nil
+}
+
+// newGrid allocates a local block of rows interior rows plus one ghost (or
+// boundary) row above and below, each row n+2 wide (boundary columns
+// included), and sets the fixed boundary values. isTop marks the rank that
+// owns global row 1, whose upper ghost row is the hot boundary.
+func newGrid(rows, n int, isTop bool) []float64 {
+	w := n + 2
+	u := make([]float64, (rows+2)*w)
+	if isTop {
+		for j := range w {
+			u[j] = topBoundary
+		}
+	}
+	return u
 }
 
 // step applies one Jacobi sweep to the rows interior rows of src and writes
@@ -177,6 +206,27 @@ func exchange(c *mpi.Comm, u []float64, rows, n, up, down int) error {
 	return nil
 }
 
+// domain is a decomposition of the grid over the ranks: this rank's block of rows x cols
+// interior cells framed by one ghost (or boundary) cell on every side, a scratch block of
+// the same shape for the next sweep, and how the ghosts are filled. Its constructor
+// registers the grid with pcm.
+type domain interface {
+	// setup takes the world and this rank's block after pcm.Load (a restored grid may have
+	// another layout) and again whenever the world or the block changes.
+	setup(world *mpi.Comm) error
+	// shape is the number of interior rows and columns of this rank's block.
+	shape() (rows, cols int)
+	// grids returns the current grid and the scratch block.
+	grids() (cur, next []float64)
+	// halo fills the ghost cells of cur, the current grid, from the neighbours.
+	halo(cur []float64) error
+	// flip makes the scratch block the current grid.
+	flip()
+	// dump gathers the interior on rank 0, which writes it to path as raw little-endian
+	// float64 values, row-major, n*n in total.
+	dump(path string) error
+}
+
 func run(args []string, stdout io.Writer) (err error) {
 	cfg, err := parseFlags(args)
 	if err != nil {
@@ -191,32 +241,22 @@ func run(args []string, stdout io.Writer) (err error) {
 			err = fmt.Errorf("mpi finalize: %w", ferr)
 		}
 	}()
-	if comm.Size() > cfg.n {
-		// Every rank needs at least one row for the neighbour chain to work.
-		return fmt.Errorf("-n %d is smaller than the number of ranks %d", cfg.n, comm.Size())
-	}
-	n := cfg.n
 
-	// Solver state: the grid u, a block of rows distributed by pcm, and iter, the number of
-	// completed iterations, both registered with pcm, which checkpoints and restores them and
-	// moves u's rows when the job is resized. Each rank's rows (n+2 wide, boundary columns
-	// included) are framed by a ghost (or boundary) row above and below; the block's
-	// scratch buffer of the same shape receives the next sweep, and Flip makes it the grid.
+	// Solver state: the grid, owned by the decomposition, and iter, the number of completed
+	// iterations, both registered with pcm, which checkpoints and restores them (and, for row
+	// blocks, moves the grid's rows when the job is resized).
 	p, err := pcm.Init(comm)
 	if err != nil {
 		return err
 	}
-	u, err := pcm.NewBlock[float64](p, "u", n, n+2, pcm.Halo(1), pcm.DoubleBuffer())
+	var d domain
+	if cfg.twoD {
+		d, err = newBlocks2D(p, comm, cfg.n, cfg.init)
+	} else {
+		d, err = newRowBlocks(p, comm, cfg.n, cfg.init)
+	}
 	if err != nil {
 		return err
-	}
-	if cfg.init != 0 {
-		local := u.Local()
-		for i := range u.Rows() {
-			for j := 1; j <= n; j++ {
-				local[i*(n+2)+j] = cfg.init
-			}
-		}
 	}
 	iter := 0
 	if err := p.Register("iter", &iter); err != nil {
@@ -228,26 +268,11 @@ func run(args []string, stdout io.Writer) (err error) {
 		return err
 	}
 	startIter := iter
-
-	// The decomposition, set again whenever the world or the block changes.
-	var rank, size, rows, up, down int
-	decompose := func() {
-		rank, size, rows = comm.Rank(), comm.Size(), u.Rows()
-		up, down = rank-1, rank+1
-		if rank == 0 {
-			up = mpi.ProcNull
-			// The hot boundary is the upper ghost row of the first block, in both buffers.
-			for _, g := range [][]float64{u.Padded(), u.Scratch()} {
-				for j := range n + 2 {
-					g[j] = topBoundary
-				}
-			}
-		}
-		if rank == size-1 {
-			down = mpi.ProcNull
-		}
+	if err := d.setup(comm); err != nil {
+		return err
 	}
-	decompose()
+	rank, size := comm.Rank(), comm.Size()
+	rows, cols := d.shape()
 
 	// Start the clock together. A process that took over a migrated rank joins a
 	// running loop: the others are not at this barrier.
@@ -258,14 +283,14 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	start := time.Now()
 	for iter < cfg.iters {
-		grid, next := u.Padded(), u.Scratch()
-		if err := exchange(comm, grid, rows, n, up, down); err != nil {
+		grid, next := d.grids()
+		if err := d.halo(grid); err != nil {
 			return err
 		}
-		step(next, grid, rows, n)
+		step(next, grid, rows, cols)
 		iter++
 		if cfg.residualEvery > 0 && iter%cfg.residualEvery == 0 {
-			local := []float64{maxChange(next, grid, rows, n)}
+			local := []float64{maxChange(next, grid, rows, cols)}
 			global := []float64{0}
 			if err := mpi.Allreduce(comm, local, global, mpi.Max); err != nil {
 				return fmt.Errorf("residual allreduce: %w", err)
@@ -274,28 +299,30 @@ func run(args []string, stdout io.Writer) (err error) {
 				fmt.Fprintf(stdout, "residual %d %.6e\n", iter, global[0])
 			}
 		}
-		u.Flip()
-		// Iteration boundary: u is the grid after iter iterations and
+		d.flip()
+		// Iteration boundary: the current grid is the one after iter iterations and
 		// nothing else carries state across iterations.
 		act, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "heat2d", CrashAfter: cfg.crashAfter, Pace: cfg.pace, NoPCM: cfg.noPCM})
 		if err != nil || act == pcm.Leave {
 			return err
 		}
-		// After a resize (pcm.Resized) the world and u's rows are new: take the world
-		// again (comm = p.World()) and call decompose.
+		// After a resize (pcm.Resized; row blocks only) the world and the grid's rows are
+		// new: take the world again (comm = p.World()), call d.setup(comm) and take rank,
+		// size, rows and cols again.
 	}
 	if err := comm.Barrier(); err != nil {
 		return err
 	}
 	elapsed := time.Since(start)
 
-	local := []float64{interiorSum(u.Padded(), rows, n)}
+	cur, _ := d.grids()
+	local := []float64{interiorSum(cur, rows, cols)}
 	total := []float64{0}
 	if err := mpi.Reduce(comm, local, total, mpi.Sum, 0); err != nil {
 		return fmt.Errorf("checksum reduce: %w", err)
 	}
 	if cfg.dump != "" {
-		if err := dumpGrid(comm, u, cfg.dump); err != nil {
+		if err := d.dump(cfg.dump); err != nil {
 			return err
 		}
 	}
@@ -311,28 +338,25 @@ func run(args []string, stdout io.Writer) (err error) {
 	return nil
 }
 
-// dumpGrid gathers the interior rows of every rank on rank 0 and writes them
-// to path as raw little-endian float64 values, row-major, n*n in total.
-func dumpGrid(c *mpi.Comm, u *pcm.Block[float64], path string) error {
-	n, w := u.GlobalRows(), u.RowLen()
-	send := make([]float64, 0, u.Rows()*n)
-	local := u.Local()
-	for i := range u.Rows() {
-		send = append(send, local[i*w+1:i*w+1+n]...)
-	}
-	counts := make([]int, c.Size())
-	for r, rg := range u.Ranges() {
-		counts[r] = rg.Len() * n
+// gatherInterior gathers the interior cells of every rank's rows x cols block on rank 0,
+// rank after rank, each row-major; counts[r] is the number of cells of rank r. Other ranks
+// get nil.
+func gatherInterior(c *mpi.Comm, u []float64, rows, cols int, counts []int) ([]float64, error) {
+	w := cols + 2
+	send := make([]float64, 0, rows*cols)
+	for i := 1; i <= rows; i++ {
+		send = append(send, u[i*w+1:i*w+1+cols]...)
 	}
 	var recv []float64
 	if c.Rank() == 0 {
-		recv = make([]float64, n*n)
+		total := 0
+		for _, n := range counts {
+			total += n
+		}
+		recv = make([]float64, total)
 	}
 	if err := mpi.Gatherv(c, send, recv, counts, 0); err != nil {
-		return fmt.Errorf("dump gatherv: %w", err)
+		return nil, fmt.Errorf("dump gatherv: %w", err)
 	}
-	if c.Rank() != 0 {
-		return nil
-	}
-	return solverkit.WriteFloats(path, recv)
+	return recv, nil
 }

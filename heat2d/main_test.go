@@ -40,21 +40,6 @@ func seqHeat(n, iters int) []float64 {
 	return out
 }
 
-// newGrid (the layout of a block in heat2d, for the kernel tests) allocates a local block of rows interior rows plus one ghost (or
-// boundary) row above and below, each row n+2 wide (boundary columns
-// included), and sets the fixed boundary values. isTop marks the rank that
-// owns global row 1, whose upper ghost row is the hot boundary.
-func newGrid(rows, n int, isTop bool) []float64 {
-	w := n + 2
-	u := make([]float64, (rows+2)*w)
-	if isTop {
-		for j := range w {
-			u[j] = topBoundary
-		}
-	}
-	return u
-}
-
 // TestStepDecomposed runs the kernel on p in-process row blocks, copying the
 // ghost rows by hand the way exchange does, and checks the result is bitwise
 // identical to the sequential reference. This covers the decomposition logic
@@ -112,15 +97,34 @@ func TestParseFlags(t *testing.T) {
 // the dumped grid is bitwise identical for every rank count and to the
 // sequential reference, and that the printed checksums agree.
 func TestMPIRun(t *testing.T) {
+	checkAgainstReference(t, []int{1, 2, 3, 4})
+}
+
+// TestMPIRun2D is TestMPIRun for -decomp 2d, on grids of ranks 2x1, 2x2 and 3x2 (blocks of
+// unequal sizes in both directions): the halo exchange through the Cartesian topology gives
+// bitwise the grid of the row decomposition and of the sequential reference.
+func TestMPIRun2D(t *testing.T) {
+	checkAgainstReference(t, []int{2, 4, 6}, "-decomp", "2d")
+}
+
+// buildMPIRun skips the test in -short mode, else builds mpirun and heat2d into a temporary
+// directory and returns it and the two binaries.
+func buildMPIRun(t *testing.T) (dir, mpirun, bin string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and launches mpirun")
 	}
-	const n, iters = 67, 50 // odd n: n%p != 0 for p = 2, 3, 4
-	dir := t.TempDir()
-	mpirun := filepath.Join(dir, "mpirun")
-	bin := filepath.Join(dir, "heat2d")
+	dir = t.TempDir()
+	mpirun = filepath.Join(dir, "mpirun")
+	bin = filepath.Join(dir, "heat2d")
 	testbin.Build(t, mpirun, "./cmd/mpirun")
 	testbin.Build(t, bin, "./heat2d")
+	return dir, mpirun, bin
+}
+
+func checkAgainstReference(t *testing.T, nps []int, extra ...string) {
+	const n, iters = 67, 50 // odd n: n%p != 0 for p = 2, 3, 4
+	dir, mpirun, bin := buildMPIRun(t)
 
 	want := seqHeat(n, iters)
 	wantSum := 0.0
@@ -129,12 +133,13 @@ func TestMPIRun(t *testing.T) {
 	}
 	wantChecksum := fmt.Sprintf("%.10e", wantSum)
 
-	for p := 1; p <= 4; p++ {
+	for _, p := range nps {
 		t.Run(fmt.Sprintf("np%d", p), func(t *testing.T) {
 			dump := filepath.Join(dir, fmt.Sprintf("grid%d.bin", p))
 			// --timeout lets mpirun tear the ranks down itself before it is killed.
-			out, stderr, err := testbin.Run(2*time.Minute, nil, mpirun, "-np", fmt.Sprint(p), "--timeout", "90s", bin,
-				"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-residual-every", "10", "-dump", dump)
+			args := append([]string{"-np", fmt.Sprint(p), "--timeout", "90s", bin,
+				"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-residual-every", "10", "-dump", dump}, extra...)
+			out, stderr, err := testbin.Run(2*time.Minute, nil, mpirun, args...)
 			if err != nil {
 				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, out, stderr)
 			}
@@ -177,15 +182,8 @@ func BenchmarkStep(b *testing.B) {
 // checks that every restarted job's final grid is bitwise identical to the
 // undisturbed one.
 func TestCheckpointRestartMPIRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and launches mpirun")
-	}
 	const n, iters, np = 67, 60, 4
-	dir := t.TempDir()
-	mpirun := filepath.Join(dir, "mpirun")
-	bin := filepath.Join(dir, "heat2d")
-	testbin.Build(t, mpirun, "./cmd/mpirun")
-	testbin.Build(t, bin, "./heat2d")
+	dir, mpirun, bin := buildMPIRun(t)
 	ckpt := filepath.Join(dir, "ckpt")
 	rt := filepath.Join(dir, "run")
 
@@ -204,7 +202,7 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	// Synchronous checkpoints: the one of iteration 30 is committed before the crash after
 	// 35 (in the background it might not be yet; internal/e2e covers that case).
 	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
-	out, stderr, err := job(np, testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first"}, "-crash-after", "35")
+	out, stderr, err := job(np, testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first", "--no-recover"}, "-crash-after", "35")
 	ms := testbin.Crashed(t, err, out, stderr, ckpt, "first")
 	if len(ms) != 2 || ms[0].Iteration != 30 || ms[1].Iteration != 20 || ms[0].Size != np {
 		t.Fatalf("checkpoints of the crashed job: %+v, want iterations 30 and 20 of %d ranks\n%s%s", ms, np, out, stderr)
@@ -229,4 +227,42 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 			testbin.CheckBitwise(t, testbin.ReadFloats(t, dumpB), a, func(k int) string { return fmt.Sprintf("restarted cell (%d,%d)", k/n, k%n) })
 		})
 	}
+}
+
+// TestCheckpointRestart2DMPIRun: with -decomp 2d the grid is one plain slice per rank, not a
+// pcm.Block, so a checkpoint restarts on the same number of ranks, bitwise identical to an
+// undisturbed run, and a restart on another number is refused with an error naming the -np
+// to use instead of computing on a grid pcm cannot split.
+func TestCheckpointRestart2DMPIRun(t *testing.T) {
+	const n, iters, np = 37, 40, 4
+	dir, mpirun, bin := buildMPIRun(t)
+	ckpt := filepath.Join(dir, "ckpt")
+	rt := filepath.Join(dir, "run")
+	job := func(np int, env []string, id string, args ...string) (stdout, stderr string, err error) {
+		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, "--no-recover", bin,
+			"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-decomp", "2d"}
+		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
+	}
+
+	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
+	out, stderr, err := job(np, testbin.IsolatedEnv(rt, ckptEnv...), "first", "-crash-after", "25")
+	if ms := testbin.Crashed(t, err, out, stderr, ckpt, "first"); len(ms) == 0 || ms[0].Iteration != 20 || ms[0].Size != np {
+		t.Fatalf("checkpoints of the crashed job: %+v, want the newest at iteration 20 of %d ranks\n%s%s", ms, np, out, stderr)
+	}
+	restartEnv := testbin.IsolatedEnv(rt, append(ckptEnv, "MPIOS_RESTART=first")...)
+
+	out, stderr, err = job(6, restartEnv, "other")
+	if err == nil {
+		t.Fatalf("restart of a 2-D job on 6 ranks from a checkpoint of %d succeeded:\n%s%s", np, out, stderr)
+	}
+	if want := fmt.Sprintf("the checkpoint has %d ranks, this world has 6", np); !strings.Contains(stderr, want) {
+		t.Errorf("restart on another number of ranks: stderr does not say %q:\n%s", want, stderr)
+	}
+
+	dump := filepath.Join(dir, "same.bin")
+	out, stderr, err = job(np, restartEnv, "same", "-dump", dump)
+	if err != nil {
+		t.Fatalf("restart on the same number of ranks: %v\n%s%s", err, out, stderr)
+	}
+	testbin.CheckBitwise(t, testbin.ReadFloats(t, dump), seqHeat(n, iters), func(k int) string { return fmt.Sprintf("restarted cell (%d,%d)", k/n, k%n) })
 }
