@@ -5,14 +5,22 @@ import (
 
 	"github.com/mpios/mpios/internal/solverkit"
 	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm"
 )
 
 // blocks2D is the 2-D decomposition (-decomp 2d): the ranks form a balanced grid of
 // dims[0] x dims[1] (non-periodic: the domain has fixed boundaries), and each owns a block of
 // rows x cols interior cells. The grid is a view of the world communicator, made without
 // communication, so a process that takes over a migrated rank makes it again on its own.
+//
+// The grid is a plain slice per rank registered with pcm, not a pcm.Block (a Block splits
+// rows only): a checkpoint restarts on the same number of ranks (pcm refuses another with a
+// SizeMismatchError) and the job cannot be resized; migration works.
 type blocks2D struct {
-	cart       *mpi.Cart
+	cart *mpi.Cart
+	// u is the current grid (ghost cells and fixed boundary included), unew the scratch
+	// block for the next sweep, with the same fixed boundary so that the two can be swapped.
+	u, unew    []float64
 	n          int
 	coords     []int
 	rows, cols int
@@ -24,7 +32,9 @@ type blocks2D struct {
 	sendColE, recvColE []float64
 }
 
-func newBlocks2D(world *mpi.Comm, n int) (*blocks2D, error) {
+// newBlocks2D makes this rank's block and registers its grid with p; init is the interior's
+// initial value.
+func newBlocks2D(p *pcm.Process, world *mpi.Comm, n int, init float64) (*blocks2D, error) {
 	dims := []int{0, 0}
 	if err := mpi.DimsCreate(world.Size(), dims); err != nil {
 		return nil, err
@@ -52,12 +62,39 @@ func newBlocks2D(world *mpi.Comm, n int) (*blocks2D, error) {
 	b.column = mpi.Column(b.rows, b.cols+2)
 	b.sendCol, b.recvCol = make([]float64, b.rows), make([]float64, b.rows)
 	b.sendColE, b.recvColE = make([]float64, b.rows), make([]float64, b.rows)
+	isTop := b.coords[0] == 0
+	b.u, b.unew = newGrid(b.rows, b.cols, isTop), newGrid(b.rows, b.cols, isTop)
+	if init != 0 {
+		for i := 1; i <= b.rows; i++ {
+			for j := 1; j <= b.cols; j++ {
+				b.u[i*(b.cols+2)+j] = init
+			}
+		}
+	}
+	if err := p.Register("u", &b.u); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
-// exchange fills the ghost rows and columns of u from the four neighbours. Corner ghost cells
+// setup checks the grid pcm.Load restored: the checkpoint must have been made with the same
+// -n and -decomp (pcm itself refuses another number of ranks). The world cannot change.
+func (b *blocks2D) setup(*mpi.Comm) error {
+	if want := (b.rows + 2) * (b.cols + 2); len(b.u) != want {
+		return fmt.Errorf("the checkpoint's grid has %d cells, -n %d on %d ranks needs %d: restart with the same -n and -decomp", len(b.u), b.n, b.cart.Size(), want)
+	}
+	return nil
+}
+
+func (b *blocks2D) shape() (rows, cols int) { return b.rows, b.cols }
+
+func (b *blocks2D) grids() (cur, next []float64) { return b.u, b.unew }
+
+func (b *blocks2D) flip() { b.u, b.unew = b.unew, b.u }
+
+// halo fills the ghost rows and columns of u from the four neighbours. Corner ghost cells
 // are never read by the 5-point stencil and are not exchanged.
-func (b *blocks2D) exchange(u []float64) error {
+func (b *blocks2D) halo(u []float64) error {
 	if err := exchange(b.cart.Comm, u, b.rows, b.cols, b.north, b.south); err != nil {
 		return err
 	}
@@ -88,8 +125,8 @@ func (b *blocks2D) shiftColumn(src []float64, dest int, ghost []float64, source,
 }
 
 // dump gathers every block on rank 0 and writes the interior grid to path as raw
-// little-endian float64 values, row-major, n*n in total, as dumpGrid does for row blocks.
-func (b *blocks2D) dump(u []float64, path string) error {
+// little-endian float64 values, row-major, n*n in total, as rowBlocks.dump does.
+func (b *blocks2D) dump(path string) error {
 	c, n := b.cart.Comm, b.n
 	dims := b.cart.Dims()
 	// block returns the first row and column of rank r's block and its size.
@@ -104,7 +141,7 @@ func (b *blocks2D) dump(u []float64, path string) error {
 		_, rows, _, cols := block(r)
 		counts[r] = rows * cols
 	}
-	all, err := gatherInterior(c, u, b.rows, b.cols, counts)
+	all, err := gatherInterior(c, b.u, b.rows, b.cols, counts)
 	if err != nil || c.Rank() != 0 {
 		return err
 	}

@@ -25,7 +25,10 @@
 // environment (see pcm): with MPIOS_CKPT_EVERY=K the grid and the iteration
 // counter are checkpointed every K iterations, and MPIOS_RESTART=JOB resumes
 // from JOB's newest valid checkpoint, with a result bitwise identical to an
-// uninterrupted run.
+// uninterrupted run, on the same number of ranks or another: the grid is a
+// pcm.Block, whose rows pcm splits over however many ranks load it. With
+// -decomp 2d the grid is one plain slice per rank, so a restart needs the same
+// number of ranks and the same -decomp (pcm refuses another number clearly).
 //
 // The hidden flag -crash-after N (for tests of restart) makes rank 1 (rank 0
 // if alone) exit with status 1 right after iteration N, as if it had died.
@@ -203,6 +206,27 @@ func exchange(c *mpi.Comm, u []float64, rows, n, up, down int) error {
 	return nil
 }
 
+// domain is a decomposition of the grid over the ranks: this rank's block of rows x cols
+// interior cells framed by one ghost (or boundary) cell on every side, a scratch block of
+// the same shape for the next sweep, and how the ghosts are filled. Its constructor
+// registers the grid with pcm.
+type domain interface {
+	// setup takes the world and this rank's block after pcm.Load (a restored grid may have
+	// another layout) and again whenever the world or the block changes.
+	setup(world *mpi.Comm) error
+	// shape is the number of interior rows and columns of this rank's block.
+	shape() (rows, cols int)
+	// grids returns the current grid and the scratch block.
+	grids() (cur, next []float64)
+	// halo fills the ghost cells of cur, the current grid, from the neighbours.
+	halo(cur []float64) error
+	// flip makes the scratch block the current grid.
+	flip()
+	// dump gathers the interior on rank 0, which writes it to path as raw little-endian
+	// float64 values, row-major, n*n in total.
+	dump(path string) error
+}
+
 func run(args []string, stdout io.Writer) (err error) {
 	cfg, err := parseFlags(args)
 	if err != nil {
@@ -217,89 +241,57 @@ func run(args []string, stdout io.Writer) (err error) {
 			err = fmt.Errorf("mpi finalize: %w", ferr)
 		}
 	}()
-	rank, size := comm.Rank(), comm.Size()
-	n := cfg.n
-	// The block of this rank, rows x cols interior cells, and how its ghost cells are filled.
-	var rows, cols int
-	var halo func(u []float64) error
-	var dump func(u []float64, path string) error
-	var isTop bool
-	if cfg.twoD {
-		b, err := newBlocks2D(comm, n)
-		if err != nil {
-			return err
-		}
-		rows, cols, isTop = b.rows, b.cols, b.coords[0] == 0
-		halo, dump = b.exchange, b.dump
-	} else {
-		if size > n {
-			// Every rank needs at least one row for the neighbour chain to work.
-			return fmt.Errorf("-n %d is smaller than the number of ranks %d", n, size)
-		}
-		_, rows = solverkit.BlockRange(n, size, rank)
-		cols, isTop = n, rank == 0
-		up, down := rank-1, rank+1
-		if rank == 0 {
-			up = mpi.ProcNull
-		}
-		if rank == size-1 {
-			down = mpi.ProcNull
-		}
-		halo = func(u []float64) error { return exchange(comm, u, rows, n, up, down) }
-		dump = func(u []float64, path string) error { return dumpGrid(comm, u, rows, n, path) }
-	}
 
-	// Solver state: u always holds the current grid (ghost rows and fixed
-	// boundary included) and iter the number of completed iterations; both
-	// are registered with pcm, which checkpoints and restores them. unew is
-	// scratch for the next sweep and carries the same fixed boundary, so the
-	// two can be swapped.
-	u := newGrid(rows, cols, isTop)
-	unew := newGrid(rows, cols, isTop)
-	if cfg.init != 0 {
-		for i := 1; i <= rows; i++ {
-			for j := 1; j <= cols; j++ {
-				u[i*(cols+2)+j] = cfg.init
-			}
-		}
-	}
-	iter := 0
+	// Solver state: the grid, owned by the decomposition, and iter, the number of completed
+	// iterations, both registered with pcm, which checkpoints and restores them (and, for row
+	// blocks, moves the grid's rows when the job is resized).
 	p, err := pcm.Init(comm)
 	if err != nil {
 		return err
 	}
-	if err := p.Register("u", &u); err != nil {
+	var d domain
+	if cfg.twoD {
+		d, err = newBlocks2D(p, comm, cfg.n, cfg.init)
+	} else {
+		d, err = newRowBlocks(p, comm, cfg.n, cfg.init)
+	}
+	if err != nil {
 		return err
 	}
+	iter := 0
 	if err := p.Register("iter", &iter); err != nil {
 		return err
 	}
-	defer solverkit.Close(p, "heat2d", rank, &err)
+	defer solverkit.Close(p, "heat2d", comm.Rank(), &err)
 	p.SetIterations(cfg.iters)
 	if err := p.Load(); err != nil {
 		return err
 	}
-	if len(u) != (rows+2)*(cols+2) {
-		return fmt.Errorf("the checkpoint's grid has %d cells, -n %d on %d ranks needs %d: restart with the same -n and -decomp", len(u), n, size, (rows+2)*(cols+2))
-	}
 	startIter := iter
+	comm = p.World() // a process that joined at a resize has a world of another size
+	if err := d.setup(comm); err != nil {
+		return err
+	}
+	rank, size := comm.Rank(), comm.Size()
+	rows, cols := d.shape()
 
-	// Start the clock together. A process that took over a migrated rank joins a
-	// running loop: the others are not at this barrier.
-	if p.Status() != pcm.Migrated {
+	// Start the clock together. A process that took over a migrated rank, or joined at a
+	// resize, joins a running loop: the others are not at this barrier.
+	if st := p.Status(); st != pcm.Migrated && st != pcm.Joined {
 		if err := comm.Barrier(); err != nil {
 			return err
 		}
 	}
 	start := time.Now()
 	for iter < cfg.iters {
-		if err := halo(u); err != nil {
+		grid, next := d.grids()
+		if err := d.halo(grid); err != nil {
 			return err
 		}
-		step(unew, u, rows, cols)
+		step(next, grid, rows, cols)
 		iter++
 		if cfg.residualEvery > 0 && iter%cfg.residualEvery == 0 {
-			local := []float64{maxChange(unew, u, rows, cols)}
+			local := []float64{maxChange(next, grid, rows, cols)}
 			global := []float64{0}
 			if err := mpi.Allreduce(comm, local, global, mpi.Max); err != nil {
 				return fmt.Errorf("residual allreduce: %w", err)
@@ -308,11 +300,21 @@ func run(args []string, stdout io.Writer) (err error) {
 				fmt.Fprintf(stdout, "residual %d %.6e\n", iter, global[0])
 			}
 		}
-		u, unew = unew, u
-		// Iteration boundary: u is the grid after iter iterations and
+		d.flip()
+		// Iteration boundary: the current grid is the one after iter iterations and
 		// nothing else carries state across iterations.
-		if leave, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "heat2d", CrashAfter: cfg.crashAfter, Pace: cfg.pace, NoPCM: cfg.noPCM}); leave || err != nil {
+		act, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "heat2d", CrashAfter: cfg.crashAfter, Pace: cfg.pace, NoPCM: cfg.noPCM})
+		if err != nil || act == pcm.Leave {
 			return err
+		}
+		if act == pcm.Resized {
+			// A new world and new rows (row blocks only: a 2-D grid is not resizable).
+			comm = p.World()
+			if err := d.setup(comm); err != nil {
+				return err
+			}
+			rank, size = comm.Rank(), comm.Size()
+			rows, cols = d.shape()
 		}
 	}
 	if err := comm.Barrier(); err != nil {
@@ -320,13 +322,14 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	elapsed := time.Since(start)
 
-	local := []float64{interiorSum(u, rows, cols)}
+	cur, _ := d.grids()
+	local := []float64{interiorSum(cur, rows, cols)}
 	total := []float64{0}
 	if err := mpi.Reduce(comm, local, total, mpi.Sum, 0); err != nil {
 		return fmt.Errorf("checksum reduce: %w", err)
 	}
 	if cfg.dump != "" {
-		if err := dump(u, cfg.dump); err != nil {
+		if err := d.dump(cfg.dump); err != nil {
 			return err
 		}
 	}
@@ -340,22 +343,6 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 	}
 	return nil
-}
-
-// dumpGrid gathers the interior rows of every rank on rank 0 and writes them
-// to path as raw little-endian float64 values, row-major, n*n in total.
-func dumpGrid(c *mpi.Comm, u []float64, rows, n int, path string) error {
-	size := c.Size()
-	counts := make([]int, size)
-	for r := range size {
-		_, cnt := solverkit.BlockRange(n, size, r)
-		counts[r] = cnt * n
-	}
-	all, err := gatherInterior(c, u, rows, n, counts)
-	if err != nil || c.Rank() != 0 {
-		return err
-	}
-	return solverkit.WriteFloats(path, all)
 }
 
 // gatherInterior gathers the interior cells of every rank's rows x cols block on rank 0,

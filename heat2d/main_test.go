@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,16 +107,24 @@ func TestMPIRun2D(t *testing.T) {
 	checkAgainstReference(t, []int{2, 4, 6}, "-decomp", "2d")
 }
 
-func checkAgainstReference(t *testing.T, nps []int, extra ...string) {
+// buildMPIRun skips the test in -short mode, else builds mpirun and heat2d into a temporary
+// directory and returns it and the two binaries.
+func buildMPIRun(t *testing.T) (dir, mpirun, bin string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and launches mpirun")
 	}
-	const n, iters = 67, 50 // odd n: n%p != 0 for p = 2, 3, 4
-	dir := t.TempDir()
-	mpirun := filepath.Join(dir, "mpirun")
-	bin := filepath.Join(dir, "heat2d")
+	dir = t.TempDir()
+	mpirun = filepath.Join(dir, "mpirun")
+	bin = filepath.Join(dir, "heat2d")
 	testbin.Build(t, mpirun, "./cmd/mpirun")
 	testbin.Build(t, bin, "./heat2d")
+	return dir, mpirun, bin
+}
+
+func checkAgainstReference(t *testing.T, nps []int, extra ...string) {
+	const n, iters = 67, 50 // odd n: n%p != 0 for p = 2, 3, 4
+	dir, mpirun, bin := buildMPIRun(t)
 
 	want := seqHeat(n, iters)
 	wantSum := 0.0
@@ -170,30 +177,24 @@ func BenchmarkStep(b *testing.B) {
 
 // TestCheckpointRestartMPIRun runs heat2d through mpirun undisturbed, then
 // with checkpoints every 10 iterations and a rank dying after iteration 35,
-// then restarted from that job's checkpoint under a new job id, and checks
-// that the restarted job's final grid is bitwise identical to the
+// then restarted from that job's checkpoint under a new job id on 4, 3 and 6
+// ranks (pcm splits the checkpointed grid over the new number of ranks), and
+// checks that every restarted job's final grid is bitwise identical to the
 // undisturbed one.
 func TestCheckpointRestartMPIRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and launches mpirun")
-	}
 	const n, iters, np = 67, 60, 4
-	dir := t.TempDir()
-	mpirun := filepath.Join(dir, "mpirun")
-	bin := filepath.Join(dir, "heat2d")
-	testbin.Build(t, mpirun, "./cmd/mpirun")
-	testbin.Build(t, bin, "./heat2d")
+	dir, mpirun, bin := buildMPIRun(t)
 	ckpt := filepath.Join(dir, "ckpt")
 	rt := filepath.Join(dir, "run")
 
-	job := func(env []string, mpirunArgs []string, args ...string) (stdout, stderr string, err error) {
+	job := func(np int, env []string, mpirunArgs []string, args ...string) (stdout, stderr string, err error) {
 		all := append(append([]string{"-np", fmt.Sprint(np), "--timeout", "50s"}, mpirunArgs...), bin,
 			"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters))
 		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
 	}
 
 	dumpA := filepath.Join(dir, "A.bin")
-	outA, errA, err := job(testbin.IsolatedEnv(rt), nil, "-dump", dumpA)
+	outA, errA, err := job(np, testbin.IsolatedEnv(rt), nil, "-dump", dumpA)
 	if err != nil {
 		t.Fatalf("undisturbed run: %v\n%s%s", err, outA, errA)
 	}
@@ -201,34 +202,67 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	// Synchronous checkpoints: the one of iteration 30 is committed before the crash after
 	// 35 (in the background it might not be yet; internal/e2e covers that case).
 	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
-	out, stderr, err := job(testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first", "--no-recover"}, "-crash-after", "35")
+	out, stderr, err := job(np, testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first", "--no-recover"}, "-crash-after", "35")
 	ms := testbin.Crashed(t, err, out, stderr, ckpt, "first")
 	if len(ms) != 2 || ms[0].Iteration != 30 || ms[1].Iteration != 20 || ms[0].Size != np {
 		t.Fatalf("checkpoints of the crashed job: %+v, want iterations 30 and 20 of %d ranks\n%s%s", ms, np, out, stderr)
 	}
 
-	dumpB := filepath.Join(dir, "B.bin")
-	out, stderr, err = job(testbin.IsolatedEnv(rt, append(ckptEnv, "MPIOS_RESTART=first")...), []string{"--job-id", "second"}, "-dump", dumpB)
+	a := testbin.ReadFloats(t, dumpA)
+	testbin.CheckBitwise(t, a, seqHeat(n, iters), func(k int) string { return fmt.Sprintf("undisturbed cell (%d,%d)", k/n, k%n) })
+	for _, np := range []int{4, 3, 6} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			id := fmt.Sprint("np", np)
+			dumpB := filepath.Join(dir, id+".bin")
+			out, stderr, err := job(np, testbin.IsolatedEnv(rt, append(ckptEnv, "MPIOS_RESTART=first")...), []string{"--job-id", id}, "-dump", dumpB)
+			if err != nil {
+				t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
+			}
+			if !strings.Contains(stderr, "pcm: job "+id+" restarts from job first checkpoint 3 (iteration 30)") {
+				t.Errorf("restart not reported:\n%s", stderr)
+			}
+			if a, b := testbin.OutputValue(t, outA, "checksum"), testbin.OutputValue(t, out, "checksum"); a != b {
+				t.Errorf("checksum %s after restart, %s undisturbed", b, a)
+			}
+			testbin.CheckBitwise(t, testbin.ReadFloats(t, dumpB), a, func(k int) string { return fmt.Sprintf("restarted cell (%d,%d)", k/n, k%n) })
+		})
+	}
+}
+
+// TestCheckpointRestart2DMPIRun: with -decomp 2d the grid is one plain slice per rank, not a
+// pcm.Block, so a checkpoint restarts on the same number of ranks, bitwise identical to an
+// undisturbed run, and a restart on another number is refused with an error naming the -np
+// to use instead of computing on a grid pcm cannot split.
+func TestCheckpointRestart2DMPIRun(t *testing.T) {
+	const n, iters, np = 37, 40, 4
+	dir, mpirun, bin := buildMPIRun(t)
+	ckpt := filepath.Join(dir, "ckpt")
+	rt := filepath.Join(dir, "run")
+	job := func(np int, env []string, id string, args ...string) (stdout, stderr string, err error) {
+		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, "--no-recover", bin,
+			"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-decomp", "2d"}
+		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
+	}
+
+	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
+	out, stderr, err := job(np, testbin.IsolatedEnv(rt, ckptEnv...), "first", "-crash-after", "25")
+	if ms := testbin.Crashed(t, err, out, stderr, ckpt, "first"); len(ms) == 0 || ms[0].Iteration != 20 || ms[0].Size != np {
+		t.Fatalf("checkpoints of the crashed job: %+v, want the newest at iteration 20 of %d ranks\n%s%s", ms, np, out, stderr)
+	}
+	restartEnv := testbin.IsolatedEnv(rt, append(ckptEnv, "MPIOS_RESTART=first")...)
+
+	out, stderr, err = job(6, restartEnv, "other")
+	if err == nil {
+		t.Fatalf("restart of a 2-D job on 6 ranks from a checkpoint of %d succeeded:\n%s%s", np, out, stderr)
+	}
+	if want := fmt.Sprintf("the checkpoint has %d ranks, this world has 6", np); !strings.Contains(stderr, want) {
+		t.Errorf("restart on another number of ranks: stderr does not say %q:\n%s", want, stderr)
+	}
+
+	dump := filepath.Join(dir, "same.bin")
+	out, stderr, err = job(np, restartEnv, "same", "-dump", dump)
 	if err != nil {
-		t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
+		t.Fatalf("restart on the same number of ranks: %v\n%s%s", err, out, stderr)
 	}
-	if !strings.Contains(stderr, "pcm: job second restarts from job first checkpoint 3 (iteration 30)") {
-		t.Errorf("restart not reported:\n%s", stderr)
-	}
-	if a, b := testbin.OutputValue(t, outA, "checksum"), testbin.OutputValue(t, out, "checksum"); a != b {
-		t.Errorf("checksum %s after restart, %s undisturbed", b, a)
-	}
-	a, b := testbin.ReadFloats(t, dumpA), testbin.ReadFloats(t, dumpB)
-	want := seqHeat(n, iters)
-	if len(a) != n*n || len(b) != n*n {
-		t.Fatalf("dumps have %d and %d values, want %d", len(a), len(b), n*n)
-	}
-	for k := range a {
-		if math.Float64bits(a[k]) != math.Float64bits(want[k]) {
-			t.Fatalf("undisturbed cell (%d,%d) = %v, want %v", k/n, k%n, a[k], want[k])
-		}
-		if math.Float64bits(b[k]) != math.Float64bits(a[k]) {
-			t.Fatalf("restarted cell (%d,%d) = %v, undisturbed %v", k/n, k%n, b[k], a[k])
-		}
-	}
+	testbin.CheckBitwise(t, testbin.ReadFloats(t, dump), seqHeat(n, iters), func(k int) string { return fmt.Sprintf("restarted cell (%d,%d)", k/n, k%n) })
 }

@@ -9,8 +9,8 @@
 //
 //	x'_i = (b_i - sum_{j != i} A_ij x_j) / A_ii   (j in increasing order),
 //
-// then the new x is gathered everywhere (Allgatherv) and the largest local
-// change is reduced with Max. The iteration stops once that change is below
+// with the full x gathered everywhere (Allgatherv) at the start of the
+// iteration, and the largest local change is reduced with Max. The iteration stops once that change is below
 // -tol (counting that iteration) or after -maxiters iterations. Results are
 // bitwise independent of the number of ranks and match bench/c/jacobi.c.
 //
@@ -22,10 +22,11 @@
 // "sec_per_iter %.6e".
 //
 // Checkpointing and restart go through package pcm and are configured by the
-// environment (see pcm): MPIOS_CKPT_EVERY=K checkpoints x, the iteration
-// counter and the last change every K iterations, and MPIOS_RESTART=JOB
-// resumes from JOB's newest valid checkpoint, bitwise identically to an
-// uninterrupted run. The hidden flag -crash-after N (for tests of restart)
+// environment (see pcm): MPIOS_CKPT_EVERY=K checkpoints x (a pcm.Block, each
+// rank saving its rows), the iteration counter and the last change every K
+// iterations, and MPIOS_RESTART=JOB resumes from JOB's newest valid
+// checkpoint, on the same number of ranks or another, bitwise identically to
+// an uninterrupted run. The hidden flag -crash-after N (for tests of restart)
 // makes rank 1 (rank 0 if alone) exit with status 1 right after iteration N.
 package main
 
@@ -225,73 +226,82 @@ func run(args []string, stdout io.Writer) (err error) {
 			err = fmt.Errorf("mpi finalize: %w", ferr)
 		}
 	}()
-	rank, size := comm.Rank(), comm.Size()
-	if size > cfg.n {
-		return fmt.Errorf("-n %d is smaller than the number of ranks %d", cfg.n, size)
+	if comm.Size() > cfg.n {
+		return fmt.Errorf("-n %d is smaller than the number of ranks %d", cfg.n, comm.Size())
 	}
 	n := cfg.n
-	start, rows := solverkit.BlockRange(n, size, rank)
-	counts := make([]int, size)
-	for r := range size {
-		_, counts[r] = solverkit.BlockRange(n, size, r)
-	}
-	// A's local rows never change, so they are built once up front.
-	a, b := buildRows(start, rows, n)
 
-	// Solver state, registered with pcm: x is the full current iterate on
-	// every rank, iter the number of completed iterations and change the
-	// largest change of the last one (printed at the end). xnext and xloc
-	// are scratch.
-	x := make([]float64, n)
-	iter := 0
-	change := 0.0
-	xnext := make([]float64, n)
-	xloc := make([]float64, rows)
+	// Solver state, registered with pcm: x, the current iterate, a block of rows (one
+	// value each) distributed by pcm, which checkpoints it and moves its rows when the job
+	// is resized; iter, the number of completed iterations; change, the largest change of
+	// the last one (printed at the end). The block's scratch buffer receives this rank's
+	// rows of the next iterate.
 	p, err := pcm.Init(comm)
 	if err != nil {
 		return err
 	}
-	for _, r := range []struct {
-		name string
-		ptr  any
-	}{{"x", &x}, {"iter", &iter}, {"change", &change}} {
-		if err := p.Register(r.name, r.ptr); err != nil {
-			return err
-		}
+	x, err := pcm.NewBlock[float64](p, "x", n, 1, pcm.DoubleBuffer())
+	if err != nil {
+		return err
 	}
-	defer solverkit.Close(p, "jacobi", rank, &err)
+	iter := 0
+	change := 0.0
+	if err := p.Register("iter", &iter); err != nil {
+		return err
+	}
+	if err := p.Register("change", &change); err != nil {
+		return err
+	}
+	defer solverkit.Close(p, "jacobi", comm.Rank(), &err)
 	p.SetIterations(cfg.maxIters)
 	if err := p.Load(); err != nil {
 		return err
 	}
-	if len(x) != n {
-		return fmt.Errorf("the checkpoint's x has %d elements, -n is %d: restart with the same -n", len(x), n)
-	}
 	startIter := iter
+	comm = p.World() // a process that joined at a resize has a world of another size
 
-	// Start the clock together. A process that took over a migrated rank joins a
-	// running loop: the others are not at this barrier.
-	if p.Status() != pcm.Migrated {
+	// The decomposition, set again whenever the world or the block changes: this rank's
+	// rows of A and b (derived data, rebuilt rather than moved) and every rank's row count.
+	// xfull is scratch for the full iterate every rank needs, gathered from the blocks at
+	// the start of each iteration.
+	var rank, size, start int
+	var a, b []float64
+	var counts []int
+	xfull := make([]float64, n)
+	decompose := func() {
+		rank, size, start = comm.Rank(), comm.Size(), x.Offset()
+		a, b = buildRows(start, x.Rows(), n)
+		counts = counts[:0]
+		for _, rg := range x.Ranges() {
+			counts = append(counts, rg.Len())
+		}
+	}
+	decompose()
+
+	// Start the clock together. A process that took over a migrated rank, or joined at a
+	// resize, joins a running loop: the others are not at this barrier.
+	if st := p.Status(); st != pcm.Migrated && st != pcm.Joined {
 		if err := comm.Barrier(); err != nil {
 			return err
 		}
 	}
 	t0 := time.Now()
 	for iter < cfg.maxIters {
-		sweep(xloc, a, b, x, start)
-		if err := mpi.Allgatherv(comm, xloc, xnext, counts); err != nil {
+		if err := mpi.Allgatherv(comm, x.Local(), xfull, counts); err != nil {
 			return fmt.Errorf("allgatherv: %w", err)
 		}
+		xloc := x.Scratch()
+		sweep(xloc, a, b, xfull, start)
 		local := 0.0
 		for r, v := range xloc {
-			local = math.Max(local, math.Abs(v-x[start+r]))
+			local = math.Max(local, math.Abs(v-xfull[start+r]))
 		}
 		global := []float64{0}
 		if err := mpi.Allreduce(comm, []float64{local}, global, mpi.Max); err != nil {
 			return fmt.Errorf("allreduce: %w", err)
 		}
 		change = global[0]
-		x, xnext = xnext, x
+		x.Flip()
 		iter++
 		// Iteration boundary: x is the iterate after iter iterations. The
 		// reconfiguration point comes after the convergence test, so that a
@@ -300,8 +310,13 @@ func run(args []string, stdout io.Writer) (err error) {
 		if change < cfg.tol {
 			break
 		}
-		if leave, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "jacobi", CrashAfter: cfg.crashAfter, Pace: cfg.pace}); leave || err != nil {
+		act, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "jacobi", CrashAfter: cfg.crashAfter, Pace: cfg.pace})
+		if err != nil || act == pcm.Leave {
 			return err
+		}
+		if act == pcm.Resized { // a new world and new rows
+			comm = p.World()
+			decompose()
 		}
 	}
 	if err := comm.Barrier(); err != nil {
@@ -309,13 +324,16 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	elapsed := time.Since(t0)
 
+	if err := mpi.Gatherv(comm, x.Local(), xfull, counts, 0); err != nil {
+		return fmt.Errorf("gatherv: %w", err)
+	}
 	if rank != 0 {
 		return nil
 	}
 	// Every rank holds the full x; rank 0 sums it in index order so the
 	// checksum does not depend on the decomposition.
 	sum := 0.0
-	for _, v := range x {
+	for _, v := range xfull {
 		sum += v
 	}
 	secPerIter := 0.0
@@ -327,7 +345,7 @@ func run(args []string, stdout io.Writer) (err error) {
 		return err
 	}
 	if cfg.dump != "" {
-		return solverkit.WriteFloats(cfg.dump, x)
+		return solverkit.WriteFloats(cfg.dump, xfull)
 	}
 	return nil
 }

@@ -152,15 +152,16 @@ func BenchmarkSweep(b *testing.B) {
 	}
 }
 
-// TestCheckpointRestartMPIRun runs jacobi with checkpoints every 5
+// TestCheckpointRestartMPIRun runs jacobi on 4 ranks with checkpoints every 5
 // iterations and a rank dying a few iterations before convergence, restarts
-// it from that job's checkpoint under a new job id, and checks that the
+// it from that job's checkpoint under a new job id on 4, 3 and 6 ranks (pcm
+// splits x's checkpointed rows over the new number), and checks that every
 // restarted job converges at the same iteration to a bitwise identical x.
 func TestCheckpointRestartMPIRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and launches mpirun")
 	}
-	const n, maxIters, tol, np = 101, 200, 1e-9, 3
+	const n, maxIters, tol = 101, 200, 1e-9
 	want, wantIters, wantChange := seqJacobi(n, maxIters, tol)
 	crashAfter := wantIters - 3
 	lastCkpt := crashAfter / 5 * 5
@@ -177,28 +178,33 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	env := []string{"MPIOS_CKPT_EVERY=5", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
 	rt := filepath.Join(dir, "run")
 
-	job := func(env []string, id string, args ...string) (stdout, stderr string, err error) {
+	job := func(np int, env []string, id string, args ...string) (stdout, stderr string, err error) {
 		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, "--no-recover", bin,
 			"-n", fmt.Sprint(n), "-maxiters", fmt.Sprint(maxIters), "-tol", fmt.Sprint(tol)}
 		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
 	}
-	out, stderr, err := job(testbin.IsolatedEnv(rt, env...), "first", "-crash-after", fmt.Sprint(crashAfter))
+	out, stderr, err := job(4, testbin.IsolatedEnv(rt, env...), "first", "-crash-after", fmt.Sprint(crashAfter))
 	if ms := testbin.Crashed(t, err, out, stderr, ckpt, "first"); len(ms) == 0 || ms[0].Iteration != int64(lastCkpt) {
 		t.Fatalf("checkpoints of the crashed job: %+v, want the newest at iteration %d\n%s%s", ms, lastCkpt, out, stderr)
 	}
-	dump := filepath.Join(dir, "x.bin")
-	out, stderr, err = job(testbin.IsolatedEnv(rt, append(env, "MPIOS_RESTART=first")...), "second", "-dump", dump)
-	if err != nil {
-		t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
+	for _, np := range []int{4, 3, 6} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			dump := filepath.Join(dir, fmt.Sprintf("x%d.bin", np))
+			id := fmt.Sprint("np", np)
+			out, stderr, err := job(np, testbin.IsolatedEnv(rt, append(env, "MPIOS_RESTART=first")...), id, "-dump", dump)
+			if err != nil {
+				t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
+			}
+			if msg := fmt.Sprintf("restarts from job first checkpoint %d (iteration %d)", lastCkpt/5, lastCkpt); !strings.Contains(stderr, msg) {
+				t.Errorf("stderr does not say %q:\n%s", msg, stderr)
+			}
+			if got := testbin.OutputValue(t, out, "iterations"); got != fmt.Sprint(wantIters) {
+				t.Errorf("iterations %s, want %d", got, wantIters)
+			}
+			if got := testbin.OutputValue(t, out, "maxchange"); got != fmt.Sprintf("%.3e", wantChange) {
+				t.Errorf("maxchange %s, want %.3e", got, wantChange)
+			}
+			testbin.CheckBitwise(t, testbin.ReadFloats(t, dump), want, func(i int) string { return fmt.Sprintf("x[%d]", i) })
+		})
 	}
-	if msg := fmt.Sprintf("restarts from job first checkpoint %d (iteration %d)", lastCkpt/5, lastCkpt); !strings.Contains(stderr, msg) {
-		t.Errorf("stderr does not say %q:\n%s", msg, stderr)
-	}
-	if got := testbin.OutputValue(t, out, "iterations"); got != fmt.Sprint(wantIters) {
-		t.Errorf("iterations %s, want %d", got, wantIters)
-	}
-	if got := testbin.OutputValue(t, out, "maxchange"); got != fmt.Sprintf("%.3e", wantChange) {
-		t.Errorf("maxchange %s, want %.3e", got, wantChange)
-	}
-	testbin.CheckBitwise(t, testbin.ReadFloats(t, dump), want, func(i int) string { return fmt.Sprintf("x[%d]", i) })
 }

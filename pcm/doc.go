@@ -70,8 +70,10 @@
 // A process started with Options.Restart (MPIOS_RESTART) set to a job id has Status
 // Restarted. Load then restores the newest checkpoint of that job that every rank can read
 // and verify, falling back to older ones and reporting why on Options.Log ("pcm: checkpoint 7
-// rank 2: checksum mismatch, falling back to checkpoint 6"). The world must have the size of
-// the checkpointed one (*SizeMismatchError otherwise). The restarted job writes its own
+// rank 2: checksum mismatch, falling back to checkpoint 6"). The world may have another size
+// than the checkpointed one if the distributed data is in blocks (NewBlock): each rank then
+// reads its new rows from the old pieces that hold them. Without blocks the sizes must agree
+// (*SizeMismatchError otherwise). The restarted job writes its own
 // checkpoints under its own job id, which may differ from the one it restarted from.
 //
 // # Environment
@@ -96,4 +98,13 @@
 // mpirun started on the target node; Reconfigure returns Leave to the old process, which must
 // return from its loop, and the successor starts with Status Migrated, Load restoring the
 // state it was handed. See docs/migration.md.
+//
+// # Distributed data and malleability
+//
+// A Block (NewBlock) is a distributed array that pcm owns: rows split over the ranks in
+// contiguous blocks, checkpointed with their global layout, restartable into another number
+// of ranks, and moved between ranks by Rebalance (new shares by weight) and when the job is
+// resized. Malleable (RegisterMalleable) lets pcm redistribute an application's own
+// structures the same way. Package redist holds the planners (Desell's thesis, algorithms
+// 1–4). See docs/malleability.md.
 package pcm

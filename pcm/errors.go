@@ -77,18 +77,24 @@ func (e *CheckpointError) Unwrap() error { return e.Err }
 func (e *CheckpointError) Is(target error) bool { return target == ErrCheckpointFailed }
 
 // SizeMismatchError reports a restart into a world whose size differs from the
-// checkpointed job's: the state is split into one piece per rank, so the sizes must agree.
+// checkpointed job's when the application has no distributed data (NewBlock): its state is
+// one opaque piece per rank, which cannot be split or merged, so the sizes must agree.
 type SizeMismatchError struct {
-	Job        string // the job restarted from
-	Seq        uint64
-	Checkpoint int // ranks in the checkpoint
-	World      int // ranks in this world
+	Job         string // the job restarted from
+	Seq         uint64
+	Checkpoint  int  // ranks in the checkpoint
+	World       int  // ranks in this world
+	Distributed bool // the checkpoint holds distributed data, but this process registered none
 }
 
 // Error says both sizes and how to fix it.
 func (e *SizeMismatchError) Error() string {
-	return fmt.Sprintf("pcm: restart from job %s checkpoint %d: the checkpoint has %d ranks, this world has %d (run with -np %d)",
-		e.Job, e.Seq, e.Checkpoint, e.World, e.Checkpoint)
+	why := "the job has no distributed data (pcm.NewBlock) to split over another number of ranks"
+	if e.Distributed {
+		why = "the checkpoint holds distributed data, but this process registered no block (pcm.NewBlock)"
+	}
+	return fmt.Sprintf("pcm: restart from job %s checkpoint %d: the checkpoint has %d ranks, this world has %d, and %s (run with -np %d)",
+		e.Job, e.Seq, e.Checkpoint, e.World, why, e.Checkpoint)
 }
 
 // Is reports whether target is ErrSizeMismatch.

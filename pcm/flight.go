@@ -40,11 +40,12 @@ type flight struct {
 	commitErr  error              // once received
 	commitDone bool               // commitErr is set
 	manifest   ckptstore.Manifest // what is being committed
+	blocks     string             // the layouts of the distributed objects when it was taken
 }
 
 // startCheckpoint takes checkpoint p.seq of the state after iteration iter: step 1.
 func (p *Process) startCheckpoint(iter int) {
-	f := &flight{seq: p.seq, iter: iter, piece: make(chan pieceResult, 1)}
+	f := &flight{seq: p.seq, iter: iter, piece: make(chan pieceResult, 1), blocks: p.dist.layoutMeta()}
 	p.seq++ // also when abandoned: a number is never reused
 	p.flight = f
 	res := pieceResult{Time: time.Now().UTC(), Store: p.storeID}
@@ -218,6 +219,9 @@ func (p *Process) exchangePieces() error {
 		Job: p.opts.JobID, Seq: seq, Iteration: int64(f.iter), Size: n,
 		Time: results[0].Time, // the same on every committing rank, so the manifests are equal
 		Meta: map[string]string{"pcm.entries": strings.Join(p.reg.Names(), ",")},
+	}
+	if f.blocks != "" {
+		f.manifest.Meta[metaBlocks] = f.blocks
 	}
 	for _, r := range results {
 		f.manifest.Pieces = append(f.manifest.Pieces, r.Info)

@@ -165,7 +165,7 @@ func (p *Process) loadInherited() error {
 	if !slices.Equal(meta.Names, p.reg.Names()) {
 		return fmt.Errorf("pcm: Load: the predecessor registered %v, this process %v: %w", meta.Names, p.reg.Names(), ErrCallOrder)
 	}
-	if _, err := p.reg.ReadFrom(bytes.NewReader(blob[4+n:])); err != nil {
+	if err := p.readInherited(bytes.NewReader(blob[4+n:])); err != nil {
 		return fmt.Errorf("pcm: Load: hand-over state: %w", err)
 	}
 	p.seq = max(p.seq, meta.Seq)

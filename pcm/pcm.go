@@ -104,10 +104,10 @@ type Process struct {
 	applied   uint64           // log entries acted upon
 	left      bool             // Reconfigure returned Leave
 	inherited []byte           // hand-over state of a Migrated process, until Load
-	tmpBlocks []*TmpBlock      // TEMPORARY until mall-a's distributed objects are merged
 	storeID   [2]uint64
 	prof      *profiler.JobProfiler // nil when not profiling
 	total     int                   // planned iterations (SetIterations), 0 if unknown
+	dist      distSet               // distributed objects (NewBlock)
 
 	// Poll schedule of on-demand requests, in Reconfigure calls.
 	calls, nextPoll int64

@@ -60,10 +60,9 @@ func (p *Process) shareManifest(c candidate, have bool) (candidate, bool, error)
 	return candidate{m: m, ok: true}, true, nil
 }
 
-// openPiece opens this rank's piece of m: from the local store, or from the pcmd of the node
+// openPieceOf opens rank's piece of m: from the local store, or from the pcmd of the node
 // that holds it.
-func (p *Process) openPiece(m ckptstore.Manifest) (io.ReadCloser, error) {
-	rank := p.world.Rank()
+func (p *Process) openPieceOf(m ckptstore.Manifest, rank int) (io.ReadCloser, error) {
 	rc, info, err := p.store.OpenPieceOf(m, rank)
 	if err == nil || !errors.Is(err, ckptstore.ErrNotLocal) {
 		return rc, err

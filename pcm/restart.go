@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strings"
 
@@ -200,8 +199,9 @@ func (p *Process) localCandidates(job string) (map[uint64]candidate, error) {
 	return cands, nil
 }
 
-// tryLoad reads this rank's piece of checkpoint seq into the registry. The returned error is
-// set for codeFatal outcomes.
+// tryLoad reads this rank's piece of checkpoint seq into the registry (with distributed
+// objects, the rows it needs from the pieces that hold them: tryLoadDistributed). The
+// returned error is set for codeFatal outcomes.
 func (p *Process) tryLoad(job string, seq uint64, c candidate, have bool) (outcome, error) {
 	rank := p.world.Rank()
 	switch {
@@ -209,29 +209,13 @@ func (p *Process) tryLoad(job string, seq uint64, c candidate, have bool) (outco
 		return outcome{Code: codeSkip, Rank: rank, Reason: "manifest missing on this rank's node"}, nil
 	case !c.ok:
 		return outcome{Code: codeSkip, Rank: -1, Reason: c.reason}, nil
+	case len(p.dist.objects) > 0:
+		return p.tryLoadDistributed(job, c.m)
 	case c.m.Size != p.world.Size():
-		err := &SizeMismatchError{Job: job, Seq: seq, Checkpoint: c.m.Size, World: p.world.Size()}
+		err := &SizeMismatchError{Job: job, Seq: seq, Checkpoint: c.m.Size, World: p.world.Size(), Distributed: c.m.Meta[metaBlocks] != ""}
 		return outcome{Code: codeFatal, Rank: -1, Reason: err.Error()}, err
 	}
-	rc, err := p.openPiece(c.m)
-	if err != nil {
-		return outcome{Code: codeSkip, Rank: rank, Reason: reasonOf(err)}, nil
-	}
-	defer rc.Close()
-	if _, err := p.reg.ReadFrom(rc); err != nil {
-		if errors.Is(err, state.ErrMismatch) {
-			err = fmt.Errorf("pcm: restart from job %s checkpoint %d: the registered values do not match the checkpoint (entries %s): %w",
-				job, seq, c.m.Meta["pcm.entries"], err)
-			return outcome{Code: codeFatal, Rank: rank, Reason: err.Error()}, err
-		}
-		return outcome{Code: codeSkip, Rank: rank, Reason: reasonOf(err)}, nil
-	}
-	// ReadFrom stops at the state trailer; reading on to EOF has the piece's checksum
-	// checked too.
-	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return outcome{Code: codeSkip, Rank: rank, Reason: reasonOf(err)}, nil
-	}
-	return outcome{Code: codeOK, Rank: rank}, nil
+	return p.readPiece(job, c.m, rank, state.ReadOptions{})
 }
 
 // reasonOf condenses a load error into the short reason a fallback report shows.

@@ -98,10 +98,12 @@ OPTIONS:
    --ckpt-dir DIR       where checkpoints are stored (default: the MPIOS_CKPT_DIR
                         of the environment, else ~/.local/state/mpios/ckpt)
    --restart JOB        resume from the newest complete checkpoint of job JOB
-                        (same number of ranks; falls back to an older checkpoint
-                        if the newest is damaged, and says so). PROGRAM, its
-                        arguments, -np and the --ckpt-* options may be left out:
-                        they are those JOB was started with on this machine
+                        (falls back to an older checkpoint if the newest is
+                        damaged, and says so). PROGRAM, its arguments, -np and
+                        the --ckpt-* options may be left out: they are those JOB
+                        was started with on this machine. -np may differ from the
+                        checkpointed job's if the application keeps its
+                        distributed data in pcm blocks (pcm.NewBlock)
    --no-recover         end a checkpointing job at its first failure. By default
                         mpirun recovers it: when a rank or its node dies, or a
                         rank hangs, every rank restarts from the newest committed

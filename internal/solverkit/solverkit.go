@@ -103,19 +103,22 @@ type Hooks struct {
 }
 
 // Boundary ends iteration iter (iter iterations are complete): pcm's reconfiguration point,
-// where a lost checkpoint is only a warning, then the hooks. leave reports that this process
-// handed its rank to a successor and must return without touching the world.
-func Boundary(p *pcm.Process, iter, rank, size int, h Hooks) (leave bool, err error) {
+// where a lost checkpoint is only a warning, then the hooks. It returns pcm's action: Leave
+// when this process handed its rank over (or was merged away) and must return without
+// touching the world, or the resize to adapt to.
+func Boundary(p *pcm.Process, iter, rank, size int, h Hooks) (pcm.Action, error) {
+	act := pcm.Continue
 	if !h.NoPCM {
-		act, err := p.Reconfigure(iter)
+		var err error
+		act, err = p.Reconfigure(iter)
 		if errors.Is(err, pcm.ErrCheckpointFailed) {
 			// Losing one checkpoint is no reason to stop computing.
 			fmt.Fprintf(os.Stderr, "%s: rank %d: warning: %v\n", h.Name, rank, err)
 		} else if err != nil {
-			return false, err
+			return act, err
 		}
 		if act == pcm.Leave {
-			return true, nil
+			return act, nil
 		}
 	}
 	if h.Pace > 0 {
@@ -124,7 +127,7 @@ func Boundary(p *pcm.Process, iter, rank, size int, h Hooks) (leave bool, err er
 	if iter == h.CrashAfter && rank == min(1, size-1) {
 		os.Exit(1) // test only: die without finalizing, like a crashed rank
 	}
-	return false, nil
+	return act, nil
 }
 
 // Close closes p at the end of a solver's run; defer it with the run's error. After a

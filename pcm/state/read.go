@@ -21,6 +21,7 @@ type streamReader struct {
 	remaining int64 // -1: unknown
 	sum       uint32
 	entry     string // entry being read, for error messages
+	sinks     map[string]SliceSink
 }
 
 // inputRemaining returns how many bytes r still holds, or -1 if r does not tell.
@@ -104,7 +105,33 @@ func (sr *streamReader) checkLength(length, max uint64) error {
 // modified. Registered slices are replaced by new slices of the incoming length (a nil slice
 // is restored as nil, an empty one as empty).
 func (r *Registry) ReadFrom(rd io.Reader) (int64, error) {
-	sr := &streamReader{r: rd, remaining: inputRemaining(rd)}
+	return r.ReadFromWith(rd, ReadOptions{})
+}
+
+// A SliceSink takes the data of a raw slice entry in place of the registered slice, so that
+// a caller can read a stream's slice straight into memory of its own, or only part of it
+// (package pcm reads the rows of a distributed array it needs from another rank's piece).
+type SliceSink interface {
+	// Window is called once the entry's header has been checked, with the length of its
+	// data in bytes. It returns the offset lo of the part it wants and the memory to put it
+	// in: bytes [lo, lo+len(dst)) of the data, in host byte order. The rest is checked and
+	// dropped. An error aborts the read as a *MismatchError naming the entry.
+	Window(length int64) (lo int64, dst []byte, err error)
+}
+
+// ReadOptions change what ReadFromWith restores.
+type ReadOptions struct {
+	// Slices diverts the named raw slice entries to sinks; the registered values of those
+	// names are left alone. A sink's memory is written while the stream is read, before it
+	// is verified: use it only if ReadFromWith succeeds.
+	Slices map[string]SliceSink
+	// VerifyOnly: the entries not in Slices are checked but not assigned.
+	VerifyOnly bool
+}
+
+// ReadFromWith is ReadFrom with some entries diverted or left unassigned (see ReadOptions).
+func (r *Registry) ReadFromWith(rd io.Reader, o ReadOptions) (int64, error) {
+	sr := &streamReader{r: rd, remaining: inputRemaining(rd), sinks: o.Slices}
 	var hdr [headerLen]byte
 	if err := sr.readFramed(hdr[:], "header"); err != nil {
 		return sr.off, err
@@ -139,7 +166,9 @@ func (r *Registry) ReadFrom(rd io.Reader) (int64, error) {
 		if err != nil {
 			return sr.off, err
 		}
-		staged = append(staged, assign)
+		if !o.VerifyOnly && assign != nil {
+			staged = append(staged, assign)
+		}
 		count++
 	}
 
@@ -280,6 +309,9 @@ func (r *Registry) readRaw(sr *streamReader, e *entry, kind Kind, flags uint8, e
 		return func() { copy(dst, b) }, nil
 	}
 
+	if sink := sr.sinks[e.name]; sink != nil {
+		return nil, sr.readToSink(sink, int64(length), unit, crc)
+	}
 	typ := e.typ
 	if flags&flagNil != 0 {
 		if err := sr.readEntryCRC(crc); err != nil {
@@ -317,6 +349,50 @@ func (r *Registry) readRaw(sr *streamReader, e *entry, kind Kind, flags uint8, e
 		return nil, err
 	}
 	return func() { e.ptr.Elem().Set(v) }, nil
+}
+
+// readToSink streams a raw slice's data of length bytes, checksumming all of it and copying
+// the part the sink wants straight into its memory.
+func (sr *streamReader) readToSink(sink SliceSink, length int64, unit int, crc uint32) error {
+	lo, dst, err := sink.Window(length)
+	if err != nil {
+		return sr.mismatch(err.Error(), err)
+	}
+	if lo < 0 || lo+int64(len(dst)) > length || lo%int64(max(unit, 1)) != 0 {
+		return sr.mismatch(fmt.Sprintf("sink window [%d,%d) of %d bytes", lo, lo+int64(len(dst)), length), nil)
+	}
+	var scratch []byte
+	skip := func(n int64) error {
+		for n > 0 {
+			if scratch == nil {
+				scratch = make([]byte, min(chunkSize, length))
+			}
+			b := scratch[:min(int64(len(scratch)), n)]
+			if err := sr.readFull(b, "data"); err != nil {
+				return err
+			}
+			crc = crc32.Update(crc, castagnoli, b)
+			n -= int64(len(b))
+		}
+		return nil
+	}
+	if err := skip(lo); err != nil {
+		return err
+	}
+	for off := 0; off < len(dst); off += chunkSize {
+		b := dst[off:min(off+chunkSize, len(dst))]
+		if err := sr.readFull(b, "data"); err != nil {
+			return err
+		}
+		crc = crc32.Update(crc, castagnoli, b)
+		if !hostLittleEndian {
+			swapBytes(b, unit)
+		}
+	}
+	if err := skip(length - lo - int64(len(dst))); err != nil {
+		return err
+	}
+	return sr.readEntryCRC(crc)
 }
 
 func shape(slice bool) string {

@@ -172,6 +172,22 @@ func (r *Registry) Names() []string {
 	return names
 }
 
+// Select returns a registry of the entries whose names keep accepts, in the same order and
+// sharing the registered pointers: writing or reading it writes or restores only those.
+func (r *Registry) Select(keep func(name string) bool) *Registry {
+	sub := NewRegistry()
+	for _, e := range r.entries {
+		if keep(e.name) {
+			if sub.byName == nil {
+				sub.byName = make(map[string]*entry)
+			}
+			sub.entries = append(sub.entries, e)
+			sub.byName[e.name] = e
+		}
+	}
+	return sub
+}
+
 // Len returns the number of registered values.
 func (r *Registry) Len() int { return len(r.entries) }
 

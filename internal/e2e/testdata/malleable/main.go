@@ -42,7 +42,10 @@ func run() error {
 	if *joinerExits && p.Status() == pcm.Joined {
 		os.Exit(3)
 	}
-	u := pcm.NewTmpBlock(p, *rows, *cols)
+	u, err := pcm.NewBlock[float64](p, "u", *rows, *cols)
+	if err != nil {
+		return err
+	}
 	iter := 0
 	if err := p.Register("iter", &iter); err != nil {
 		return err
@@ -106,7 +109,7 @@ func run() error {
 // step is one diffusion step across the rows: each value becomes the mean of itself and the
 // same column in the rows above and below (the first and last global rows are fixed). Every
 // rank holds at least one row (rows >= ranks).
-func step(c *mpi.Comm, u *pcm.TmpBlock, rows, cols int) error {
+func step(c *mpi.Comm, u *pcm.Block[float64], rows, cols int) error {
 	loc := u.Local()
 	n := len(loc) / cols
 	if n == 0 {
@@ -149,7 +152,7 @@ func step(c *mpi.Comm, u *pcm.TmpBlock, rows, cols int) error {
 }
 
 // gather writes the whole array, collected on rank 0.
-func gather(c *mpi.Comm, u *pcm.TmpBlock, rows, cols int, path string) error {
+func gather(c *mpi.Comm, u *pcm.Block[float64], rows, cols int, path string) error {
 	loc := u.Local()
 	if c.Rank() != 0 {
 		if err := mpi.Send(c, []int64{int64(u.Offset()), int64(len(loc))}, 0, 8); err != nil {

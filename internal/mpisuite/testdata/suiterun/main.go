@@ -99,8 +99,8 @@ func loop(c *mpi.Comm, iters int, pace time.Duration, only func(string) bool) (l
 			return false, fmt.Errorf("iteration %d: %s: barrier after: %w", iter, tc.Name, err)
 		}
 		iter++
-		leave, err := solverkit.Boundary(p, iter, c.Rank(), c.Size(), solverkit.Hooks{Name: "suiterun", Pace: pace})
-		if leave || err != nil {
+		act, err := solverkit.Boundary(p, iter, c.Rank(), c.Size(), solverkit.Hooks{Name: "suiterun", Pace: pace})
+		if leave := act == pcm.Leave; leave || err != nil {
 			return leave, err
 		}
 	}
