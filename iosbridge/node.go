@@ -172,9 +172,9 @@ type Node struct {
 	// peerNames caches the sorted keys of peers (nil when stale): Tick and every forwarded
 	// steal walk them in order, and re-sorting per message dominated a 10,000-node simulation.
 	peerNames []string
-	local    NodeProfile
-	hasLocal bool
-	ranks    []RankProfile
+	local     NodeProfile
+	hasLocal  bool
+	ranks     []RankProfile
 
 	outgoing map[RankID]pending // given away, still listed locally until PCM finishes
 	incoming map[RankID]pending // promised to us, not yet listed locally
