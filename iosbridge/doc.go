@@ -26,6 +26,17 @@
 //     reconfigurable scientific computing on large-scale heterogeneous grids"): RS/ARS random stealing over a peer network, steal packets
 //     with a time to live, joining through peer servers, no central coordination.
 //
+//   - Desell's thesis §2.2.2, the hierarchical malleability policy (hierarchy.go): processing
+//     power (eq. 2.4), managers elected per cluster and for the grid (ElectManager,
+//     Aggregate), the data split of eq. 2.5–2.15 (DistributeData), the granularity of eq.
+//     2.9–2.10 and the restrictions of §2.2.2.3, triggered when iteration times diverge;
+//     HierarchyConfig.Plan returns a MalleabilityDecision of resize, migrate and rebalance
+//     requests. Not wired yet: the agent driver is to send Resize as the job.ControlRequest
+//     of kind "resize" (being added with malleability), Migrations as today's migrate
+//     requests, and Rebalance once jobs accept a data redistribution.
+//
+// Package iossim runs Node and the policies on a simulated grid of up to 10,000 nodes.
+//
 // A job may choose its own policy (mpirun --policy): RankProfile.Policy, applied by PerRank,
 // which NewNode puts inside the stability guard; a job that chose "none" is never moved.
 //
