@@ -358,10 +358,14 @@ func (n *Node) Tick(now time.Time) {
 	if n.left {
 		return
 	}
-	for _, p := range n.Peers() { // a copy: dropPeer invalidates the cache
+	var silent []string
+	for _, p := range n.sortedPeers() {
 		if now.Sub(n.peers[p].lastSeen) > n.cfg.PeerTimeout {
-			n.dropPeer(p)
+			silent = append(silent, p)
 		}
+	}
+	for _, p := range silent {
+		n.dropPeer(p)
 	}
 	n.expire(now)
 	if len(n.peers) > 0 && now.Sub(n.lastHeartbeat) >= n.cfg.HeartbeatInterval {
@@ -525,23 +529,39 @@ func (n *Node) maybeSteal(now time.Time) {
 
 // pickPeer chooses a random neighbour other than origin, preferring one other than avoid.
 func (n *Node) pickPeer(origin, avoid string) (string, bool) {
-	var all, pref []string
-	for _, p := range n.sortedPeers() {
-		if p == origin || p == n.cfg.ID {
-			continue
-		}
-		all = append(all, p)
-		if p != avoid {
-			pref = append(pref, p)
+	// Two passes over the sorted list instead of building the candidate lists: this runs
+	// for every steal forwarded, and the choice (the k-th eligible peer in sorted order) is
+	// the same.
+	peers := n.sortedPeers()
+	eligible := func(p string, skipAvoid bool) bool {
+		return p != origin && p != n.cfg.ID && (!skipAvoid || p != avoid)
+	}
+	all, pref := 0, 0
+	for _, p := range peers {
+		if eligible(p, false) {
+			all++
+			if p != avoid {
+				pref++
+			}
 		}
 	}
-	if len(pref) > 0 {
-		all = pref
+	skipAvoid, count := pref > 0, all
+	if skipAvoid {
+		count = pref
 	}
-	if len(all) == 0 {
+	if count == 0 {
 		return "", false
 	}
-	return all[pick(n.cfg.Rand, len(all))], true
+	k := pick(n.cfg.Rand, count)
+	for _, p := range peers {
+		if eligible(p, skipAvoid) {
+			if k == 0 {
+				return p, true
+			}
+			k--
+		}
+	}
+	return "", false
 }
 
 // effectiveLocal is the sampled profile corrected for migrations in flight: ranks given away
@@ -620,7 +640,10 @@ func (n *Node) touch(now time.Time, m Message) {
 		if n.loaded(p) && (ps.profile == nil || !n.loaded(*ps.profile)) {
 			n.loadChanged(now) // a neighbour just became loaded: it may give work now
 		}
-		ps.profile = &p
+		if ps.profile == nil {
+			ps.profile = new(NodeProfile)
+		}
+		*ps.profile = p // in place: a heartbeat per neighbour every interval adds up
 	}
 }
 
