@@ -14,6 +14,7 @@
 //     Γ = (Σ_r w_r·Δ_r)·log(L) − M, Δ_r = (a_r − u_r)/(a_r + u_r), with L the remaining
 //     life (remaining iterations × iteration time) and M the migration cost (state bytes /
 //     bandwidth); migrate only if Γ > 0. See MPIIOS for the interpretation.
+//
 //   - Desell's thesis ("Autonomic grid computing using malleability and migration: an
 //     actor-oriented software framework") §2.2.1: the RAS protocol (Node): steal when CPU usage is below a
 //     threshold, random neighbour, TTL, forward with TTL−1 or fail at TTL 0, one
@@ -22,6 +23,7 @@
 //     ("flcras"). Where a printed formula contradicts the prose (the sign of eq. 2.1 and
 //     g_c of table 2.2, eq. 2.3 as a whole) the doc comment of the policy says what we did
 //     and why. ATS-RAS's F(A) is measured by package profiler.
+//
 //   - the IO middleware paper (Szymanski, Varela, Cummings, Napolitano: "Dynamically
 //     reconfigurable scientific computing on large-scale heterogeneous grids"): RS/ARS random stealing over a peer network, steal packets
 //     with a time to live, joining through peer servers, no central coordination.
