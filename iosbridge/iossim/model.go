@@ -93,6 +93,9 @@ type Config struct {
 	Seed uint64
 	// Policy is the nodes' policy name (iosbridge.PolicyByName).
 	Policy string
+	// Tuned, if set, replaces the named policy's default configuration (the thesis tunes
+	// FLC-RAS's cutoffs per application); its Name() is reported.
+	Tuned iosbridge.Policy
 	// Agent is the template of every node's iosbridge.Config: ID, Policy and Rand are set
 	// per node; the rest (thresholds, timeouts, stability) is used as given.
 	Agent iosbridge.Config
@@ -138,6 +141,9 @@ func (c *Config) defaults() error {
 		return errors.New("iossim: config has no nodes")
 	case c.Links.LocalBandwidth <= 0 || c.Links.WideBandwB <= 0:
 		return fmt.Errorf("iossim: link bandwidths must be positive: %+v", c.Links)
+	}
+	if c.Tuned != nil {
+		c.Policy = c.Tuned.Name()
 	}
 	if _, err := iosbridge.PolicyByName(c.Policy); err != nil {
 		return err

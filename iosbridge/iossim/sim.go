@@ -179,9 +179,12 @@ func Run(cfg Config) (Result, error) {
 	s := &sim{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, 0)), byName: map[string]int{},
 		byID: map[iosbridge.RankID]int{}, jobs: map[string][]int{}}
 	s.res = Result{LastMigration: -1, ByKind: map[iosbridge.Kind]uint64{}}
-	policy, err := iosbridge.PolicyByName(cfg.Policy)
-	if err != nil {
-		return Result{}, err
+	policy := cfg.Tuned
+	if policy == nil {
+		var err error
+		if policy, err = iosbridge.PolicyByName(cfg.Policy); err != nil {
+			return Result{}, err
+		}
 	}
 	for i, spec := range cfg.Nodes {
 		if spec.Speed == 0 {
@@ -365,6 +368,27 @@ func (s *sim) share(i int) (perRank, availability float64) {
 	return c / demand, 0
 }
 
+// busy is the CPUs a rank really uses: its share while it computes, nothing while it waits
+// for its messages, which is what a sampler of CPU time sees.
+func (r *simRank) busy() float64 {
+	if r.moving || r.compute+r.comm <= 0 {
+		return 0
+	}
+	return r.share * r.compute / (r.compute + r.comm)
+}
+
+// availability is the idle share of node i as its sampler would measure it: what the
+// background and the ranks' busy time leave.
+func (s *sim) availability(i int) float64 {
+	n := s.nodes[i]
+	c := n.spec.CPUs
+	used := n.background * math.Min(1, c/(n.background+float64(len(n.ranks))))
+	for _, ri := range n.ranks {
+		used += s.ranks[ri].busy()
+	}
+	return math.Max(0, math.Min(1, (c-used)/c))
+}
+
 // rates recomputes the iteration rates of the ranks on node i; their peers' communication
 // costs follow at the next sample, at most one sampling period late.
 func (s *sim) rates(i int) {
@@ -424,7 +448,7 @@ func (s *sim) sample() {
 // per hosted rank, with counters scaled to a window of profileWindow periods.
 func (s *sim) update(i int) {
 	n := s.nodes[i]
-	_, avail := s.share(i)
+	avail := s.availability(i)
 	window := time.Duration(profileWindow) * s.cfg.SamplePeriod
 	prof := iosbridge.NodeProfile{Node: n.spec.ID, CPUs: int(math.Ceil(n.spec.CPUs)), EffectiveCPUs: n.spec.CPUs,
 		Availability: avail, MemFreeBytes: 8 << 30, MemTotalBytes: 16 << 30, SampledAt: s.wall()}
@@ -437,7 +461,7 @@ func (s *sim) update(i int) {
 		deg := float64(max(1, len(r.spec.Peers)))
 		rp := iosbridge.RankProfile{Job: r.id.Job, Rank: r.id.Rank, Node: n.spec.ID,
 			IterationTime: time.Duration((r.compute + r.comm) * float64(time.Second)), RemainingIterations: 1 << 20,
-			StateBytes: r.spec.StateBytes, CPUUse: r.share,
+			StateBytes: r.spec.StateBytes, CPUUse: r.busy(),
 			CompTime: time.Duration(iters * r.compute * float64(time.Second)), CommTime: time.Duration(iters * r.comm * float64(time.Second)),
 			Window: window, MessagesProcessed: int64(math.Round(iters * deg)),
 			ComputePerMessage: time.Duration(r.compute / deg * float64(time.Second)),
