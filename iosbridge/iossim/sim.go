@@ -51,6 +51,9 @@ type Result struct {
 	Placement map[iosbridge.RankID]string
 	// MigrationsPerRank counts, for every rank, how often it moved.
 	MigrationsPerRank map[iosbridge.RankID]int
+	// RemoteEdges and WideEdges are the shares of the application's edges whose ends ended
+	// on different nodes, and on different clusters.
+	RemoteEdges, WideEdges float64
 }
 
 // MessagesPerNodeSecond is the protocol's traffic per node per virtual second.
@@ -492,6 +495,22 @@ func (s *sim) finish() {
 	for _, r := range s.ranks {
 		s.res.Placement[r.id] = s.nodes[r.node].spec.ID
 		s.res.MigrationsPerRank[r.id] = r.migrations
+	}
+	var edges, remote, wide int
+	for _, r := range s.ranks {
+		for _, e := range r.spec.Peers {
+			p := s.ranks[s.byID[iosbridge.RankID{Job: r.spec.Job, Rank: e.Rank}]]
+			edges++
+			if p.node != r.node {
+				remote++
+				if s.nodes[p.node].spec.Cluster != s.nodes[r.node].spec.Cluster {
+					wide++
+				}
+			}
+		}
+	}
+	if edges > 0 {
+		s.res.RemoteEdges, s.res.WideEdges = float64(remote)/float64(edges), float64(wide)/float64(edges)
 	}
 	for _, i := range s.live {
 		s.res.NodeSeconds += (s.cfg.Duration - s.nodes[i].startedAt).Seconds()
