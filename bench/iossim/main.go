@@ -113,14 +113,24 @@ type outcome struct {
 	Migrations    int
 	Last          time.Duration
 	Stable        bool
+	// MostOnANode is the largest number of ranks any node ended with; RemoteEdges the share
+	// of the topology's edges that ended between two nodes.
+	MostOnANode int
+	RemoteEdges float64
 }
 
 func summarize(policy, start string, res iossim.Result) outcome {
 	n := len(res.Samples)
 	// Stable: no migration in the second half of the run.
 	stable := n == 0 || res.Samples[n-1].Migrations == res.Samples[n/2].Migrations
+	count := map[string]int{}
+	most := 0
+	for _, node := range res.Placement {
+		count[node]++
+		most = max(most, count[node])
+	}
 	return outcome{Policy: policy, Start: start, Throughput: res.Throughput(200 * time.Second),
-		Migrations: res.Migrations, Last: res.LastMigration, Stable: stable}
+		Migrations: res.Migrations, Last: res.LastMigration, Stable: stable, MostOnANode: most, RemoteEdges: res.RemoteEdges}
 }
 
 func record(csv *strings.Builder, scenario, policy, start string, res iossim.Result) []point {

@@ -65,9 +65,9 @@ type RankSpec struct {
 // bandwidth, with one pair of numbers inside a cluster and one between clusters. Ranks on
 // the same node talk in SameNode time (shared memory).
 type LinkModel struct {
-	SameNode                   time.Duration
-	LocalLatency, WideLatency  time.Duration
-	LocalBandwidth, WideBandwB float64 // bytes per second
+	SameNode                      time.Duration
+	LocalLatency, WideLatency     time.Duration
+	LocalBandwidth, WideBandwidth float64 // bytes per second
 }
 
 // DefaultLinks is a cluster LAN (100 µs, 1 GB/s) and a wide-area link (20 ms, 10 MB/s), the
@@ -76,7 +76,7 @@ func DefaultLinks() LinkModel {
 	return LinkModel{
 		SameNode:     time.Microsecond,
 		LocalLatency: 100 * time.Microsecond, WideLatency: 20 * time.Millisecond,
-		LocalBandwidth: 1e9, WideBandwB: 1e7,
+		LocalBandwidth: 1e9, WideBandwidth: 1e7,
 	}
 }
 
@@ -139,7 +139,7 @@ func (c *Config) defaults() error {
 		return errors.New("iossim: negative period or degree")
 	case len(c.Nodes) == 0:
 		return errors.New("iossim: config has no nodes")
-	case c.Links.LocalBandwidth <= 0 || c.Links.WideBandwB <= 0:
+	case c.Links.LocalBandwidth <= 0 || c.Links.WideBandwidth <= 0:
 		return fmt.Errorf("iossim: link bandwidths must be positive: %+v", c.Links)
 	}
 	if c.Tuned != nil {

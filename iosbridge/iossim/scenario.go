@@ -12,7 +12,7 @@ import (
 // LAN with the millisecond per message of its Java actor runtime.
 func SolarisLAN() LinkModel {
 	return LinkModel{SameNode: time.Microsecond, LocalLatency: time.Millisecond, WideLatency: 20 * time.Millisecond,
-		LocalBandwidth: 12.5e6, WideBandwB: 1.25e6}
+		LocalBandwidth: 12.5e6, WideBandwidth: 1.25e6}
 }
 
 // BenchmarkConfig is Figs. 3.4–3.7: the thesis's Solaris cluster (four dual-processor

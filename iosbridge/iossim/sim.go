@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -298,8 +299,13 @@ func (s *sim) start(i int) {
 	s.rates(i)
 	s.update(i)
 	var seeds []string
-	if len(s.live) > 0 {
-		for _, j := range s.rnd.Perm(len(s.live))[:min(s.cfg.Degree, len(s.live))] {
+	// Degree distinct live nodes, drawn without a permutation of all of them: a 10,000-node
+	// start would otherwise shuffle 50 million entries.
+	var picked []int
+	for len(picked) < min(s.cfg.Degree, len(s.live)) {
+		j := s.rnd.IntN(len(s.live))
+		if !slices.Contains(picked, j) {
+			picked = append(picked, j)
 			seeds = append(seeds, s.nodes[s.live[j]].spec.ID)
 		}
 	}
@@ -356,7 +362,7 @@ func (s *sim) link(a, b int) (time.Duration, float64) {
 	case s.nodes[a].spec.Cluster == s.nodes[b].spec.Cluster:
 		return l.LocalLatency, l.LocalBandwidth
 	}
-	return l.WideLatency, l.WideBandwB
+	return l.WideLatency, l.WideBandwidth
 }
 
 // share is the CPUs each rank gets on node i: every rank and every background CPU wants a
