@@ -295,11 +295,10 @@ func (c HierarchyConfig) Plan(job string, level Level, subs []Subordinate, force
 	if !ok {
 		return d, errors.New("iosbridge: hierarchical plan: no subordinate is available")
 	}
-	if trig, why := c.Diverged(subs); !trig && !force {
-		d.Reason = why
+	trig, why := c.Diverged(subs)
+	d.Reason = why
+	if !trig && !force {
 		return d, nil
-	} else {
-		d.Reason = why
 	}
 	var live []int
 	var powers []float64
@@ -330,9 +329,10 @@ func (c HierarchyConfig) Plan(job string, level Level, subs []Subordinate, force
 			if len(subs[i].Ranks) > 0 {
 				worstLevel = max(worstLevel, sh.CacheLevel)
 			}
-		} else {
-			sh.Ranks = max(1, int(math.Round(float64(current)*sh.Data/total)))
 		}
+	}
+	if level != LevelNode {
+		apportion(d.Shares, live, current, total)
 	}
 	// §2.2.2.3: a newcomer whose ranks would use a slower cache level than the nodes already
 	// working would slow every iteration: splitting to it is disabled.
@@ -344,9 +344,9 @@ func (c HierarchyConfig) Plan(job string, level Level, subs []Subordinate, force
 			}
 		}
 		if len(excluded) > 0 {
+			subs = append([]Subordinate(nil), subs...) // the caller's slice stays as given
 			for _, i := range live {
 				if len(subs[i].Ranks) == 0 && d.Shares[i].CacheLevel > worstLevel {
-					subs = append([]Subordinate(nil), subs...)
 					subs[i].Power = 0
 				}
 			}
@@ -367,6 +367,29 @@ func (c HierarchyConfig) Plan(job string, level Level, subs []Subordinate, force
 	}
 	c.requests(&d, subs, total)
 	return d, nil
+}
+
+// apportion gives the live subordinates above the node level the job's current ranks in
+// proportion to their data (largest remainders, at least one each while ranks last): the
+// rank count changes only at the node level, where granularity is decided.
+func apportion(shares []Share, live []int, ranks int, total float64) {
+	type rem struct {
+		i    int
+		frac float64
+	}
+	var rems []rem
+	given := 0
+	for _, i := range live {
+		exact := float64(ranks) * shares[i].Data / total
+		shares[i].Ranks = int(math.Floor(exact))
+		given += shares[i].Ranks
+		rems = append(rems, rem{i, exact - math.Floor(exact)})
+	}
+	sort.SliceStable(rems, func(a, b int) bool { return rems[a].frac > rems[b].frac })
+	for k := 0; given < ranks && len(rems) > 0; k = (k + 1) % len(rems) {
+		shares[rems[k].i].Ranks++
+		given++
+	}
 }
 
 // requests turns the shares into what must change.

@@ -170,3 +170,26 @@ func TestGridManagerSeesClustersAsIndividuals(t *testing.T) {
 		t.Fatalf("grid level keeps the rank count: %+v", d.Shares)
 	}
 }
+
+// Above the node level the rank count is kept: three equal clusters share 10 ranks 4/3/3,
+// so the grid manager asks for migrations and a rebalance, never a resize.
+func TestGridLevelKeepsTheRankCount(t *testing.T) {
+	grid := []Subordinate{
+		hsub("c1", 1, 70, 3*time.Second, 0, 1, 2, 3, 4, 5, 6),
+		hsub("c2", 1, 20, time.Second, 7, 8),
+		hsub("c3", 1, 10, time.Second, 9),
+	}
+	d, err := HierarchyConfig{}.Plan("heat", LevelGrid, grid, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []int{d.Shares[0].Ranks, d.Shares[1].Ranks, d.Shares[2].Ranks}
+	if d.Resize != nil || fmt.Sprint(got) != "[4 3 3]" || len(d.Migrations) != 3 || d.Rebalance == nil {
+		t.Fatalf("ranks %v, decision %+v", got, d)
+	}
+	for _, m := range d.Migrations {
+		if m.Rank.Rank < 4 || m.To == "c1" {
+			t.Fatalf("migration %+v: the highest ranks of c1 should leave it", m)
+		}
+	}
+}
