@@ -12,7 +12,12 @@
 //
 // Usage:
 //
-//	mpirun -np 4 heat2d -n 256 -iters 100 [-residual-every K] [-dump FILE]
+//	mpirun -np 4 heat2d -n 256 -iters 100 [-residual-every K] [-dump FILE] [-decomp rows|2d]
+//
+// With -decomp 2d the grid is split in both directions over a balanced grid of
+// ranks (mpi.DimsCreate, mpi.CartView) and each iteration also exchanges one
+// ghost column with the west and east neighbours; the result is bitwise the
+// same as with row blocks (the default).
 //
 // Rank 0 prints "checksum %.10e" and "sec_per_iter %.6e".
 //
@@ -45,6 +50,8 @@ import (
 const (
 	tagToUp   = 1
 	tagToDown = 2
+	tagToWest = 3
+	tagToEast = 4
 )
 
 // topBoundary is the fixed temperature of the top boundary row.
@@ -59,6 +66,7 @@ type config struct {
 	pace          time.Duration // test only: sleep this long per iteration
 	noPCM         bool          // benchmark baseline only: never call pcm.Reconfigure
 	init          float64       // benchmark only: the interior's initial value
+	twoD          bool          // -decomp 2d: blocks of rows and columns
 }
 
 func main() {
@@ -82,11 +90,15 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.pace, solverkit.PaceFlag, 0, "")
 	fs.BoolVar(&cfg.noPCM, solverkit.NoPCMFlag, false, "")
 	fs.Float64Var(&cfg.init, solverkit.InitFlag, 0, "")
+	decomp := fs.String("decomp", "rows", "domain decomposition: rows (row blocks) or 2d (blocks of rows and columns)")
 	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	cfg.twoD = *decomp == "2d"
 	switch {
+	case *decomp != "rows" && *decomp != "2d":
+		return cfg, fmt.Errorf("-decomp must be rows or 2d, got %q", *decomp)
 	case fs.NArg() != 0:
 		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	case cfg.n < 1:
@@ -206,18 +218,35 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 	}()
 	rank, size := comm.Rank(), comm.Size()
-	if size > cfg.n {
-		// Every rank needs at least one row for the neighbour chain to work.
-		return fmt.Errorf("-n %d is smaller than the number of ranks %d", cfg.n, size)
-	}
 	n := cfg.n
-	_, rows := solverkit.BlockRange(n, size, rank)
-	up, down := rank-1, rank+1
-	if rank == 0 {
-		up = mpi.ProcNull
-	}
-	if rank == size-1 {
-		down = mpi.ProcNull
+	// The block of this rank, rows x cols interior cells, and how its ghost cells are filled.
+	var rows, cols int
+	var halo func(u []float64) error
+	var dump func(u []float64, path string) error
+	var isTop bool
+	if cfg.twoD {
+		b, err := newBlocks2D(comm, n)
+		if err != nil {
+			return err
+		}
+		rows, cols, isTop = b.rows, b.cols, b.coords[0] == 0
+		halo, dump = b.exchange, b.dump
+	} else {
+		if size > n {
+			// Every rank needs at least one row for the neighbour chain to work.
+			return fmt.Errorf("-n %d is smaller than the number of ranks %d", n, size)
+		}
+		_, rows = solverkit.BlockRange(n, size, rank)
+		cols, isTop = n, rank == 0
+		up, down := rank-1, rank+1
+		if rank == 0 {
+			up = mpi.ProcNull
+		}
+		if rank == size-1 {
+			down = mpi.ProcNull
+		}
+		halo = func(u []float64) error { return exchange(comm, u, rows, n, up, down) }
+		dump = func(u []float64, path string) error { return dumpGrid(comm, u, rows, n, path) }
 	}
 
 	// Solver state: u always holds the current grid (ghost rows and fixed
@@ -225,12 +254,12 @@ func run(args []string, stdout io.Writer) (err error) {
 	// are registered with pcm, which checkpoints and restores them. unew is
 	// scratch for the next sweep and carries the same fixed boundary, so the
 	// two can be swapped.
-	u := newGrid(rows, n, rank == 0)
-	unew := newGrid(rows, n, rank == 0)
+	u := newGrid(rows, cols, isTop)
+	unew := newGrid(rows, cols, isTop)
 	if cfg.init != 0 {
 		for i := 1; i <= rows; i++ {
-			for j := 1; j <= n; j++ {
-				u[i*(n+2)+j] = cfg.init
+			for j := 1; j <= cols; j++ {
+				u[i*(cols+2)+j] = cfg.init
 			}
 		}
 	}
@@ -250,8 +279,8 @@ func run(args []string, stdout io.Writer) (err error) {
 	if err := p.Load(); err != nil {
 		return err
 	}
-	if len(u) != (rows+2)*(n+2) {
-		return fmt.Errorf("the checkpoint's grid has %d cells, -n %d on %d ranks needs %d: restart with the same -n", len(u), n, size, (rows+2)*(n+2))
+	if len(u) != (rows+2)*(cols+2) {
+		return fmt.Errorf("the checkpoint's grid has %d cells, -n %d on %d ranks needs %d: restart with the same -n and -decomp", len(u), n, size, (rows+2)*(cols+2))
 	}
 	startIter := iter
 
@@ -264,13 +293,13 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	start := time.Now()
 	for iter < cfg.iters {
-		if err := exchange(comm, u, rows, n, up, down); err != nil {
+		if err := halo(u); err != nil {
 			return err
 		}
-		step(unew, u, rows, n)
+		step(unew, u, rows, cols)
 		iter++
 		if cfg.residualEvery > 0 && iter%cfg.residualEvery == 0 {
-			local := []float64{maxChange(unew, u, rows, n)}
+			local := []float64{maxChange(unew, u, rows, cols)}
 			global := []float64{0}
 			if err := mpi.Allreduce(comm, local, global, mpi.Max); err != nil {
 				return fmt.Errorf("residual allreduce: %w", err)
@@ -291,13 +320,13 @@ func run(args []string, stdout io.Writer) (err error) {
 	}
 	elapsed := time.Since(start)
 
-	local := []float64{interiorSum(u, rows, n)}
+	local := []float64{interiorSum(u, rows, cols)}
 	total := []float64{0}
 	if err := mpi.Reduce(comm, local, total, mpi.Sum, 0); err != nil {
 		return fmt.Errorf("checksum reduce: %w", err)
 	}
 	if cfg.dump != "" {
-		if err := dumpGrid(comm, u, rows, n, cfg.dump); err != nil {
+		if err := dump(u, cfg.dump); err != nil {
 			return err
 		}
 	}
@@ -316,26 +345,38 @@ func run(args []string, stdout io.Writer) (err error) {
 // dumpGrid gathers the interior rows of every rank on rank 0 and writes them
 // to path as raw little-endian float64 values, row-major, n*n in total.
 func dumpGrid(c *mpi.Comm, u []float64, rows, n int, path string) error {
-	w := n + 2
-	send := make([]float64, 0, rows*n)
-	for i := 1; i <= rows; i++ {
-		send = append(send, u[i*w+1:i*w+1+n]...)
-	}
 	size := c.Size()
 	counts := make([]int, size)
 	for r := range size {
 		_, cnt := solverkit.BlockRange(n, size, r)
 		counts[r] = cnt * n
 	}
+	all, err := gatherInterior(c, u, rows, n, counts)
+	if err != nil || c.Rank() != 0 {
+		return err
+	}
+	return solverkit.WriteFloats(path, all)
+}
+
+// gatherInterior gathers the interior cells of every rank's rows x cols block on rank 0,
+// rank after rank, each row-major; counts[r] is the number of cells of rank r. Other ranks
+// get nil.
+func gatherInterior(c *mpi.Comm, u []float64, rows, cols int, counts []int) ([]float64, error) {
+	w := cols + 2
+	send := make([]float64, 0, rows*cols)
+	for i := 1; i <= rows; i++ {
+		send = append(send, u[i*w+1:i*w+1+cols]...)
+	}
 	var recv []float64
 	if c.Rank() == 0 {
-		recv = make([]float64, n*n)
+		total := 0
+		for _, n := range counts {
+			total += n
+		}
+		recv = make([]float64, total)
 	}
 	if err := mpi.Gatherv(c, send, recv, counts, 0); err != nil {
-		return fmt.Errorf("dump gatherv: %w", err)
+		return nil, fmt.Errorf("dump gatherv: %w", err)
 	}
-	if c.Rank() != 0 {
-		return nil
-	}
-	return solverkit.WriteFloats(path, recv)
+	return recv, nil
 }

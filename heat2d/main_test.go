@@ -98,6 +98,17 @@ func TestParseFlags(t *testing.T) {
 // the dumped grid is bitwise identical for every rank count and to the
 // sequential reference, and that the printed checksums agree.
 func TestMPIRun(t *testing.T) {
+	checkAgainstReference(t, []int{1, 2, 3, 4})
+}
+
+// TestMPIRun2D is TestMPIRun for -decomp 2d, on grids of ranks 2x1, 2x2 and 3x2 (blocks of
+// unequal sizes in both directions): the halo exchange through the Cartesian topology gives
+// bitwise the grid of the row decomposition and of the sequential reference.
+func TestMPIRun2D(t *testing.T) {
+	checkAgainstReference(t, []int{2, 4, 6}, "-decomp", "2d")
+}
+
+func checkAgainstReference(t *testing.T, nps []int, extra ...string) {
 	if testing.Short() {
 		t.Skip("builds and launches mpirun")
 	}
@@ -115,12 +126,13 @@ func TestMPIRun(t *testing.T) {
 	}
 	wantChecksum := fmt.Sprintf("%.10e", wantSum)
 
-	for p := 1; p <= 4; p++ {
+	for _, p := range nps {
 		t.Run(fmt.Sprintf("np%d", p), func(t *testing.T) {
 			dump := filepath.Join(dir, fmt.Sprintf("grid%d.bin", p))
 			// --timeout lets mpirun tear the ranks down itself before it is killed.
-			out, stderr, err := testbin.Run(2*time.Minute, nil, mpirun, "-np", fmt.Sprint(p), "--timeout", "90s", bin,
-				"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-residual-every", "10", "-dump", dump)
+			args := append([]string{"-np", fmt.Sprint(p), "--timeout", "90s", bin,
+				"-n", fmt.Sprint(n), "-iters", fmt.Sprint(iters), "-residual-every", "10", "-dump", dump}, extra...)
+			out, stderr, err := testbin.Run(2*time.Minute, nil, mpirun, args...)
 			if err != nil {
 				t.Fatalf("mpirun -np %d: %v\nstdout:\n%s\nstderr:\n%s", p, err, out, stderr)
 			}
@@ -189,7 +201,7 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	// Synchronous checkpoints: the one of iteration 30 is committed before the crash after
 	// 35 (in the background it might not be yet; internal/e2e covers that case).
 	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
-	out, stderr, err := job(testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first"}, "-crash-after", "35")
+	out, stderr, err := job(testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first", "--no-recover"}, "-crash-after", "35")
 	ms := testbin.Crashed(t, err, out, stderr, ckpt, "first")
 	if len(ms) != 2 || ms[0].Iteration != 30 || ms[1].Iteration != 20 || ms[0].Size != np {
 		t.Fatalf("checkpoints of the crashed job: %+v, want iterations 30 and 20 of %d ranks\n%s%s", ms, np, out, stderr)

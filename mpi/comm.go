@@ -21,6 +21,9 @@ type Comm struct {
 	group []int // comm rank -> world rank
 	inv   []int // world rank -> comm rank, or -1
 	freed atomic.Bool
+	// lastNonblocking is the done channel of the nonblocking collective started last on c (see
+	// icoll.go); collectives run in the order they are started.
+	lastNonblocking atomic.Pointer[chan struct{}]
 }
 
 func newComm(e *engine, ctx uint32, group []int) *Comm {
@@ -137,17 +140,25 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 // agreeContext picks a context that is free on every member: the largest of their next free
 // contexts. Communicator creation must not run concurrently on one process.
 func (c *Comm) agreeContext() (uint32, error) {
+	ctx, _, err := c.agreeContextChecked(0)
+	return ctx, err
+}
+
+// agreeContextChecked is agreeContext that also tells whether every member passed the same
+// fingerprint (the largest and the smallest agree), in the same reduction.
+func (c *Comm) agreeContextChecked(fingerprint int64) (uint32, bool, error) {
 	c.e.mu.Lock()
-	proposal := []uint32{c.e.nextCtx}
+	proposal := []int64{int64(c.e.nextCtx), fingerprint, -fingerprint}
 	c.e.mu.Unlock()
-	agreed := make([]uint32, 1)
+	agreed := make([]int64, 3)
 	if err := Allreduce(c, proposal, agreed, Max); err != nil {
-		return 0, err
+		return 0, false, err
 	}
+	ctx := uint32(agreed[0])
 	c.e.mu.Lock()
-	c.e.nextCtx = max(c.e.nextCtx, agreed[0]+2)
+	c.e.nextCtx = max(c.e.nextCtx, ctx+2)
 	c.e.mu.Unlock()
-	return agreed[0], nil
+	return ctx, agreed[1] == -agreed[2], nil
 }
 
 // worldRankOf validates a destination/source rank of c and translates it to a world rank.

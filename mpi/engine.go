@@ -33,7 +33,8 @@ type message struct {
 	total  uint64
 	data   []byte // eager payload; nil for an RTS
 	rts    bool
-	sendID uint64 // the sender's request id (RTS)
+	sendID uint64   // the sender's request id (RTS)
+	ack    *Request // a synchronous send to this rank itself, completed when the message matches
 }
 
 // queues holds one context's posted receives and unexpected messages, each in arrival order.
@@ -64,6 +65,10 @@ type engine struct {
 	space     *sync.Cond // unexpected bytes drained, or a failure
 	arrived   *sync.Cond // a message was queued (Probe waits on it)
 	nextCtx   uint32     // next free communicator context (even; ctx+1 is its collective context)
+	claimed   int        // messages taken by Mprobe and not yet received
+
+	// nonblockingColls counts the nonblocking collectives (Iallreduce, ...) not completed yet.
+	nonblockingColls atomic.Int64
 
 	// waitHint is the endpoint's comm.WaitNotifier, if it has one.
 	waitHint comm.WaitNotifier
@@ -135,6 +140,12 @@ func (e *engine) HandleFrame(peer int, h *comm.Header, payload []byte) error {
 // arrive matches a message from peer against the posted receives of its context, or queues it.
 // fromNet is false for messages a rank sends itself, which must never wait for queue space.
 func (e *engine) arrive(peer int, h *comm.Header, payload []byte, fromNet bool) {
+	e.arriveAck(peer, h, payload, fromNet, nil)
+}
+
+// arriveAck is arrive for a synchronous send of a rank to itself: ack completes when a
+// receive matches the message.
+func (e *engine) arriveAck(peer int, h *comm.Header, payload []byte, fromNet bool, ack *Request) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -149,11 +160,14 @@ func (e *engine) arrive(peer int, h *comm.Header, payload []byte, fromNet bool) 
 				e.startRendezvous(r, peer, h.Tag, h.Elem, h.Total, h.ID, true)
 			} else {
 				r.deliver(peer, h.Tag, h.Elem, payload)
+				if ack != nil {
+					e.acknowledge(ack)
+				}
 			}
 			return
 		}
 	}
-	m := &message{peer: peer, tag: h.Tag, elem: h.Elem, total: h.Total, rts: h.Kind == comm.KindRTS, sendID: h.ID}
+	m := &message{peer: peer, tag: h.Tag, elem: h.Elem, total: h.Total, rts: h.Kind == comm.KindRTS, sendID: h.ID, ack: ack}
 	if !m.rts {
 		m.data = append([]byte(nil), payload...)
 		e.unexpSize[peer] += int64(len(m.data))
@@ -224,11 +238,7 @@ func (e *engine) post(r *Request) error {
 				e.space.Broadcast()
 			}
 			e.mu.Unlock()
-			if m.rts {
-				e.startRendezvous(r, m.peer, m.tag, m.elem, m.total, m.sendID, false)
-			} else {
-				r.deliver(m.peer, m.tag, m.elem, m.data)
-			}
+			e.receive(r, m)
 			return nil
 		}
 	}
@@ -242,6 +252,27 @@ func (e *engine) post(r *Request) error {
 	q.posted = append(q.posted, r)
 	e.mu.Unlock()
 	return nil
+}
+
+// receive completes receive r with message m, taken out of the unexpected queue: it delivers
+// an eager payload or starts the rendezvous of a large or synchronous one.
+func (e *engine) receive(r *Request, m *message) {
+	if m.rts {
+		e.startRendezvous(r, m.peer, m.tag, m.elem, m.total, m.sendID, false)
+		return
+	}
+	r.deliver(m.peer, m.tag, m.elem, m.data)
+	if m.ack != nil {
+		e.acknowledge(m.ack)
+	}
+}
+
+// acknowledge completes a synchronous send of this rank to itself whose message matched.
+func (e *engine) acknowledge(ack *Request) {
+	e.mu.Lock()
+	delete(e.sends, ack.id)
+	e.mu.Unlock()
+	ack.complete(Status{}, nil)
 }
 
 // startRendezvous answers an RTS that receive r matched: it checks the buffer, registers r for
@@ -476,7 +507,7 @@ func (e *engine) isRetired() bool {
 func (e *engine) pending() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := len(e.sends) + len(e.recvs)
+	n := len(e.sends) + len(e.recvs) + e.claimed + int(e.nonblockingColls.Load())
 	for _, r := range e.inflight {
 		if r != nil {
 			n++
@@ -501,25 +532,41 @@ func (e *engine) close() {
 
 // probe looks for a matching unexpected message; with wait it blocks until one arrives.
 func (e *engine) probe(c *Comm, ctx uint32, peer, tag int, wait bool) (Status, bool, error) {
+	_, st, ok, err := e.find(c, ctx, peer, tag, wait, false)
+	return st, ok, err
+}
+
+// take is probe that also takes the message out of the unexpected queue (Mprobe).
+func (e *engine) take(c *Comm, ctx uint32, peer, tag int, wait bool) (*message, Status, bool, error) {
+	return e.find(c, ctx, peer, tag, wait, true)
+}
+
+func (e *engine) find(c *Comm, ctx uint32, peer, tag int, wait, take bool) (*message, Status, bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	probe := &Request{peer: peer, tag: tag}
 	for {
 		if err := e.failure(); err != nil {
-			return Status{}, false, err
+			return nil, Status{}, false, err
 		}
 		if q := e.ctxs[ctx]; q != nil {
-			for _, m := range q.unexp {
+			for i, m := range q.unexp {
 				if matches(probe, m.peer, m.tag) {
-					return Status{Source: c.commRank(m.peer), Tag: int(m.tag), Count: int(m.total) / elemSize(m.elem)}, true, nil
+					if take {
+						q.unexp = append(q.unexp[:i], q.unexp[i+1:]...)
+						e.unexpSize[m.peer] -= int64(len(m.data))
+						e.claimed++
+						e.space.Broadcast()
+					}
+					return m, Status{Source: c.commRank(m.peer), Tag: int(m.tag), Count: int(m.total) / elemSize(m.elem)}, true, nil
 				}
 			}
 		}
 		if peer >= 0 && e.peerErr[peer] != nil {
-			return Status{}, false, e.peerErr[peer]
+			return nil, Status{}, false, e.peerErr[peer]
 		}
 		if !wait {
-			return Status{}, false, nil
+			return nil, Status{}, false, nil
 		}
 		e.arrived.Wait()
 	}

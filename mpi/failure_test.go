@@ -14,19 +14,27 @@ import (
 // killer is implemented by endpoints that can simulate the death of their process.
 type killer interface{ Fail() }
 
+// attachAll returns n connected endpoints with a world attached to each, which the test
+// closes itself (its ranks die or block, so they are not finalized).
+func attachAll(t *testing.T, tr mpitest.Transport, n int) ([]comm.Endpoint, []*mpi.Comm) {
+	t.Helper()
+	eps := mpitest.Endpoints(t, tr, n)
+	worlds := make([]*mpi.Comm, n)
+	for i := range eps {
+		w, err := mpi.Attach(eps[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		worlds[i] = w
+	}
+	return eps, worlds
+}
+
 func TestDeadPeerFailsBlockedCalls(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.String(), func(t *testing.T) {
-			eps := mpitest.Endpoints(t, tr, 3)
+			eps, worlds := attachAll(t, tr, 3)
 			errs := make(chan error, 3)
-			worlds := make([]*mpi.Comm, 3)
-			for i := range eps {
-				w, err := mpi.Attach(eps[i])
-				if err != nil {
-					t.Fatal(err)
-				}
-				worlds[i] = w
-			}
 			// Rank 1 waits for a message from rank 2 (small and large), rank 0 for a large
 			// send to rank 2 to be received; rank 2 dies without answering.
 			go func() {

@@ -8,10 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mpios/mpios/comm"
-	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/rewire"
 	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/ctlplane"
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
+	"github.com/mpios/mpios/internal/rewire"
 )
 
 // ErrAborted reports that the job is being stopped (mpi.Abort on some rank, Ctrl-C or a
@@ -26,6 +29,7 @@ var session struct {
 	nc        *nats.Conn
 	env       job.Env
 	launched  *rewire.Launched // nil unless launched by mpirun
+	beats     *liveness        // nil unless launched by mpirun
 }
 
 // joined is a launched process's world, its control-plane connection and, in a successor,
@@ -70,6 +74,7 @@ func Init() (*Comm, error) {
 	}
 	session.world, session.nc, session.env = j.world, j.nc, env
 	session.launched = rewire.NewLaunched(env, j.nc, memberOf(j.world), j.inherited)
+	session.beats = startLiveness(env, j.nc, session.launched)
 	return j.world, nil
 }
 
@@ -162,12 +167,16 @@ func (h *engineHolder) set(e *engine) {
 // connectControl connects to the job's control plane and subscribes to its events before
 // anything else, so that no failure report can be missed.
 func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
-	nc, err := nats.Connect(env.NATSURL,
+	// Credentials and TLS files beside the URL, as the launcher passes them (natsconn.Environ).
+	auth, err := natsconn.FromEnviron(nil).AuthOptions()
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
+	}
+	// The data plane does not need NATS: through an outage, keep trying quietly.
+	nc, err := nats.Connect(env.NATSURL, append(append(auth, ctlplane.Options(nil, nil)...),
 		nats.Name(fmt.Sprintf("mpios %s rank %d", env.JobID, env.Rank)),
 		nats.Timeout(10*time.Second),
-		nats.MaxReconnects(-1), // the data plane does not need NATS; keep trying quietly
-		nats.ReconnectWait(250*time.Millisecond),
-	)
+	)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
 	}
@@ -252,6 +261,7 @@ func Finalize() error {
 		return ErrNotInitialized
 	}
 	err := Detach(session.world)
+	session.beats.stop()
 	if session.nc != nil {
 		session.nc.Close()
 	}

@@ -87,14 +87,18 @@ func Sendrecv[T Elem](c *Comm, send []T, dest, sendtag int, recv []T, source, re
 				RecvPeer: st.Source, RecvBytes: st.Count * sizeOf[T](), Start: t.start, Dur: time.Since(t.start), Err: err})
 		}()
 	}
-	if err := checkTag("Sendrecv", sendtag, false); err != nil { // before a receive is posted
+	return sendrecv(c, "Sendrecv", send, dest, sendtag, recv, source, recvtag)
+}
+
+func sendrecv[T Elem](c *Comm, op string, send []T, dest, sendtag int, recv []T, source, recvtag int) (Status, error) {
+	if err := checkTag(op, sendtag, false); err != nil { // before a receive is posted
 		return Status{}, err
 	}
 	rr, err := irecvT(c, recv, source, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
-	sr, err := c.startSend("Sendrecv", c.ctx, asBytes(send), elemCode[T](), dest, sendtag)
+	sr, err := c.startSend(op, c.ctx, asBytes(send), elemCode[T](), dest, sendtag)
 	if err != nil {
 		st, _ := rr.wait() // no buffer may stay in use after we return
 		return st, err
@@ -156,6 +160,9 @@ func SendValue(c *Comm, v any, dest, tag int) (err error) {
 	if err != nil {
 		return fmt.Errorf("mpi: SendValue: encode %T: %w", v, err)
 	}
+	if len(data) > maxValueBytes {
+		return fmt.Errorf("mpi: SendValue: %T encodes to %d bytes, RecvValue takes at most %d", v, len(data), maxValueBytes)
+	}
 	r, err := c.startSend("SendValue", c.ctx, data, elemValue, dest, tag)
 	if err != nil {
 		return err
@@ -164,8 +171,12 @@ func SendValue(c *Comm, v any, dest, tag int) (err error) {
 	return err
 }
 
+// maxValueBytes bounds the encoded size of a value RecvValue accepts, as it allocates the
+// buffer the sender announces.
+const maxValueBytes = 1 << 30
+
 // RecvValue receives a value sent with SendValue into the value ptr points to. Status.Count is
-// the encoded size in bytes.
+// the encoded size in bytes. A message of more than 1 GiB fails with a TruncationError.
 func RecvValue(c *Comm, ptr any, source, tag int) (st Status, err error) {
 	if t := observe("RecvValue"); t != nil {
 		defer func() { t.done(c, st.Source, st.Count, err) }()
@@ -203,6 +214,21 @@ func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag in
 // to ProcNull) returns a nil Request, which waits return from at once, so that the common case
 // allocates nothing.
 func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
+	return c.send(nil, op, nil, ctx, buf, elem, dest, tag, false)
+}
+
+// sendWith is startSend with a frame header of the caller's, which it overwrites (collSender
+// uses one header for all the messages of a collective call).
+func (c *Comm) sendWith(h *comm.Header, op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
+	return c.send(h, op, nil, ctx, buf, elem, dest, tag, false)
+}
+
+// send is startSend with the frame header to overwrite (nil: one from a pool), the request to
+// use for a send that does not complete at once (nil: a new one; persistent requests pass
+// themselves) and the synchronous mode of Ssend, which completes only once a receive has
+// matched the message: the message then always goes by rendezvous, whose clear-to-send is the
+// receiver's acknowledgement.
+func (c *Comm) send(h *comm.Header, op string, r *Request, ctx uint32, buf []byte, elem uint8, dest, tag int, sync bool) (*Request, error) {
 	w, err := c.worldRankOf(op, dest, false)
 	if err != nil {
 		return nil, err
@@ -211,8 +237,10 @@ func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, ta
 		return nil, nil
 	}
 	e := c.e
-	h := headerPool.Get().(*comm.Header) // a header of our own would escape to the heap
-	defer headerPool.Put(h)
+	if h == nil {
+		h = headerPool.Get().(*comm.Header) // a header of our own would escape to the heap
+		defer headerPool.Put(h)
+	}
 	*h = comm.Header{Kind: comm.KindEager, Elem: elem, Ctx: ctx, Tag: int32(tag), Total: uint64(len(buf))}
 	if w == e.rank {
 		e.mu.Lock()
@@ -221,6 +249,11 @@ func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, ta
 		if ferr != nil {
 			return nil, fmt.Errorf("mpi: %s: %w", op, ferr)
 		}
+		if sync {
+			r = c.sendRequest(r, ctx, buf, elem, w)
+			e.arriveAck(w, h, buf, false, r)
+			return r, nil
+		}
 		e.arrive(w, h, buf, false) // copies what it queues, so the send completes at once
 		return nil, nil
 	}
@@ -228,7 +261,7 @@ func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, ta
 	if ferr != nil {
 		return nil, fmt.Errorf("mpi: %s to rank %d: %w", op, dest, ferr)
 	}
-	if len(buf) <= eagerLimit {
+	if len(buf) <= eagerLimit && !sync {
 		h.Len = uint32(len(buf))
 		if err := e.ep.Send(w, h, buf); err != nil {
 			return nil, fmt.Errorf("mpi: %s to rank %d: %w", op, dest, e.sendError(w, err))
@@ -236,12 +269,8 @@ func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, ta
 		return nil, nil
 	}
 	// from: a rendezvous send waits for the receiver's clear-to-send.
-	r := &Request{e: e, comm: c, ctx: ctx, send: true, done: make(chan struct{}), dest: w, from: w, buf: buf, elem: elem}
-	r.id = e.nextID.Add(1)
+	r = c.sendRequest(r, ctx, buf, elem, w)
 	h.Kind, h.ID = comm.KindRTS, r.id
-	e.mu.Lock()
-	e.sends[r.id] = r
-	e.mu.Unlock()
 	if err := e.ep.Send(w, h, nil); err != nil {
 		e.mu.Lock()
 		delete(e.sends, r.id)
@@ -249,6 +278,20 @@ func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, ta
 		return nil, fmt.Errorf("mpi: %s to rank %d: %w", op, dest, e.sendError(w, err))
 	}
 	return r, nil
+}
+
+// sendRequest prepares r (nil: a new request) for a send to world rank w that completes
+// later, and registers it among the sends waiting for their receiver.
+func (c *Comm) sendRequest(r *Request, ctx uint32, buf []byte, elem uint8, w int) *Request {
+	if r == nil {
+		r = &Request{done: make(chan struct{})}
+	}
+	r.e, r.comm, r.ctx, r.send, r.dest, r.from, r.buf, r.elem = c.e, c, ctx, true, w, w, buf, elem
+	r.id = c.e.nextID.Add(1)
+	c.e.mu.Lock()
+	c.e.sends[r.id] = r
+	c.e.mu.Unlock()
+	return r
 }
 
 // irecv posts a receive of raw bytes on context ctx from rank source of c.

@@ -3,21 +3,24 @@ package mpi
 import (
 	"errors"
 	"fmt"
-	"sync"
+	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/mpios/mpios/comm"
 )
 
-// Request is a pending nonblocking operation, returned by Isend and Irecv. Complete it with
-// Wait, Test, WaitAll or WaitAny. A Request may be waited on from any goroutine; the buffer of
-// the operation belongs to mpi until the request completes.
+// Request is a pending nonblocking operation, returned by Isend, Irecv, Issend, Imrecv and the
+// persistent SendInit, SsendInit and RecvInit. Complete it with Wait, Test, WaitAll, WaitAny,
+// WaitSome, TestAll, TestAny or TestSome. A Request may be waited on from any goroutine; the
+// buffer of the operation belongs to mpi until the request completes.
 type Request struct {
 	e    *engine
 	comm *Comm
 	ctx  uint32
-	once sync.Once
-	done chan struct{}
+	// finished is set by the first complete; Start of a persistent request clears it.
+	finished atomic.Bool
+	done     chan struct{}
 
 	status Status
 	err    error
@@ -43,27 +46,38 @@ type Request struct {
 	// the transport's polling while wait waits. Set at creation and never changed (peer is:
 	// an AnySource receive learns its sender).
 	from int
+
+	// persist is the template of a persistent request (SendInit, RecvInit), nil otherwise.
+	persist *persistent
 }
 
 // complete records the outcome and wakes waiters. Only the first call counts.
 func (r *Request) complete(st Status, err error) {
-	r.once.Do(func() {
-		r.status, r.err = st, err
-		if r.done != closedChan {
-			close(r.done)
-		}
-	})
+	if !r.finished.CompareAndSwap(false, true) {
+		return
+	}
+	r.status, r.err = st, err
+	if r.done != closedChan {
+		close(r.done)
+	}
 }
 
 // check validates an incoming message against the receive buffer. It returns the status the
 // receive will report and the typed error for a mismatch or truncation.
 func (r *Request) check(peer int, tag int32, elem uint8, total uint64) (Status, error) {
 	st := Status{Source: r.comm.commRank(peer), Tag: int(tag)}
+	if elem == elemAbort && r.elem != elemRaw {
+		return st, &AbandonedError{Source: st.Source}
+	}
 	if elem != r.elem && r.elem != elemRaw {
 		return st, &TypeMismatchError{Source: st.Source, Tag: st.Tag, Sent: elemName(elem), Want: elemName(r.elem)}
 	}
 	if total%uint64(r.esize) != 0 {
 		return st, &TypeMismatchError{Source: st.Source, Tag: st.Tag, Sent: fmt.Sprintf("%d bytes", total), Want: elemName(r.elem)}
+	}
+	if r.alloc && total > maxValueBytes {
+		// Checked before anything is allocated: a message may announce up to comm.MaxMessage.
+		return st, &TruncationError{Source: st.Source, Tag: st.Tag, Have: maxValueBytes, Need: int(min(total, math.MaxInt))}
 	}
 	st.Count = int(total / uint64(r.esize))
 	if total > uint64(len(r.buf)) && !r.alloc {
@@ -170,46 +184,15 @@ func waitAll(reqs ...*Request) error {
 	return first
 }
 
-// WaitAny waits until one of the non-nil requests completes and returns its index and status.
-// It returns -1 if every request is nil.
+// WaitAny waits until one of the active requests completes and returns its index and status.
+// It returns -1 if none is active (every request is nil, or a persistent request never
+// started).
 func WaitAny(reqs ...*Request) (int, Status, error) {
 	for {
-		live := 0
-		for i, r := range reqs {
-			if r == nil {
-				continue
-			}
-			live++
-			if st, ok, err := r.Test(); ok {
-				return i, st, err
-			}
+		i, st, done, err := testAny(reqs)
+		if done {
+			return i, st, err
 		}
-		if live == 0 {
-			return -1, Status{Source: ProcNull, Tag: AnyTag}, nil
-		}
-		// Block on the first live request or any completion: a small select over all of them.
-		cases := make([]chan struct{}, 0, live)
-		for _, r := range reqs {
-			if r != nil {
-				cases = append(cases, r.done)
-			}
-		}
-		waitAnyChan(cases)
+		waitAnyChan(reqs)
 	}
-}
-
-// waitAnyChan blocks until one channel is closed.
-func waitAnyChan(chs []chan struct{}) {
-	done := make(chan struct{})
-	var once sync.Once
-	for _, c := range chs {
-		go func(c chan struct{}) {
-			select {
-			case <-c:
-				once.Do(func() { close(done) })
-			case <-done:
-			}
-		}(c)
-	}
-	<-done
 }

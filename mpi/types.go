@@ -41,6 +41,8 @@ type Status struct {
 	Source int // rank of the sender in the communicator
 	Tag    int
 	Count  int // elements received (or, for a probe, elements in the message)
+	// Cancelled is set for a receive withdrawn by Request.Cancel (MPI_Test_cancelled).
+	Cancelled bool
 }
 
 // Element type codes on the wire. The order is part of the protocol.

@@ -33,6 +33,11 @@ var knownOps = [...]struct {
 	{"ReduceScatterBlock", kindColl}, {"Scan", kindColl}, {"Gather", kindColl},
 	{"Scatter", kindColl}, {"Allgather", kindColl}, {"Allgatherv", kindColl},
 	{"Alltoall", kindColl}, {"Gatherv", kindColl}, {"Scatterv", kindColl},
+	{"Exscan", kindColl}, {"ReduceScatter", kindColl}, {"Alltoallv", kindColl},
+	{"Ibarrier", kindColl}, {"Ibcast", kindColl}, {"Ireduce", kindColl}, {"Iallreduce", kindColl},
+	{"Iallgather", kindColl}, {"Ialltoall", kindColl},
+	{"Ssend", kindSend}, {"Issend", kindSend}, {"Start", kindSend}, {"SendrecvReplace", kindSend},
+	{"Mrecv", kindRecv}, {"NeighborAllgather", kindColl}, {"NeighborAlltoall", kindColl},
 }
 
 const numOps = len(knownOps)
@@ -84,6 +89,38 @@ func opIndex(op string) int {
 		return 20
 	case "Scatterv":
 		return 21
+	case "Exscan":
+		return 22
+	case "ReduceScatter":
+		return 23
+	case "Alltoallv":
+		return 24
+	case "Ibarrier":
+		return 25
+	case "Ibcast":
+		return 26
+	case "Ireduce":
+		return 27
+	case "Iallreduce":
+		return 28
+	case "Iallgather":
+		return 29
+	case "Ialltoall":
+		return 30
+	case "Ssend":
+		return 31
+	case "Issend":
+		return 32
+	case "Start":
+		return 33
+	case "SendrecvReplace":
+		return 34
+	case "Mrecv":
+		return 35
+	case "NeighborAllgather":
+		return 36
+	case "NeighborAlltoall":
+		return 37
 	}
 	return -1
 }
@@ -191,7 +228,7 @@ func (s *rankState) record(ev *mpi.CallEvent) {
 		return // failed calls moved no data we can vouch for
 	}
 	c := ev.Comm
-	if ev.Op == "Sendrecv" {
+	if ev.Op == "Sendrecv" || ev.Op == "SendrecvReplace" {
 		// The receive half counts whatever the send half's peer is (ProcNull at the edge
 		// of a domain sends nothing but still receives from the other side).
 		if c != nil && ev.RecvPeer >= 0 && ev.RecvPeer < c.Size() {

@@ -18,12 +18,22 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodeclient"
+	"github.com/mpios/mpios/internal/supervisor"
 	"github.com/mpios/mpios/iosbridge"
 )
 
 // statusUsage is the exit status for command-line mistakes.
 const statusUsage = 2
+
+// maxRanks bounds -np: far beyond any machine or cluster mpirun serves, and small enough
+// that the launcher's per-rank tables cannot exhaust its memory.
+const maxRanks = 1 << 16
+
+// natsCLI: mpirun's NATS credentials come from files or $MPIOS_NATS_*, never from its
+// command line, which other users can read; the ranks read the same variables.
+var natsCLI = natsconn.CLI{EnvPrefix: "MPIOS_NATS_"}
 
 // helpText is the whole --help output; a fixed text reads better than a generated one.
 const helpText = `mpirun - run an mpios program as N cooperating processes
@@ -42,12 +52,28 @@ USAGE:
    with "go build" into a temporary directory (removed on exit).
 
 OPTIONS:
-   -np N, -n N          number of ranks to start (at least 1; required unless
+   -np N, -n N          number of ranks to start (1 to 65536; required unless
                         --hosts or --hostfile give the slots)
    --nats URL           use this NATS server for the job's control plane, e.g.
-                        nats://user:pass@host:4222 (credentials are passed on to
-                        the ranks). By default mpirun runs a private embedded
+                        nats://host:4222 or tls://host:4222. Credentials in the
+                        URL (nats://user:pass@host:4222) work and are passed on to
+                        the ranks, but ps shows them to every user: prefer the
+                        options below. By default mpirun runs a private embedded
                         server on 127.0.0.1 with random credentials.
+   --nats-creds FILE, --nats-nkey FILE, --nats-token-file FILE, --nats-user USER
+                        authenticate to the --nats server with a .creds file (nsc),
+                        an NKey user seed file, a token file, or a user whose
+                        password is in $MPIOS_NATS_PASSWORD. A token can also come
+                        from $MPIOS_NATS_TOKEN, and every flag from its variable
+                        ($MPIOS_NATS_CREDS, _NKEY, _TOKEN_FILE, _USER): unlike the
+                        command line, other users cannot read them. The ranks get
+                        the same options (files by absolute path: on remote nodes
+                        they must exist at that path). See docs/security.md.
+   --nats-ca FILE       for a tls:// server: PEM CAs that sign its certificate
+                        (default: the system's); also $MPIOS_NATS_CA
+   --nats-cert FILE, --nats-key FILE
+                        PEM client certificate and key, for servers that verify
+                        clients; also $MPIOS_NATS_CERT, $MPIOS_NATS_KEY
    --tag-output         prefix every output line with the rank, as "[2] text"
    --timeout DURATION   stop the job if it still runs after DURATION (e.g. 90s,
                         10m) and exit with status 124
@@ -73,7 +99,18 @@ OPTIONS:
                         of the environment, else ~/.local/state/mpios/ckpt)
    --restart JOB        resume from the newest complete checkpoint of job JOB
                         (same number of ranks; falls back to an older checkpoint
-                        if the newest is damaged, and says so)
+                        if the newest is damaged, and says so). PROGRAM, its
+                        arguments, -np and the --ckpt-* options may be left out:
+                        they are those JOB was started with on this machine
+   --no-recover         end a checkpointing job at its first failure. By default
+                        mpirun recovers it: when a rank or its node dies, or a
+                        rank hangs, every rank restarts from the newest committed
+                        checkpoint (on the surviving nodes) and the job goes on
+   --max-recoveries N   give up after N recoveries (default 3; 0: never recover)
+   --hang-timeout DURATION
+                        declare a rank failed when it sent no sign of life for
+                        this long, e.g. when stopped or frozen (default 10s;
+                        0 turns hang detection off)
    --policy NAME        how the IOS agents of the pcmd nodes decide to move this
                         job's ranks: mpiios (MPI/IOS gain), sras, atsras, flcras,
                         or none (never move them; profile only). Default: each
@@ -110,7 +147,8 @@ EXIT STATUS:
    A rank calling mpi.Abort makes mpirun exit with the abort code. Ctrl-C or
    SIGTERM stops the job with status 130 or 143 (a second Ctrl-C kills at once),
    --timeout with 124, a failed rendezvous or start with 1, and a command-line
-   mistake with 2.
+   mistake with 2. A job that checkpoints is recovered instead of stopped when a
+   rank dies or hangs (see --no-recover); if it cannot be, the message says why.
 
 EXAMPLES:
    mpirun -np 4 ./ring                 run the executable ./ring as 4 ranks
@@ -166,7 +204,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 		CustomAppHelpTemplate: helpText,
 		Writer:                stdout,
 		ErrWriter:             stderr,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "np", Aliases: []string{"n"}, Usage: "number of ranks"},
 			&cli.StringFlag{Name: "nats", Usage: "NATS server URL"},
 			&cli.BoolFlag{Name: "tag-output", Usage: "prefix lines with [rank]"},
@@ -182,7 +220,10 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.StringFlag{Name: "restart", Usage: "job id to restart from"},
 			&cli.StringFlag{Name: "policy", Usage: "IOS decision policy of the job"},
 			&cli.StringFlag{Name: "profile-out", Usage: "write the ranks' profiles here"},
-		},
+			&cli.BoolFlag{Name: "no-recover", Usage: "do not recover a checkpointing job from failures"},
+			&cli.IntFlag{Name: "max-recoveries", Value: supervisor.DefaultMaxRecoveries, Usage: "recoveries before giving up"},
+			&cli.DurationFlag{Name: "hang-timeout", Value: launch.DefaultHangTimeout, Usage: "declare a silent rank failed after this long"},
+		}, natsCLI.Flags()...),
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &usageError{msg: err.Error()}
 		},
@@ -200,7 +241,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			if hosts != nil {
 				// Placement is decided, and checked against the nodes, before anything starts.
 				remote, err := nodeclient.NewRemote(nodeclient.RemoteConfig{
-					NATSURL: cfg.NATSURL, Hosts: hosts, NP: cfg.NP,
+					NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Hosts: hosts, NP: cfg.NP,
 					Logf: func(format string, args ...any) {
 						fmt.Fprintf(stderr, "mpirun: "+format+"\n", args...)
 					},
@@ -221,19 +262,32 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 func config(c *cli.Context) (launch.Config, error) {
 	var cfg launch.Config
 	remote := c.IsSet("hosts") || c.IsSet("hostfile")
+	prev, err := remembered(c, remote)
+	if err != nil {
+		return cfg, err
+	}
 	switch {
+	case !c.IsSet("np") && !remote && prev != nil:
+		cfg.NP = prev.NP
 	case !c.IsSet("np") && !remote:
 		return cfg, &usageError{"missing -np N (the number of ranks)"}
 	case c.IsSet("np"):
 		if cfg.NP = c.Int("np"); cfg.NP < 1 {
 			return cfg, &usageError{fmt.Sprintf("-np %d: need at least 1 rank", cfg.NP)}
 		}
+		if cfg.NP > maxRanks {
+			return cfg, &usageError{fmt.Sprintf("-np %d: at most %d ranks", cfg.NP, maxRanks)}
+		}
 	}
-	if c.NArg() == 0 {
+	switch {
+	case c.NArg() > 0:
+		cfg.Program = c.Args().First()
+		cfg.Args = c.Args().Tail()
+	case prev != nil:
+		cfg.Program, cfg.Args = prev.Program, prev.Args
+	default:
 		return cfg, &usageError{"missing PROGRAM"}
 	}
-	cfg.Program = c.Args().First()
-	cfg.Args = c.Args().Tail()
 	if cfg.JobID = c.String("job-id"); cfg.JobID != "" {
 		if err := job.ValidateID(cfg.JobID); err != nil {
 			msg, _ := strings.CutPrefix(err.Error(), "job: ")
@@ -244,6 +298,17 @@ func config(c *cli.Context) (launch.Config, error) {
 		return cfg, &usageError{"--nats: empty URL"}
 	}
 	cfg.NATSURL = c.String("nats")
+	auth, err := natsCLI.Options(c, cfg.NATSURL).Abs()
+	if err == nil && cfg.NATSURL != "" {
+		err = auth.Validate()
+	}
+	switch {
+	case err != nil:
+		return cfg, &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
+	case cfg.NATSURL == "" && auth != natsconn.Options{}:
+		return cfg, &usageError{"NATS credentials and TLS options (--nats-* flags or $MPIOS_NATS_* variables) need --nats URL: the embedded server makes its own"}
+	}
+	cfg.NATSAuth = auth
 	cfg.TagOutput = c.Bool("tag-output")
 	if cfg.Timeout = c.Duration("timeout"); cfg.Timeout < 0 {
 		return cfg, &usageError{"--timeout must not be negative"}
@@ -257,6 +322,9 @@ func config(c *cli.Context) (launch.Config, error) {
 	// Checkpoint options reach the ranks' pcm through its environment contract; set here they
 	// override the same variables inherited from mpirun's environment.
 	var ckptEnv []string
+	if prev != nil {
+		ckptEnv = append(ckptEnv, prev.Env...) // the flags below override them
+	}
 	if c.IsSet("ckpt-every") {
 		if k := c.Int("ckpt-every"); k < 0 {
 			return cfg, &usageError{fmt.Sprintf("--ckpt-every %d: want K >= 0", k)}
@@ -292,8 +360,14 @@ func config(c *cli.Context) (launch.Config, error) {
 			return cfg, &usageError{"--profile-out: want a file name"}
 		}
 	}
+	// The ranks connect with the same credentials (files by path, token and password from
+	// mpirun's environment, which they inherit).
+	ckptEnv = append(ckptEnv, cfg.NATSAuth.Environ()...)
 	if ckptEnv != nil {
 		cfg.Env = append(os.Environ(), ckptEnv...)
+	}
+	if err := recoveryFlags(c, &cfg); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

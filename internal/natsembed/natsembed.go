@@ -1,5 +1,5 @@
 // Package natsembed runs the job-private NATS server mpirun starts when no --nats URL is
-// given, and shows NATS URLs without their credentials.
+// given.
 package natsembed
 
 import (
@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -79,25 +78,4 @@ func randomHex(n int) (string, error) {
 		return "", fmt.Errorf("natsembed: random: %w", err)
 	}
 	return hex.EncodeToString(b), nil
-}
-
-// RedactURL returns a NATS URL (or comma-separated list of URLs) with any user, password or
-// token removed, for printing.
-func RedactURL(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		u, err := url.Parse(p)
-		if err != nil || u.Host == "" {
-			// Unparseable or no scheme: keep only what follows a possible "creds@".
-			if at := strings.LastIndex(p, "@"); at >= 0 {
-				p = p[at+1:]
-			}
-			parts[i] = p
-			continue
-		}
-		u.User = nil
-		parts[i] = u.String()
-	}
-	return strings.Join(parts, ",")
 }

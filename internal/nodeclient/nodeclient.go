@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -19,8 +20,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rankproc"
 )
 
@@ -152,6 +154,9 @@ type RemoteConfig struct {
 	// KeepAlive is the lease given to the nodes: they stop the job's ranks when mpirun has
 	// been silent for that long (it died). 0 = 10s.
 	KeepAlive time.Duration
+
+	// NATSAuth authenticates to NATSURL (credentials, TLS); its URL and Name are not used.
+	NATSAuth natsconn.Options
 }
 
 // Remote is a Starter that runs ranks on pcmd nodes over NATS. Ranks are placed round-robin
@@ -166,12 +171,15 @@ type Remote struct {
 	cfg   RemoteConfig
 	nc    *nats.Conn
 	place []string // node of each rank
+	slots map[string]int
 
 	mu    sync.Mutex
 	nodes map[string]*remoteNode
 	jobs  map[string]bool // job ids to send keepalives for
 	quit  chan struct{}
 	gone  chan *NodeGoneError // see Gone
+	// watch keeps an outage of r's own connection from counting as the nodes' silence.
+	watch ctlplane.Watch
 	wg    sync.WaitGroup
 	close sync.Once
 }
@@ -214,15 +222,22 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	}
 	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), quit: make(chan struct{}),
 		gone: make(chan *NodeGoneError, goneBacklog)}
-	nc, err := nats.Connect(cfg.NATSURL,
+	grace, err := ctlplane.GraceFromEnv(nil)
+	if err != nil {
+		return nil, err
+	}
+	r.watch.Grace = grace
+	auth, err := cfg.NATSAuth.AuthOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.NATSURL, append(append(auth, ctlplane.Options(&r.watch, nil)...),
 		nats.Name("mpirun remote starter"),
 		nats.Timeout(5*time.Second),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
 		nats.NoCallbacksAfterClientClose(),
-	)
+	)...)
 	if err != nil {
-		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsembed.RedactURL(cfg.NATSURL), err)
+		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsconn.RedactURL(cfg.NATSURL), err)
 	}
 	r.nc = nc
 	if err := r.setup(); err != nil {
@@ -270,6 +285,10 @@ func (r *Remote) setup() error {
 		return err
 	}
 	r.place = place
+	r.slots = make(map[string]int, len(names))
+	for i, n := range names {
+		r.slots[n] += caps[i]
+	}
 	return nil
 }
 
@@ -312,7 +331,7 @@ func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 		list = strings.Join(known, ", ")
 	}
 	return info, fmt.Errorf("nodeclient: node %s: no pcmd serves it on NATS server %s (nodes answering: %s): %w",
-		node, natsembed.RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
+		node, natsconn.RedactURL(r.cfg.NATSURL), list, ErrUnknownNode)
 }
 
 // Place assigns np ranks round-robin to nodes, node i taking at most caps[i]; np 0 takes
@@ -353,6 +372,10 @@ func (r *Remote) Gone() <-chan *NodeGoneError { return r.gone }
 
 // NP returns the number of ranks placed.
 func (r *Remote) NP() int { return len(r.place) }
+
+// Slots returns how many ranks the job may run on each of its nodes (--hosts NODE:SLOTS, or
+// the free slots a node had at placement): where a recovered job's ranks may restart.
+func (r *Remote) Slots() map[string]int { return maps.Clone(r.slots) }
 
 // Placement returns the node of each rank.
 func (r *Remote) Placement() []string { return slices.Clone(r.place) }
@@ -558,7 +581,7 @@ func (r *Remote) monitor() {
 			r.mu.Lock()
 			for _, n := range r.nodes {
 				if n.gone == nil && len(n.procs) > 0 {
-					if silent := now.Sub(n.last); silent > job.MissedBeats*n.interval {
+					if silent := r.watch.Silence(now, n.last); silent > job.MissedBeats*n.interval {
 						gone = append(gone, n.name)
 						reasons = append(reasons, fmt.Sprintf("node %s stopped responding (no heartbeat for %v)",
 							n.name, silent.Round(100*time.Millisecond)))
@@ -621,12 +644,25 @@ func (r *Remote) probeNodes(except string) {
 		go func() {
 			defer wg.Done()
 			_, err := r.nc.Request(job.NodeInfoSubject(name), nil, 250*time.Millisecond)
-			if errors.Is(err, nats.ErrNoResponders) {
+			if errors.Is(err, nats.ErrNoResponders) && r.provenGone(name) {
 				r.nodeGone(name, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeInfoSubject(name)))
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// provenGone reports whether nobody listening for node's subjects proves its pcmd dead: not
+// while r's own connection is down or came back too recently for the node to have
+// reconnected and subscribed again (its heartbeats decide then).
+func (r *Remote) provenGone(node string) bool {
+	r.mu.Lock()
+	window := job.MissedBeats * time.Second
+	if n := r.nodes[node]; n != nil {
+		window = job.MissedBeats * n.interval
+	}
+	r.mu.Unlock()
+	return !r.watch.Settling(time.Now(), window)
 }
 
 func joinInts(v []int) string {
@@ -725,7 +761,7 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("nodeclient: signal rank %d: %w", p.rank, err)
 	}
 	msg, err := p.r.nc.Request(job.NodeSignalSubject(p.node), data, p.r.cfg.RequestTimeout)
-	if errors.Is(err, nats.ErrNoResponders) {
+	if errors.Is(err, nats.ErrNoResponders) && p.r.provenGone(p.node) {
 		// Nobody listens for the node: its pcmd is dead, and the rank with it.
 		p.r.nodeGone(p.node, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", p.node, job.NodeSignalSubject(p.node)))
 		return nil

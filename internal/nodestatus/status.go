@@ -24,7 +24,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
-	"github.com/mpios/mpios/internal/natsembed"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/internal/procstate"
 	"github.com/mpios/mpios/profiler"
@@ -122,7 +122,7 @@ func DiscoverStatus(nc *nats.Conn, wait time.Duration) (Status, error) {
 	}
 	st := Collect(views)
 	st.AttachIOS(states)
-	st.NATS = natsembed.RedactURL(nc.ConnectedUrl())
+	st.NATS = natsconn.RedactURL(nc.ConnectedUrl())
 	st.Jobs = jobInfos(nc, st.Ranks, wait)
 	return st, nil
 }

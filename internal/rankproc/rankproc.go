@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 )
 
 // Stream names one of a rank's output streams.
@@ -159,13 +161,22 @@ func (Local) Start(spec Spec) (Process, error) {
 		outW.Close()
 		return nil, fmt.Errorf("rankproc: start rank %d: %w", spec.Rank, err)
 	}
-	cmd := exec.Command(spec.Path, spec.Args...)
-	cmd.Env = spec.Env
-	cmd.Dir = spec.Dir
-	cmd.Stdout = outW
-	cmd.Stderr = errW
-	cmd.SysProcAttr = sysProcAttr()
-	err = cmd.Start()
+	var cmd *exec.Cmd
+	// ETXTBSY: the program was written just now and a process forked elsewhere (by us or
+	// anyone) still holds it open for writing until its exec; that clears within moments.
+	err = backoff.Retry(func() error {
+		cmd = exec.Command(spec.Path, spec.Args...)
+		cmd.Env = spec.Env
+		cmd.Dir = spec.Dir
+		cmd.Stdout = outW
+		cmd.Stderr = errW
+		cmd.SysProcAttr = sysProcAttr()
+		err := cmd.Start()
+		if err != nil && !errors.Is(err, syscall.ETXTBSY) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, textBusyBackOff())
 	// The child has its own copies; ours must go so the readers see EOF when it exits.
 	outW.Close()
 	errW.Close()
@@ -181,6 +192,14 @@ func (Local) Start(spec Spec) (Process, error) {
 	go func() { defer fwd.Done(); forwardLines(errR, Stderr, spec.Output) }()
 	go p.wait(&fwd, outR, errR)
 	return p, nil
+}
+
+// textBusyBackOff bounds the retries of a start that failed with ETXTBSY to about a second.
+func textBusyBackOff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 5 * time.Millisecond
+	b.MaxElapsedTime = time.Second
+	return b
 }
 
 type localProcess struct {

@@ -189,8 +189,22 @@ func (b *Buffer) String() string {
 // and the URL carries them.
 func NATSServer(t testing.TB, user, password string) string {
 	t.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
-		NoLog: true, NoSigs: true, Username: user, Password: password})
+	srv := NATSServerWith(t, func(o *natsserver.Options) { o.Username, o.Password = user, password })
+	if user == "" {
+		return srv.ClientURL()
+	}
+	return strings.Replace(srv.ClientURL(), "nats://", "nats://"+user+":"+password+"@", 1)
+}
+
+// NATSServerWith starts an in-process NATS server on a random loopback port for the duration
+// of the test, after configure (nil: none) has set its options (authentication, TLS).
+func NATSServerWith(t testing.TB, configure func(*natsserver.Options)) *natsserver.Server {
+	t.Helper()
+	opts := &natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true}
+	if configure != nil {
+		configure(opts)
+	}
+	srv, err := natsserver.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,8 +213,5 @@ func NATSServer(t testing.TB, user, password string) string {
 		t.Fatal("NATS server not ready")
 	}
 	t.Cleanup(srv.Shutdown)
-	if user == "" {
-		return srv.ClientURL()
-	}
-	return strings.Replace(srv.ClientURL(), "nats://", "nats://"+user+":"+password+"@", 1)
+	return srv
 }

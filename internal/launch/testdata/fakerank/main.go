@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
 )
 
 var (
@@ -127,7 +128,11 @@ func rendezvous(env job.Env) *nats.Conn {
 	if err != nil {
 		fatalf("listen: %v", err)
 	}
-	nc, err := nats.Connect(env.NATSURL, nats.Name(fmt.Sprintf("fakerank %d", r)))
+	auth, err := natsconn.FromEnviron(nil).AuthOptions() // as a real rank (mpi.Init)
+	if err != nil {
+		fatalf("nats: %v", err)
+	}
+	nc, err := nats.Connect(env.NATSURL, append(auth, nats.Name(fmt.Sprintf("fakerank %d", r)))...)
 	if err != nil {
 		fatalf("nats: %v", err)
 	}
