@@ -67,12 +67,14 @@ type cluster struct {
 	logs     map[string]string // node -> log file
 
 	hasPolicy bool // pcmd serve knows --policy
+	hasOpen   bool // pcmd serve knows --insecure-open (takes no unsigned spawns without it)
 }
 
 func startCluster(dir, bin string, env []string, nodes ...string) (*cluster, error) {
 	c := &cluster{dir: dir, bin: bin, env: env, nodes: map[string]string{}, logs: map[string]string{}}
 	help, _ := exec.Command(filepath.Join(bin, "pcmd"), "serve", "--help").CombinedOutput()
 	c.hasPolicy = bytes.Contains(help, []byte("--policy"))
+	c.hasOpen = bytes.Contains(help, []byte("--insecure-open"))
 	if err := c.startNATS(); err != nil {
 		c.stop()
 		return nil, err
@@ -153,6 +155,10 @@ func (c *cluster) nodeArgs(name string) []string {
 	args := []string{"serve", "--node", name, "--nats", c.url, "--allow", c.bin + "/*", "--slots", "8"}
 	if c.hasPolicy {
 		args = append(args, "--policy", "none")
+	}
+	if c.hasOpen {
+		// The benchmark's NATS server is private to it; older pcmds have no such flag.
+		args = append(args, "--insecure-open")
 	}
 	return append(args, "--store", c.nodes[name])
 }

@@ -88,7 +88,7 @@ func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	beats.Unsubscribe()
-	all := append([]string{"serve", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms",
+	all := append([]string{"serve", "--insecure-open", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms",
 		"--store", filepath.Join(c.t.TempDir(), "store")}, args...)
 	cmd := exec.Command(prog("pcmd"), all...)
 	cmd.Env = c.env

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rankproc"
 )
@@ -49,6 +51,16 @@ type Config struct {
 	NodeEnv func(req job.SpawnRequest, same, other int) []string
 
 	Log *log.Logger // not nil
+
+	// Launchers, if not nil, are the only launchers the node takes spawn and signal requests
+	// from: each request must be signed by a listed key (pcmd serve --authorized-launchers).
+	// Nil needs Open: unsigned requests are taken from anyone who can publish on the
+	// node's subjects (--insecure-open). Signed requests are verified in both modes.
+	Launchers *ctlauth.AuthorizedKeys
+	Open      bool
+	// Curve is the node's curve key (ctlauth.NodeKeys.Curve): it opens the job secrets
+	// sealed in spawn requests. Nil: the node refuses sealed secrets.
+	Curve nkeys.KeyPair
 }
 
 // Validate checks the configuration; errors name the pcmd flag at fault.
@@ -70,6 +82,9 @@ func (c Config) Validate() error {
 	if c.KillGrace <= 0 {
 		return errors.New("pcmd: kill grace must be positive")
 	}
+	if c.Launchers == nil && !c.Open {
+		return ErrNoLauncherPolicy
+	}
 	if c.MaxLease < job.MinInterval || c.MaxLease > job.MaxInterval {
 		return fmt.Errorf("pcmd: lease %v: want %v to %v", c.MaxLease, job.MinInterval, job.MaxInterval)
 	}
@@ -83,6 +98,7 @@ func (c Config) Validate() error {
 type Manager struct {
 	cfg     Config
 	pins    []argPin
+	auth    *authorizer
 	log     *log.Logger
 	nc      *nats.Conn
 	spawnc  chan spawnOp
@@ -100,6 +116,7 @@ type Manager struct {
 type rank struct {
 	key       RankKey
 	out, exit string // subjects
+	signer    string // the launcher key that started it; its signals need the same; "": unsigned
 	proc      rankproc.Process
 	pid       int
 
@@ -124,12 +141,15 @@ func Start(nc *nats.Conn, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	pins, _ := parsePins(cfg.PinArgs) // checked by Validate
+	auth, err := newAuthorizer(cfg, time.Now())
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
-		cfg: cfg, pins: pins, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
+		cfg: cfg, pins: pins, auth: auth, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
 		table: NewTable(cfg.Node, cfg.Slots, cfg.MaxLease), ranks: map[RankKey]*rank{}, leases: map[string]*nats.Subscription{},
 	}
 	go m.spawner()
-	var err error
 	if m.spawnSb, err = nc.Subscribe(job.NodeSpawnSubject(cfg.Node), m.onSpawn); err == nil {
 		m.sigSb, err = nc.Subscribe(job.NodeSignalSubject(cfg.Node), m.onSignal)
 	}
@@ -192,7 +212,7 @@ func (m *Manager) onSpawn(msg *nats.Msg) {
 		m.log.Printf("ignoring a spawn request without a reply subject")
 		return
 	}
-	m.respond(msg, m.spawn(msg.Data))
+	m.respond(msg, m.spawn(msg.Subject, msg.Data))
 }
 
 // refuse builds a refusal reply and logs it.
@@ -203,9 +223,13 @@ func (m *Manager) refuse(code job.SpawnRefusal, format string, args ...any) job.
 }
 
 // spawn handles one spawn request: decode, validate, apply the node's policy, start.
-func (m *Manager) spawn(data []byte) job.SpawnReply {
+func (m *Manager) spawn(subject string, data []byte) job.SpawnReply {
+	in, err := m.auth.open(subject, data, spawnJob, time.Now())
+	if err != nil {
+		return m.refuse(job.RefuseNotAllowed, "%s", job.TrimPrefix(err).Error())
+	}
 	var req job.SpawnRequest
-	if err := job.Decode(data, &req); err != nil {
+	if err := job.Decode(in.body, &req); err != nil {
 		return m.refuse(job.RefuseInvalid, "rejects a malformed spawn request: %s", job.TrimPrefix(err).Error())
 	}
 	if err := req.Validate(); err != nil {
@@ -217,6 +241,13 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 	}
 	if why := checkArgs(m.pins, path, req.Args); why != "" {
 		return m.refuse(job.RefuseNotAllowed, "%s", why)
+	}
+	if err := in.launcher.Permits(req.Job, path); err != nil {
+		return m.refuse(job.RefuseNotAllowed, "%s", err)
+	}
+	secretEnv, err := m.auth.secretEnv(req)
+	if err != nil {
+		return m.refuse(job.RefuseInvalid, "cannot start rank %d of job %s: %v", req.Rank, req.Job, err)
 	}
 	if req.Dir != "" {
 		if fi, err := os.Stat(req.Dir); !filepath.IsAbs(req.Dir) || err != nil || !fi.IsDir() {
@@ -232,7 +263,7 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 	}
 
 	key := RankKey{req.Job, req.Rank}
-	r := &rank{key: key, out: req.Out, exit: req.Exit}
+	r := &rank{key: key, out: req.Out, exit: req.Exit, signer: in.signer}
 	if r.out == "" {
 		r.out = job.RankOutSubject(req.Job, req.Rank)
 	}
@@ -253,6 +284,7 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 	if m.cfg.NodeEnv != nil {
 		nodeEnv = m.cfg.NodeEnv(req, same, other)
 	}
+	nodeEnv = append(nodeEnv, secretEnv...)
 	res := make(chan spawnResult, 1)
 	m.spawnc <- spawnOp{spec: rankproc.Spec{
 		Rank:   req.Rank,
@@ -514,7 +546,12 @@ func (m *Manager) onSignal(msg *nats.Msg) {
 		}
 		m.respond(msg, rep)
 	}
-	if err := job.Decode(msg.Data, &req); err != nil {
+	in, err := m.auth.open(msg.Subject, msg.Data, signalJob, time.Now())
+	if err != nil {
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s %s", m.cfg.Node, job.TrimPrefix(err).Error())})
+		return
+	}
+	if err := job.Decode(in.body, &req); err != nil {
 		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s rejects a malformed signal request: %s", m.cfg.Node, job.TrimPrefix(err).Error())})
 		return
 	}
@@ -524,10 +561,17 @@ func (m *Manager) onSignal(msg *nats.Msg) {
 	}
 	m.mu.Lock()
 	var proc rankproc.Process
+	signer := in.signer
 	if r := m.ranks[RankKey{req.Job, req.Rank}]; r != nil {
-		proc = r.proc
+		proc, signer = r.proc, r.signer
 	}
 	m.mu.Unlock()
+	if signer != in.signer {
+		// Only the launcher that started a rank may signal it.
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s refuses a signal for rank %d of job %s not signed by the launcher that started it",
+			m.cfg.Node, req.Rank, req.Job)})
+		return
+	}
 	if proc == nil {
 		m.respond(msg, job.SignalReply{NotFound: true,
 			Error: fmt.Sprintf("pcmd: node %s does not run rank %d of job %s", m.cfg.Node, req.Rank, req.Job)})
