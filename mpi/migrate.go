@@ -154,7 +154,7 @@ func joinAsSuccessor(env job.Env, spec string) (joined, error) {
 			if err := e.inject(snap); err != nil {
 				return err
 			}
-			e.onPeerLost = lostReporter(env, nc)
+			e.onPeerLost = lostReporter(env, nc, holder.auth)
 			if world, err = attach(e); err != nil {
 				return err
 			}

@@ -194,6 +194,22 @@ func TestSpawnAuthorization(t *testing.T) {
 		t.Errorf("migrate to the attacker's node: %+v, want a refusal naming an unknown node", rep)
 	}
 
+	// Item 7: forged events to the ranks (abort, a rank's failure) and forged aborts and
+	// lost-peer reports to mpirun; none holds the job key.
+	for subj, v := range map[string]any{
+		job.EventSubject("victim"): job.Event{Kind: job.EventAbort, Reason: "forged"},
+		job.AbortSubject("victim"): job.Abort{Rank: 0, Code: 9, Message: "forged"},
+		job.LostSubject("victim"):  job.Lost{Observer: 0, Rank: 1, Reason: "forged"},
+	} {
+		data, _ := job.Encode(v)
+		if err := spy.Publish(subj, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spy.Publish(job.EventSubject("victim"), must(job.Encode(job.Event{Kind: job.EventRankFailed, Rank: 1, Reason: "forged"}))); err != nil {
+		t.Fatal(err)
+	}
+
 	if code := j.wait(t, 180*time.Second); code != 0 {
 		t.Fatalf("mpirun: exit %d\nstderr:\n%s", code, j.stderr.String())
 	}
@@ -213,4 +229,11 @@ func TestSpawnAuthorization(t *testing.T) {
 		n, ok := nodeOf(st, "n1")
 		return ok && n.State == nodestatus.StateAlive && n.Used == 0
 	})
+}
+
+func must(data []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return data
 }

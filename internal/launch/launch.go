@@ -23,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
@@ -130,6 +131,9 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg:    cfg,
 		stdout: newLineWriter(cfg.Stdout),
 		stderr: newLineWriter(cfg.Stderr),
+	}
+	if r.auth, err = ctlauth.NewJobChannel(cfg.JobID, secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now()); err != nil {
+		return fmt.Errorf("launch: %w", err)
 	}
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
@@ -247,7 +251,8 @@ type runner struct {
 	stdout *lineWriter
 	stderr *lineWriter
 	nc     *nats.Conn
-	msgs   chan *nats.Msg // every job subject the Machine takes, in arrival order
+	msgs   chan *nats.Msg      // every job subject the Machine takes, in arrival order
+	auth   *ctlauth.JobChannel // the job-key subjects (jobauth.go)
 
 	sup   *supervisor.Machine
 	path  string  // the program
@@ -428,9 +433,13 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 	case job.HelloSubject(id):
 		return supervisor.Hello{Reply: m.Reply, Data: m.Data}
 	case job.AbortSubject(id):
-		return supervisor.Abort{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Abort{Data: body}
+		}
 	case job.LostSubject(id):
-		return supervisor.Lost{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Lost{Data: body}
+		}
 	case job.ControlSubject(id):
 		return supervisor.Control{Reply: m.Reply, Data: m.Data}
 	case job.MigrateSubject(id):
@@ -488,7 +497,7 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 			r.stderr.logf("encode reply %T: %v", a.Msg, err)
 		}
 	case supervisor.Publish:
-		data, err := job.Encode(a.Msg)
+		data, err := r.encode(a.Subject, a.Msg)
 		if err == nil {
 			err = r.nc.Publish(a.Subject, data)
 		}
