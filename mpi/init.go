@@ -37,6 +37,7 @@ type joined struct {
 	world     *Comm
 	nc        *nats.Conn
 	inherited *rewire.Inheritance
+	auth      *ctlauth.JobChannel // the rank's job-key channel on nc
 }
 
 // Init joins the job that mpirun started and returns its world communicator. A process that
@@ -73,6 +74,7 @@ func Init() (*Comm, error) {
 	}
 	session.world, session.nc, session.env = j.world, j.nc, env
 	session.launched = rewire.NewLaunched(env, j.nc, memberOf(j.world), j.inherited)
+	session.launched.Auth = j.auth
 	return j.world, nil
 }
 
@@ -112,7 +114,7 @@ func joinJob(env job.Env) (joined, error) {
 		return fail(err)
 	}
 	holder.set(world.e)
-	return joined{world: world, nc: nc}, nil
+	return joined{world: world, nc: nc, auth: holder.auth}, nil
 }
 
 // listenAndConnect opens the rank's data-plane listener and its control-plane connection;

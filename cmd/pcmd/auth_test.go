@@ -15,6 +15,7 @@ import (
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
+	"github.com/mpios/mpios/internal/reconf"
 )
 
 // seedFile writes kp's seed to a 0600 file in dir and returns its path.
@@ -209,6 +210,25 @@ func TestSpawnAuthorization(t *testing.T) {
 	if err := spy.Publish(job.EventSubject("victim"), must(job.Encode(job.Event{Kind: job.EventRankFailed, Rank: 1, Reason: "forged"}))); err != nil {
 		t.Fatal(err)
 	}
+	// ... a forged reconfiguration log moving rank 1 to the attacker's node, and a forged
+	// successor request and migration report ...
+	forgedLog := reconf.Log{Entries: []reconf.Reconfiguration{{Seq: 1, Kind: reconf.Migrate, Ranks: []int{1}, To: "evil", State: reconf.Proposed, At: time.Now()}}}
+	for subj, v := range map[string]any{
+		job.ReconfSubject("victim"):   forgedLog,
+		job.MigrateSubject("victim"):  job.MigrateRequest{Seq: 1, Rank: 1, Handover: "127.0.0.1:1", Iteration: 10},
+		job.MigratedSubject("victim"): job.MigrateReport{Seq: 1, Rank: 1, To: "evil", OK: true},
+	} {
+		if err := spy.Publish(subj, must(job.Encode(v))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ... and a forged exit status and output line of rank 1, as its node would relay them.
+	if err := spy.Publish(job.RankOutSubject("victim", 1), must(job.Encode(job.RankOutput{Stream: job.StreamStdout, Seq: 1, Line: []byte("checksum forged")}))); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Publish(job.RankExitSubject("victim", 1), must(job.Encode(job.RankExit{Code: 1, Reason: "forged"}))); err != nil {
+		t.Fatal(err)
+	}
 
 	if code := j.wait(t, 180*time.Second); code != 0 {
 		t.Fatalf("mpirun: exit %d\nstderr:\n%s", code, j.stderr.String())
@@ -217,6 +237,9 @@ func TestSpawnAuthorization(t *testing.T) {
 	if got, err := os.ReadFile(out); err != nil || !bytes.Equal(got, want) || len(want) == 0 {
 		t.Errorf("the attacked job's result (%d bytes, %v) differs from an undisturbed run's (%d bytes)\nmpirun:\n%s",
 			len(got), err, len(want), j.stderr.String())
+	}
+	if strings.Contains(j.stdout.String(), "forged") || !strings.Contains(j.stderr.String(), "ignoring a message on mpios.job.victim.rank.1.exit") {
+		t.Errorf("mpirun did not ignore the forged output and exit:\nstdout:\n%s\nstderr:\n%s", j.stdout.String(), j.stderr.String())
 	}
 	if strings.Contains(j.stderr.String(), "migrated rank 1") {
 		t.Errorf("rank 1 was moved to the attacker's node:\n%s", j.stderr.String())

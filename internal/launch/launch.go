@@ -443,9 +443,13 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 	case job.ControlSubject(id):
 		return supervisor.Control{Reply: m.Reply, Data: m.Data}
 	case job.MigrateSubject(id):
-		return supervisor.SuccessorRequest{Reply: m.Reply, Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.SuccessorRequest{Reply: m.Reply, Data: body}
+		}
 	case job.MigratedSubject(id):
-		return supervisor.MigrateReport{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.MigrateReport{Data: body}
+		}
 	case job.ReconfGetSubject(id):
 		return supervisor.LogRequest{Reply: m.Reply}
 	case job.JobInfoSubject(id):
@@ -491,7 +495,7 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 			}
 		}
 	case supervisor.Reply:
-		if data, err := job.Encode(a.Msg); err == nil {
+		if data, err := r.encodeReply(a.To, a.Msg); err == nil {
 			_ = r.nc.Publish(a.To, data) // the requester times out and says so
 		} else {
 			r.stderr.logf("encode reply %T: %v", a.Msg, err)

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rankproc"
 )
 
 // ErrUntrustedNode: a node has no key card signed by a key of the known-nodes file
@@ -22,6 +24,9 @@ var ErrUntrustedNode = errors.New("not a known node")
 type jobAuth struct {
 	signer *ctlauth.KeyWrapper // nil: requests are not signed (no RemoteConfig.Launcher)
 	curve  nkeys.KeyPair       // fresh per job: seals the job's secret for each node
+	// relay verifies the ranks' output and exit messages, which nodes with a key card send
+	// under the job key; nil if the job's environment has no secret.
+	relay *ctlauth.JobChannel
 }
 
 // nodeCard checks the key card in info, a node's description: signed by the node's key,
@@ -53,7 +58,7 @@ func (r *Remote) nodeCard(info job.NodeInfo) (*ctlauth.NodeCard, error) {
 }
 
 // jobAuth returns the job's signing and sealing keys, made at its first spawn. r.mu held.
-func (r *Remote) jobAuthLocked(jobID string) (*jobAuth, error) {
+func (r *Remote) jobAuthLocked(jobID string, env []string) (*jobAuth, error) {
 	if a := r.auth[jobID]; a != nil {
 		return a, nil
 	}
@@ -68,6 +73,11 @@ func (r *Remote) jobAuthLocked(jobID string) (*jobAuth, error) {
 		from := ctlauth.Sender{Role: ctlauth.RoleLauncher, Job: jobID}
 		if a.signer, err = ctlauth.NewKeyWrapper(r.cfg.Launcher, from, uint64(time.Now().UnixNano())); err != nil {
 			return nil, fmt.Errorf("nodeclient: launcher key: %w", err)
+		}
+	}
+	if secret, err := hex.DecodeString(rankproc.EnvValue(env, job.EnvSecret)); err == nil && len(secret) > 0 {
+		if a.relay, err = ctlauth.NewJobChannel(jobID, secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now()); err != nil {
+			return nil, fmt.Errorf("nodeclient: job %s: %w", jobID, err)
 		}
 	}
 	r.auth[jobID] = a
@@ -105,4 +115,17 @@ func (a *jobAuth) encode(subject string, v any) ([]byte, error) {
 		return data, err
 	}
 	return a.signer.Wrap(subject, data, time.Now())
+}
+
+// open returns the body of a message relayed for the process's rank: verified under the job
+// key when its node has a key card (it relays under that key), else as received.
+func (p *remoteProcess) open(m *nats.Msg) ([]byte, error) {
+	if !p.keyed {
+		return m.Data, nil
+	}
+	if p.auth.relay == nil {
+		return nil, errors.New("no job key to verify it with")
+	}
+	body, _, err := p.auth.relay.Open(m.Subject, m.Data, time.Now())
+	return body, err
 }

@@ -453,14 +453,14 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 		r.mu.Unlock()
 		return nil, &SpawnError{Node: name, Rank: spec.Rank, Reason: node.gone.Reason}
 	}
-	auth, err := r.jobAuthLocked(jobID)
+	auth, err := r.jobAuthLocked(jobID, env)
 	if err != nil {
 		r.mu.Unlock()
 		return nil, err
 	}
 	card := node.card
 	node.procs[p] = true
-	p.auth = auth
+	p.auth, p.keyed = auth, card != nil
 	if !r.jobs[jobID] {
 		r.jobs[jobID] = true
 		_ = r.nc.Publish(job.KeepAliveSubject(jobID), nil) // the lease starts at spawn time anyway
@@ -726,6 +726,7 @@ type remoteProcess struct {
 	rank   int
 	job    string
 	auth   *jobAuth // set before the spawn request goes out
+	keyed  bool     // its node relays output and exit under the job key
 	output func(rankproc.Stream, []byte)
 
 	mu       sync.Mutex
@@ -789,10 +790,16 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 // malformed is reported and dropped.
 func (p *remoteProcess) onMsg(m *nats.Msg) {
 	leaf := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	data, err := p.open(m)
+	if err != nil {
+		// Forged or replayed: another client of the server must not fake a rank's exit.
+		p.r.cfg.Logf("ignoring a message on %s: %v", m.Subject, err)
+		return
+	}
 	switch leaf {
 	case "out":
 		var o job.RankOutput
-		if err := job.Decode(m.Data, &o); err != nil || (o.Stream != job.StreamStdout && o.Stream != job.StreamStderr) {
+		if err := job.Decode(data, &o); err != nil || (o.Stream != job.StreamStdout && o.Stream != job.StreamStderr) {
 			p.r.cfg.Logf("ignoring a malformed output message for rank %d", p.rank)
 			return
 		}
@@ -812,7 +819,7 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 		p.output(rankproc.Stream(o.Stream), line)
 	case "exit":
 		var e job.RankExit
-		if err := job.Decode(m.Data, &e); err != nil || e.Signal < 0 || e.Signal > 64 {
+		if err := job.Decode(data, &e); err != nil || e.Signal < 0 || e.Signal > 64 {
 			p.r.cfg.Logf("ignoring a malformed exit message for rank %d", p.rank)
 			return
 		}

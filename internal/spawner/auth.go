@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -90,6 +92,24 @@ func (a *authorizer) secretEnv(req job.SpawnRequest) ([]string, error) {
 		return nil, err
 	}
 	return []string{job.EnvSecret + "=" + hex.EncodeToString(secret)}, nil
+}
+
+// relayChannel returns the job-key channel the node relays rank req's output and exit
+// under, from the job secret the request carried (sealed, or in clear from an older
+// launcher); nil when it carried none. The sender is the rank on this node, so that each
+// rank's relay numbers its messages on its own.
+func relayChannel(node string, req job.SpawnRequest, secretEnv []string) (*ctlauth.JobChannel, error) {
+	secretHex, ok := Lookup(append(slices.Clone(req.Env), secretEnv...), job.EnvSecret)
+	if !ok {
+		return nil, nil
+	}
+	secret, err := hex.DecodeString(secretHex)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", job.EnvSecret, err)
+	}
+	inc, _ := Lookup(req.Env, job.EnvIncarnation)
+	n, _ := strconv.Atoi(inc)
+	return ctlauth.NewJobChannel(req.Job, secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: req.Rank, Incarnation: max(n, 0), Node: node}, time.Now())
 }
 
 func spawnJob(body []byte) (string, error) {

@@ -115,8 +115,9 @@ type Manager struct {
 // rank is a rank the node runs, or is starting (proc nil). proc is guarded by Manager.mu.
 type rank struct {
 	key       RankKey
-	out, exit string // subjects
-	signer    string // the launcher key that started it; its signals need the same; "": unsigned
+	out, exit string              // subjects
+	signer    string              // the launcher key that started it; its signals need the same; "": unsigned
+	relay     *ctlauth.JobChannel // output and exit go under the job key; nil: in clear (no secret)
 	proc      rankproc.Process
 	pid       int
 
@@ -263,7 +264,11 @@ func (m *Manager) spawn(subject string, data []byte) job.SpawnReply {
 	}
 
 	key := RankKey{req.Job, req.Rank}
-	r := &rank{key: key, out: req.Out, exit: req.Exit, signer: in.signer}
+	relay, err := relayChannel(m.cfg.Node, req, secretEnv)
+	if err != nil {
+		return m.refuse(job.RefuseInvalid, "cannot start rank %d of job %s: %v", req.Rank, req.Job, err)
+	}
+	r := &rank{key: key, out: req.Out, exit: req.Exit, signer: in.signer, relay: relay}
 	if r.out == "" {
 		r.out = job.RankOutSubject(req.Job, req.Rank)
 	}
@@ -381,7 +386,7 @@ func (m *Manager) publishOutput(r *rank, st rankproc.Stream, line []byte) {
 		}
 		// Counted even if publishing fails, so the receiver can tell that it lost some.
 		seq := r.sent.Add(1)
-		data, err := job.Encode(job.RankOutput{Stream: int(st), Seq: seq, Line: piece, Partial: partial})
+		data, err := r.encode(r.out, job.RankOutput{Stream: int(st), Seq: seq, Line: piece, Partial: partial})
 		if err == nil {
 			err = m.nc.Publish(r.out, data)
 		}
@@ -411,7 +416,7 @@ func (m *Manager) watch(r *rank) {
 	}
 	// Published before the slot is freed: a heartbeat that no longer lists the rank then
 	// follows its exit message.
-	data, err := job.Encode(msg)
+	data, err := r.encode(r.exit, msg)
 	if err == nil {
 		err = m.nc.Publish(r.exit, data)
 	}
@@ -584,4 +589,12 @@ func (m *Manager) onSignal(msg *nats.Msg) {
 		return
 	}
 	m.respond(msg, job.SignalReply{})
+}
+
+// encode encodes v for publication on subject, under the job key when the rank has one.
+func (r *rank) encode(subject string, v any) ([]byte, error) {
+	if r.relay == nil {
+		return job.Encode(v)
+	}
+	return r.relay.Encode(subject, v, time.Now())
 }
