@@ -132,7 +132,7 @@ func pair(t *testing.T, secretA, secretB []byte) (*TCPEndpoint, *TCPEndpoint, *r
 	lnB, _ := net.Listen("tcp", "127.0.0.1:0")
 	addrs := []string{lnA.Addr().String(), lnB.Addr().String()}
 	logA := &syncLog{}
-	a, err := NewTCP(TCPConfig{Rank: 0, Size: 2, Addrs: addrs, Listener: lnA, Secret: secretA, DialTimeout: time.Second,
+	a, err := NewTCP(TCPConfig{Rank: 0, Size: 2, Addrs: addrs, Listener: lnA, Secret: secretA, DialTimeout: time.Second, Transport: TransportTCP,
 		Logf: func(f string, args ...any) {
 			logA.mu.Lock()
 			defer logA.mu.Unlock()
@@ -141,7 +141,7 @@ func pair(t *testing.T, secretA, secretB []byte) (*TCPEndpoint, *TCPEndpoint, *r
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewTCP(TCPConfig{Rank: 1, Size: 2, Addrs: addrs, Listener: lnB, Secret: secretB, DialTimeout: time.Second, Logf: t.Logf})
+	b, err := NewTCP(TCPConfig{Rank: 1, Size: 2, Addrs: addrs, Listener: lnB, Secret: secretB, DialTimeout: time.Second, Transport: TransportTCP, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,8 +226,12 @@ func TestTCPGarbageAfterHandshakeClosesOnlyThatConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.dialHandshake(conn, 0); err != nil {
+	tr, err := b.dialHandshake(conn, 0)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if link, err := b.offerRing(conn, tr); err != nil || link != nil {
+		t.Fatalf("transport negotiation: %v, %v", link, err)
 	}
 	conn.Write(bytes.Repeat([]byte{0xff}, HeaderSize)) // bad magic
 	select {

@@ -48,6 +48,9 @@ const (
 	FlagDiscard uint8 = 1 << 0
 	// FlagMigrated on a Bye: the process hands its rank to a successor; it did not fail.
 	FlagMigrated uint8 = 1 << 1
+	// FlagRemote on a Data frame in a shared-memory ring: the payload stays in the sender's
+	// memory, and a descriptor for process_vm_readv follows the header instead.
+	FlagRemote uint8 = 1 << 2
 )
 
 // Wire constants.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/mpios/mpios/internal/job"
 )
 
 // TCPConfig configures a TCP endpoint. Zero durations take the defaults below.
@@ -50,6 +51,13 @@ type TCPConfig struct {
 	// NodeRanks is the number of ranks on this node, for that decision (0: MPIOS_NODE_RANKS,
 	// else unknown).
 	NodeRanks int
+	// Transport chooses between shared memory and TCP per peer: TransportAuto (the default)
+	// uses shared memory with peers on this node, TransportTCP never does, TransportShmCopy
+	// does without the single-copy path. Empty: MPIOS_TRANSPORT, else auto.
+	Transport string
+	// JobID names this job's shared-memory rings, so that launchers can remove what a crash
+	// leaves (RemoveJobSegments). Empty: MPIOS_JOB_ID, else "local".
+	JobID string
 }
 
 // SuggestedSpinWait is the polling window after data arrived when a rank has a core to
@@ -92,8 +100,13 @@ type TCPEndpoint struct {
 	waiters atomic.Int32 // goroutines waiting for a message (Waiting)
 	waitAt  atomic.Int64 // monoNow of the latest Waiting(true)
 	writing atomic.Int32 // large frames being written (see Send)
-	// readers[peer] is the polling reader of peer's connection, if it has one.
+	// readers[peer] is the polling reader of peer's connection, if it has one; rings[peer]
+	// its ring reader, if it comes through shared memory.
 	readers []atomic.Pointer[spinReader]
+	rings   []atomic.Pointer[ringReader]
+
+	transport string // TransportAuto, TransportTCP or TransportShmCopy
+	shmPrefix string // the names of this job's rings start with it
 
 	peers []*tcpPeer
 
@@ -115,7 +128,8 @@ type tcpPeer struct {
 	dial sync.Mutex // serializes dialing
 	mu   sync.Mutex // serializes writes
 	conn net.Conn
-	err  error // sticky: set when the connection broke
+	link *shmLink // the ring conn's frames go through, if the peer shares this node
+	err  error    // sticky: set when the connection broke
 	buf  []byte
 }
 
@@ -147,9 +161,23 @@ func NewTCP(cfg TCPConfig) (*TCPEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	transport, err := transportSetting(cfg.Transport)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.JobID == "" {
+		cfg.JobID = os.Getenv(job.EnvJobID)
+	}
+	if cfg.JobID == "" {
+		cfg.JobID = "local"
+	}
+	if err := job.ValidateID(cfg.JobID); err != nil {
+		return nil, fmt.Errorf("comm: %w", err)
+	}
 	cfg.Addrs = append([]string(nil), cfg.Addrs...) // Redirect changes them
 	e := &TCPEndpoint{cfg: cfg, spin: spin, peers: make([]*tcpPeer, cfg.Size), in: make(map[net.Conn]*sync.Mutex),
-		inPeer: make([]int, cfg.Size), inOrder: make([][]net.Conn, cfg.Size), readers: make([]atomic.Pointer[spinReader], cfg.Size)}
+		inPeer: make([]int, cfg.Size), inOrder: make([][]net.Conn, cfg.Size), readers: make([]atomic.Pointer[spinReader], cfg.Size),
+		rings: make([]atomic.Pointer[ringReader], cfg.Size), transport: transport, shmPrefix: segmentPrefix(cfg.JobID, cfg.Secret)}
 	e.inTurn = sync.NewCond(&e.mu)
 	for i := range e.peers {
 		e.peers[i] = &tcpPeer{}
@@ -182,10 +210,12 @@ func (e *TCPEndpoint) Waiting(peer int, on bool) {
 	e.waitAt.Store(monoNow())
 	if peer >= 0 && peer < len(e.readers) {
 		e.readers[peer].Load().wake()
+		e.rings[peer].Load().wake()
 		return
 	}
 	for i := range e.readers {
 		e.readers[i].Load().wake()
+		e.rings[i].Load().wake()
 	}
 }
 
@@ -230,7 +260,7 @@ func (e *TCPEndpoint) acceptLoop() {
 // serveConn authenticates an incoming connection and then reads its frames until it ends.
 func (e *TCPEndpoint) serveConn(conn net.Conn) {
 	defer e.wg.Done()
-	peer, err := e.acceptHandshake(conn)
+	t, err := e.acceptHandshake(conn)
 	if err != nil {
 		if !e.isClosed() {
 			e.logf("rejected connection from %v: %v", conn.RemoteAddr(), err)
@@ -238,21 +268,56 @@ func (e *TCPEndpoint) serveConn(conn net.Conn) {
 		conn.Close()
 		return
 	}
+	peer := t.src
+	conn.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+	link, err := e.answerRing(conn, t)
+	conn.SetDeadline(time.Time{})
+	if err != nil {
+		e.unregister(peer, conn)
+		if !e.isClosed() {
+			e.logf("rejected connection from rank %d: %v", peer, err)
+		}
+		conn.Close()
+		return
+	}
+	if link != nil {
+		// The dialer writes only doorbells on the socket now (see shmRing), and it ends when
+		// the dialer's process does, or when we close it. Our doorbells for the dialer go the
+		// other way, under the lock of our Byes on this socket.
+		e.mu.Lock()
+		wmu := e.in[conn]
+		e.mu.Unlock()
+		link.ring.ringPeer = func() {
+			wmu.Lock()
+			conn.Write(doorbell[:])
+			wmu.Unlock()
+		}
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			var b [64]byte
+			for {
+				if _, err := conn.Read(b[:]); err != nil {
+					link.ring.markGone()
+					return
+				}
+				link.ring.ring()
+			}
+		}()
+	}
 
 	e.mu.Lock()
 	for len(e.inOrder[peer]) > 0 && e.inOrder[peer][0] != conn && !e.closed {
 		e.inTurn.Wait()
 	}
 	e.mu.Unlock()
-	flags, err := e.readFrames(peer, conn)
+	flags, err := e.readFrames(peer, conn, link)
+	e.unregister(peer, conn)
+	conn.Close()
+	link.unmap() // its reader was the only user
 	e.mu.Lock()
-	delete(e.in, conn)
-	e.inPeer[peer]--
-	e.inOrder[peer] = slices.DeleteFunc(e.inOrder[peer], func(c net.Conn) bool { return c == conn })
-	e.inTurn.Broadcast()
 	closed := e.closed
 	e.mu.Unlock()
-	conn.Close()
 	if closed {
 		return
 	}
@@ -267,16 +332,27 @@ func (e *TCPEndpoint) serveConn(conn net.Conn) {
 	e.handler.PeerClosed(peer, flags, nil)
 }
 
-// readFrames dispatches frames from peer until a Bye (returns its flags) or an error.
-func (e *TCPEndpoint) readFrames(peer int, conn net.Conn) (uint8, error) {
+// unregister forgets an accepted connection of peer.
+func (e *TCPEndpoint) unregister(peer int, conn net.Conn) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.in, conn)
+	e.inPeer[peer]--
+	e.inOrder[peer] = slices.DeleteFunc(e.inOrder[peer], func(c net.Conn) bool { return c == conn })
+	e.inTurn.Broadcast()
+}
+
+// readFrames dispatches frames from peer, from conn or from its ring (link), until a Bye
+// (returns its flags) or an error.
+func (e *TCPEndpoint) readFrames(peer int, conn net.Conn, link *shmLink) (uint8, error) {
 	var src io.Reader = conn
-	if sc, ok := conn.(syscall.Conn); ok && e.spin.Wait > 0 {
+	if link != nil {
+		src = link.rd
+		e.rings[peer].Store(link.rd)
+		defer e.rings[peer].CompareAndSwap(link.rd, nil)
+	} else if sc, ok := conn.(syscall.Conn); ok && e.spin.Wait > 0 {
 		if rc, err := sc.SyscallConn(); err == nil {
-			var gate *loadGate
-			if e.spin.Adaptive {
-				gate = processGate()
-			}
-			sr := newSpinReader(conn, rc, e.spin.Wait, max(e.spin.WaitLong, e.spin.Wait), gate, &e.waiters, &e.waitAt, &e.writing)
+			sr := newSpinReader(conn, rc, e.pollPolicy())
 			e.readers[peer].Store(sr) // only one connection of a peer is read at a time
 			defer e.readers[peer].CompareAndSwap(sr, nil)
 			src = sr
@@ -292,6 +368,15 @@ func (e *TCPEndpoint) readFrames(peer int, conn net.Conn) (uint8, error) {
 		}
 		if h, err = DecodeHeader(hb); err != nil {
 			return 0, err
+		}
+		if h.Flags&FlagRemote != 0 {
+			if h.Kind != KindData || link == nil || !link.cma {
+				return 0, &FrameError{Kind: h.Kind, Err: ErrBadKind, Info: "remote payload where none was agreed"}
+			}
+			if err := e.readRemoteData(peer, fr, link, &h); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		switch h.Kind {
 		case KindBye:
@@ -350,6 +435,34 @@ func (e *TCPEndpoint) readFrames(peer int, conn net.Conn) (uint8, error) {
 			}
 		}
 	}
+}
+
+// readRemoteData takes a Data frame's payload straight out of the sender's memory, as the
+// descriptor after its header says, and releases the sender.
+func (e *TCPEndpoint) readRemoteData(peer int, fr *frameReader, link *shmLink, h *Header) error {
+	desc, err := fr.next(remoteDescSize)
+	if err != nil {
+		return err
+	}
+	addr, seq := binary.LittleEndian.Uint64(desc), binary.LittleEndian.Uint64(desc[8:])
+	h.Flags &^= FlagRemote
+	dst, err := e.handler.DataBuffer(peer, h)
+	if err != nil {
+		return err
+	}
+	if dst != nil {
+		if len(dst) != int(h.Len) {
+			return fmt.Errorf("comm: data buffer of %d bytes for a %d-byte chunk", len(dst), h.Len)
+		}
+		if err := readRemote(link.pid, dst, addr); err != nil {
+			return err
+		}
+	}
+	link.rd.ack(seq)
+	if dst == nil {
+		return nil
+	}
+	return e.handler.DataDone(peer, h)
 }
 
 // frameReader buffers a connection's frames. Small frames are read many at a time into buf;
@@ -442,17 +555,12 @@ func (f *frameReader) discard(n int) error {
 // before; with a gate (adaptive polling) it stops while the node is loaded, where it would
 // take the time other threads need.
 type spinReader struct {
-	conn    net.Conn
-	rc      syscall.RawConn
-	spin    time.Duration // polling window after data arrived
-	long    time.Duration // polling window while the process waits for a message
-	gate    *loadGate     // nil: forced polling
-	waiters *atomic.Int32 // the endpoint's waiting goroutines
-	waitAt  *atomic.Int64 // and when the latest wait began (monoNow)
-	writing *atomic.Int32 // the endpoint's large writes in progress
-	last    int64         // monoNow when data last arrived (or wake woke the reader)
-	got     bool          // the last Read returned data
-	parked  atomic.Bool   // in the network poller
+	conn   net.Conn
+	rc     syscall.RawConn
+	policy *pollPolicy
+	last   int64       // monoNow when data last arrived (or wake woke the reader)
+	got    bool        // the last Read returned data
+	parked atomic.Bool // in the network poller
 
 	// The non-blocking read, bound once: a closure per poll would be an allocation per poll.
 	poll  func(fd uintptr) bool
@@ -461,13 +569,63 @@ type spinReader struct {
 	errno error
 }
 
-func newSpinReader(conn net.Conn, rc syscall.RawConn, spin, long time.Duration, gate *loadGate, waiters *atomic.Int32, waitAt *atomic.Int64, writing *atomic.Int32) *spinReader {
-	r := &spinReader{conn: conn, rc: rc, spin: spin, long: long, gate: gate, waiters: waiters, waitAt: waitAt, writing: writing}
+func newSpinReader(conn net.Conn, rc syscall.RawConn, policy *pollPolicy) *spinReader {
+	r := &spinReader{conn: conn, rc: rc, policy: policy}
 	r.poll = func(fd uintptr) bool {
 		r.n, r.errno = syscall.Read(int(fd), r.p)
 		return true // never park here: EAGAIN is handled by Read
 	}
 	return r
+}
+
+// pollPolicy decides, for the readers of sockets and rings alike, whether a reader that found
+// nothing polls again or sleeps (in the network poller, or on the ring's bell).
+type pollPolicy struct {
+	spin    time.Duration // polling window after data arrived
+	long    time.Duration // polling window while the process waits for a message
+	gate    *loadGate     // nil: forced polling
+	waiters *atomic.Int32 // the endpoint's waiting goroutines
+	waitAt  *atomic.Int64 // and when the latest wait began (monoNow)
+	writing *atomic.Int32 // the endpoint's large socket writes in progress
+}
+
+// pollPolicy is how this endpoint's readers poll: nil if they never do.
+func (e *TCPEndpoint) pollPolicy() *pollPolicy {
+	if e.spin.Wait <= 0 {
+		return nil
+	}
+	var gate *loadGate
+	if e.spin.Adaptive {
+		gate = processGate()
+	}
+	return &pollPolicy{spin: e.spin.Wait, long: max(e.spin.WaitLong, e.spin.Wait), gate: gate,
+		waiters: &e.waiters, waitAt: &e.waitAt, writing: &e.writing}
+}
+
+// poll reports whether a reader whose data last arrived at last (monoNow) polls again: for
+// spin after the last data; while a goroutine waits, for long after the last data or the
+// start of the wait (a rank that computed longer than spin since the last message then still
+// polls for the answer it now waits for); never while the endpoint writes a large frame or
+// the node is loaded.
+func (p *pollPolicy) poll(last int64) bool {
+	if p == nil {
+		return false
+	}
+	since, window := last, p.spin
+	if p.waiters.Load() > 0 {
+		since, window = max(since, p.waitAt.Load()), p.long
+	}
+	return time.Duration(monoNow()-since) <= window && p.writing.Load() == 0 && (p.gate == nil || p.gate.allow())
+}
+
+// pollShort is poll without the long window of a waiting goroutine.
+func (p *pollPolicy) pollShort(last int64) bool {
+	return p != nil && time.Duration(monoNow()-last) <= p.spin && p.writing.Load() == 0 && (p.gate == nil || p.gate.allow())
+}
+
+// gateOpen reports whether polling is allowed by the node's load (a wake is then useful).
+func (p *pollPolicy) gateOpen() bool {
+	return p != nil && (p.gate == nil || p.gate.open.Load())
 }
 
 // monoEpoch and monoNow give the readers a monotonic clock in an int64, which an atomic holds.
@@ -480,7 +638,7 @@ func monoNow() int64 { return int64(time.Since(monoEpoch)) }
 // reader clears it wherever it meets it (a wake can land just after the reader woke by
 // itself, and then fails its next read instead).
 func (r *spinReader) wake() {
-	if r == nil || !r.parked.Load() || (r.gate != nil && !r.gate.open.Load()) {
+	if r == nil || !r.parked.Load() || !r.policy.gateOpen() {
 		return
 	}
 	r.conn.SetReadDeadline(time.Unix(1, 0))
@@ -506,14 +664,7 @@ func (r *spinReader) Read(p []byte) (int, error) {
 		runtime.Gosched()
 	}
 	for {
-		// Poll for spin after the last data; while a goroutine waits, for long after the last
-		// data or the start of the wait (a rank that computed longer than spin since the last
-		// message then still polls for the answer it now waits for).
-		since, window := r.last, r.spin
-		if r.waiters.Load() > 0 {
-			since, window = max(since, r.waitAt.Load()), r.long
-		}
-		if time.Duration(monoNow()-since) > window || r.writing.Load() > 0 || (r.gate != nil && !r.gate.allow()) {
+		if !r.policy.poll(r.last) {
 			r.parked.Store(true)
 			n, err := r.conn.Read(p) // parks in the network poller
 			r.parked.Store(false)
@@ -572,6 +723,20 @@ func (e *TCPEndpoint) Send(peer int, h *Header, payload []byte) error {
 	if p.err != nil {
 		return p.err
 	}
+	if l := p.link; l != nil && p.conn == conn {
+		if h.Kind == KindData && l.cma && len(payload) >= cmaMin {
+			err = l.writeRemoteData(h, payload, p.buf)
+		} else {
+			p.buf = AppendHeader(p.buf[:0], h)
+			err = l.w.write(noDeadline, p.buf, payload)
+		}
+		if err != nil {
+			p.err = &PeerError{Peer: peer, Op: "send to", Err: fmt.Errorf("%w: %v", ErrPeerLost, err)}
+			conn.Close()
+			return p.err
+		}
+		return nil
+	}
 	if HeaderSize+len(payload) <= smallFrame {
 		p.buf = append(AppendHeader(p.buf[:0], h), payload...)
 		_, err = conn.Write(p.buf)
@@ -622,13 +787,20 @@ func (e *TCPEndpoint) connect(peer int, p *tcpPeer) (net.Conn, error) {
 	bo := backoff.WithContext(backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(5*time.Millisecond), backoff.WithMaxInterval(500*time.Millisecond),
 		backoff.WithMaxElapsedTime(e.cfg.DialTimeout)), ctx)
+	var link *shmLink
 	err = backoff.Retry(func() error {
 		d := net.Dialer{Timeout: e.cfg.HandshakeTimeout}
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return err
 		}
-		if err := e.dialHandshake(c, peer); err != nil {
+		t, err := e.dialHandshake(c, peer)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+			link, err = e.offerRing(c, t)
+			c.SetDeadline(time.Time{})
+		}
+		if err != nil {
 			c.Close()
 			if errors.Is(err, ErrAuth) {
 				return backoff.Permanent(err)
@@ -645,20 +817,36 @@ func (e *TCPEndpoint) connect(peer int, p *tcpPeer) (net.Conn, error) {
 		p.mu.Unlock()
 		return nil, err
 	}
+	if link != nil {
+		link.ring.ringPeer = func() { conn.Write(doorbell[:]) } // under p.mu, like every write
+	}
 	p.mu.Lock()
-	p.conn = conn
+	p.conn, p.link = conn, link
 	p.mu.Unlock()
 	e.wg.Add(1)
-	go e.watchOutgoing(peer, p, conn)
+	go e.watchOutgoing(peer, p, conn, link)
 	return conn, nil
 }
 
 // watchOutgoing reads the receiving side's only message on a dialed connection, its Bye, so
-// that a peer that dies is noticed even by ranks that only send to it.
-func (e *TCPEndpoint) watchOutgoing(peer int, p *tcpPeer, conn net.Conn) {
+// that a peer that dies is noticed even by ranks that only send to it (and a Send that waits
+// for room in the connection's ring ends).
+func (e *TCPEndpoint) watchOutgoing(peer int, p *tcpPeer, conn net.Conn, link *shmLink) {
 	defer e.wg.Done()
 	var hb [HeaderSize]byte
-	_, err := io.ReadFull(conn, hb[:])
+	var err error
+	for {
+		if _, err = io.ReadFull(conn, hb[:1]); err != nil || link == nil || hb[0] != doorbell[0] {
+			break
+		}
+		link.ring.ring() // the reader made room, or took a single-copy chunk
+	}
+	if err == nil {
+		_, err = io.ReadFull(conn, hb[1:])
+	}
+	if link != nil {
+		link.ring.markGone() // before p.mu, which a waiting Send holds
+	}
 	var flags uint8
 	if err == nil {
 		var h Header
@@ -701,6 +889,27 @@ func (e *TCPEndpoint) watchOutgoing(peer int, p *tcpPeer, conn net.Conn) {
 	}
 }
 
+// doorbell wakes the other side of a shared-memory ring (see shmRing); it cannot start a
+// frame header, whose first byte is Magic0.
+var doorbell = [1]byte{0}
+
+// byeTimeout bounds the write of a Bye: a peer that does not read it in time is not waited for.
+const byeTimeout = time.Second
+
+// sayBye ends a stream in order: the Bye goes after every frame sent before it, through the
+// connection's ring if it has one (link), else on the socket.
+func sayBye(conn net.Conn, link *shmLink, flags uint8) {
+	var b [HeaderSize]byte
+	bye := AppendHeader(b[:0], &Header{Kind: KindBye, Flags: flags})
+	deadline := time.Now().Add(byeTimeout)
+	if link != nil && link.w != nil {
+		link.w.write(deadline, bye)
+		return
+	}
+	conn.SetWriteDeadline(deadline)
+	conn.Write(bye)
+}
+
 // Close implements Endpoint: it says Bye on every connection and closes them.
 func (e *TCPEndpoint) Close() error {
 	return e.CloseWithFlags(0)
@@ -719,15 +928,14 @@ func (e *TCPEndpoint) CloseWithFlags(flags uint8) error {
 		in[c] = m
 	}
 	e.mu.Unlock()
-	bye := AppendHeader(nil, &Header{Kind: KindBye, Flags: flags})
 	e.cfg.Listener.Close()
 	for _, p := range e.peers {
 		p.mu.Lock()
 		if p.conn != nil && p.err == nil {
-			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
-			p.conn.Write(bye)
+			sayBye(p.conn, p.link, flags)
 			p.conn.Close()
 		}
+		p.link.unmap()
 		p.err = ErrClosed
 		p.mu.Unlock()
 	}
@@ -736,8 +944,7 @@ func (e *TCPEndpoint) CloseWithFlags(flags uint8) error {
 	e.mu.Unlock()
 	for c, m := range in {
 		m.Lock()
-		c.SetWriteDeadline(time.Now().Add(time.Second))
-		c.Write(bye)
+		sayBye(c, nil, flags)
 		m.Unlock()
 		c.Close()
 	}
@@ -764,33 +971,33 @@ func (e *TCPEndpoint) mac(label byte, parts ...[]byte) []byte {
 	return m.Sum(nil)
 }
 
-func (e *TCPEndpoint) acceptHandshake(conn net.Conn) (int, error) {
+func (e *TCPEndpoint) acceptHandshake(conn net.Conn) (*transcript, error) {
 	conn.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	var nonceA [nonceSize]byte
 	if _, err := rand.Read(nonceA[:]); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if _, err := conn.Write(append(serverHelloMagic[:], nonceA[:]...)); err != nil {
-		return 0, err
+		return nil, err
 	}
 	var ch [8 + 4 + 4 + nonceSize + macSize]byte
 	if _, err := io.ReadFull(conn, ch[:]); err != nil {
-		return 0, fmt.Errorf("reading hello: %w", err)
+		return nil, fmt.Errorf("reading hello: %w", err)
 	}
 	if [8]byte(ch[:8]) != clientHelloMagic {
-		return 0, fmt.Errorf("%w: not an mpios peer", ErrAuth)
+		return nil, fmt.Errorf("%w: not an mpios peer", ErrAuth)
 	}
 	ranks, nonceD, mac := ch[8:16], ch[16:16+nonceSize], ch[16+nonceSize:]
 	if !hmac.Equal(mac, e.mac('c', nonceA[:], ranks, nonceD)) {
-		return 0, fmt.Errorf("%w: bad credentials", ErrAuth)
+		return nil, fmt.Errorf("%w: bad credentials", ErrAuth)
 	}
 	src, dst := int(binary.LittleEndian.Uint32(ranks[:4])), int(binary.LittleEndian.Uint32(ranks[4:]))
 	if dst != e.cfg.Rank {
-		return 0, fmt.Errorf("connection meant for rank %d", dst)
+		return nil, fmt.Errorf("connection meant for rank %d", dst)
 	}
 	if src < 0 || src >= e.cfg.Size || src == e.cfg.Rank {
-		return 0, fmt.Errorf("connection claims rank %d", src)
+		return nil, fmt.Errorf("connection claims rank %d", src)
 	}
 	// Register before acknowledging: once the dialer may send, a Bye it later sends on our
 	// own outgoing connection must find this stream and leave the report to it (see
@@ -798,52 +1005,47 @@ func (e *TCPEndpoint) acceptHandshake(conn net.Conn) (int, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return 0, ErrClosed
+		return nil, ErrClosed
 	}
 	e.in[conn] = new(sync.Mutex)
 	e.inPeer[src]++
 	e.inOrder[src] = append(e.inOrder[src], conn)
 	e.mu.Unlock()
 	if _, err := conn.Write(e.mac('s', nonceD, nonceA[:], ranks)); err != nil {
-		e.mu.Lock()
-		delete(e.in, conn)
-		e.inPeer[src]--
-		e.inOrder[src] = slices.DeleteFunc(e.inOrder[src], func(c net.Conn) bool { return c == conn })
-		e.inTurn.Broadcast()
-		e.mu.Unlock()
-		return 0, err
+		e.unregister(src, conn)
+		return nil, err
 	}
-	return src, nil
+	return &transcript{nonceA: nonceA[:], nonceD: nonceD, src: src, dst: dst}, nil
 }
 
-func (e *TCPEndpoint) dialHandshake(conn net.Conn, peer int) error {
+func (e *TCPEndpoint) dialHandshake(conn net.Conn, peer int) (*transcript, error) {
 	conn.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	var sh [8 + nonceSize]byte
 	if _, err := io.ReadFull(conn, sh[:]); err != nil {
-		return fmt.Errorf("reading server hello: %w", err)
+		return nil, fmt.Errorf("reading server hello: %w", err)
 	}
 	if [8]byte(sh[:8]) != serverHelloMagic {
-		return fmt.Errorf("%w: %s is not an mpios rank", ErrAuth, conn.RemoteAddr())
+		return nil, fmt.Errorf("%w: %s is not an mpios rank", ErrAuth, conn.RemoteAddr())
 	}
 	nonceA := sh[8:]
 	var nonceD [nonceSize]byte
 	if _, err := rand.Read(nonceD[:]); err != nil {
-		return err
+		return nil, err
 	}
 	ranks := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, uint32(e.cfg.Rank)), uint32(peer))
 	msg := append(append(append(clientHelloMagic[:], ranks...), nonceD[:]...), e.mac('c', nonceA, ranks, nonceD[:])...)
 	if _, err := conn.Write(msg); err != nil {
-		return err
+		return nil, err
 	}
 	var ack [macSize]byte
 	if _, err := io.ReadFull(conn, ack[:]); err != nil {
-		return fmt.Errorf("reading handshake ack (wrong job secret or wrong rank?): %w", err)
+		return nil, fmt.Errorf("reading handshake ack (wrong job secret or wrong rank?): %w", err)
 	}
 	if !hmac.Equal(ack[:], e.mac('s', nonceD[:], nonceA, ranks)) {
-		return fmt.Errorf("%w: rank %d at %s did not prove the job secret", ErrAuth, peer, conn.RemoteAddr())
+		return nil, fmt.Errorf("%w: rank %d at %s did not prove the job secret", ErrAuth, peer, conn.RemoteAddr())
 	}
-	return nil
+	return &transcript{nonceA: nonceA, nonceD: nonceD[:], src: e.cfg.Rank, dst: peer}, nil
 }
 
 // Abandon closes every connection and the listener without a Bye, as the kernel does when a
@@ -866,6 +1068,7 @@ func (e *TCPEndpoint) Abandon() {
 		if p.conn != nil {
 			p.conn.Close()
 		}
+		p.link.unmap()
 		p.err = ErrClosed
 		p.mu.Unlock()
 	}
@@ -904,13 +1107,12 @@ func (e *TCPEndpoint) Redirect(peer int, addr string) error {
 	e.cfg.Addrs[peer] = addr
 	e.mu.Unlock()
 	p.mu.Lock()
-	old := p.conn
-	p.conn, p.err = nil, nil
-	if old != nil {
-		old.SetWriteDeadline(time.Now().Add(time.Second))
-		old.Write(AppendHeader(nil, &Header{Kind: KindBye, Flags: FlagMigrated}))
-		old.Close()
+	if p.conn != nil {
+		sayBye(p.conn, p.link, FlagMigrated)
+		p.conn.Close()
 	}
+	p.link.unmap()
+	p.conn, p.link, p.err = nil, nil, nil
 	p.mu.Unlock()
 	return nil
 }
@@ -932,16 +1134,15 @@ func (e *TCPEndpoint) Retire(timeout time.Duration) error {
 	}
 	e.retiring = true
 	e.mu.Unlock()
-	bye := AppendHeader(nil, &Header{Kind: KindBye, Flags: FlagMigrated})
 	for _, p := range e.peers {
 		p.dial.Lock()
 		p.mu.Lock()
 		if p.conn != nil && p.err == nil {
-			p.conn.SetWriteDeadline(time.Now().Add(time.Second))
-			p.conn.Write(bye)
+			sayBye(p.conn, p.link, FlagMigrated)
 			p.conn.Close()
 		}
-		p.conn, p.err = nil, ErrClosed
+		p.link.unmap()
+		p.conn, p.link, p.err = nil, nil, ErrClosed
 		p.mu.Unlock()
 		p.dial.Unlock()
 	}

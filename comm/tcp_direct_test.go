@@ -165,9 +165,15 @@ func (r *directRecorder) PeerClosed(peer int, flags uint8, err error) {
 
 func (r *directRecorder) wait(t *testing.T, n int) {
 	t.Helper()
+	waitCallbacks(t, r.got, n)
+}
+
+// waitCallbacks waits for n signals of a recording handler's callbacks.
+func waitCallbacks(t *testing.T, got <-chan struct{}, n int) {
+	t.Helper()
 	for i := 0; i < n; i++ {
 		select {
-		case <-r.got:
+		case <-got:
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%d of %d callbacks arrived", i, n)
 		}
@@ -178,16 +184,22 @@ func (r *directRecorder) wait(t *testing.T, n int) {
 // (0: adaptive, as for one rank per node).
 func directPair(t *testing.T, spin time.Duration) (*TCPEndpoint, *TCPEndpoint, *directRecorder) {
 	t.Helper()
+	return directPairOver(t, spin, TransportTCP)
+}
+
+// directPairOver connects rank 1 (sender) to rank 0 (a directRecorder) over transport.
+func directPairOver(t *testing.T, spin time.Duration, transport string) (*TCPEndpoint, *TCPEndpoint, *directRecorder) {
+	t.Helper()
 	t.Setenv(EnvSpin, "auto")
 	s := secret()
 	lnA, _ := net.Listen("tcp", "127.0.0.1:0")
 	lnB, _ := net.Listen("tcp", "127.0.0.1:0")
 	addrs := []string{lnA.Addr().String(), lnB.Addr().String()}
-	a, err := NewTCP(TCPConfig{Rank: 0, Size: 2, Addrs: addrs, Listener: lnA, Secret: s, SpinWait: spin, NodeRanks: 1, Logf: t.Logf})
+	a, err := NewTCP(TCPConfig{Rank: 0, Size: 2, Addrs: addrs, Listener: lnA, Secret: s, SpinWait: spin, NodeRanks: 1, Transport: transport, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewTCP(TCPConfig{Rank: 1, Size: 2, Addrs: addrs, Listener: lnB, Secret: s, SpinWait: spin, NodeRanks: 1, Logf: t.Logf})
+	b, err := NewTCP(TCPConfig{Rank: 1, Size: 2, Addrs: addrs, Listener: lnB, Secret: s, SpinWait: spin, NodeRanks: 1, Transport: transport, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,8 +284,12 @@ func TestTCPEagerDoneReportsAPayloadCutShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.dialHandshake(conn, 0); err != nil {
+	tr, err := b.dialHandshake(conn, 0)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if link, err := b.offerRing(conn, tr); err != nil || link != nil {
+		t.Fatalf("transport negotiation: %v, %v", link, err)
 	}
 	n := 100 << 10
 	conn.Write(AppendHeader(nil, &Header{Kind: KindEager, Tag: 1, Len: uint32(n), Total: uint64(n)}))

@@ -6,8 +6,9 @@
 // mpi layer implements those on top, as a Handler.
 //
 // Two transports exist: TCP between processes (NewTCP) and in-process channels between goroutine
-// ranks (NewInProcNetwork), used by fast unit tests. A shared-memory transport fits the same
-// interfaces.
+// ranks (NewInProcNetwork), used by fast unit tests. A TCP endpoint moves the frames of peers on
+// its own node through shared-memory rings instead of their sockets (see shm.go), chosen per
+// peer when a connection is set up.
 package comm
 
 import (

@@ -201,7 +201,7 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	// Synchronous checkpoints: the one of iteration 30 is committed before the crash after
 	// 35 (in the background it might not be yet; internal/e2e covers that case).
 	ckptEnv := []string{"MPIOS_CKPT_EVERY=10", "MPIOS_CKPT_SYNC=1", "MPIOS_CKPT_DIR=" + ckpt}
-	out, stderr, err := job(testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first"}, "-crash-after", "35")
+	out, stderr, err := job(testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", "first", "--no-recover"}, "-crash-after", "35")
 	ms := testbin.Crashed(t, err, out, stderr, ckpt, "first")
 	if len(ms) != 2 || ms[0].Iteration != 30 || ms[1].Iteration != 20 || ms[0].Size != np {
 		t.Fatalf("checkpoints of the crashed job: %+v, want iterations 30 and 20 of %d ranks\n%s%s", ms, np, out, stderr)

@@ -178,7 +178,7 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	rt := filepath.Join(dir, "run")
 
 	job := func(env []string, id string, args ...string) (stdout, stderr string, err error) {
-		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, bin,
+		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, "--no-recover", bin,
 			"-n", fmt.Sprint(n), "-maxiters", fmt.Sprint(maxIters), "-tol", fmt.Sprint(tol)}
 		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
 	}

@@ -18,7 +18,7 @@ func benchRanks(b *testing.B, tr mpitest.Transport, n int, body func(c *mpi.Comm
 // BenchmarkPingPong measures a round trip between two goroutine ranks: the matching engine,
 // request completion and (over TCP) framing and the kernel.
 func BenchmarkPingPong(b *testing.B) {
-	for _, tr := range []mpitest.Transport{mpitest.InProc, mpitest.TCP} {
+	for _, tr := range []mpitest.Transport{mpitest.InProc, mpitest.TCP, mpitest.SHM} {
 		for _, size := range []int{2, 8192, 1 << 17} {
 			b.Run(fmt.Sprintf("%v/%dB", tr, size*8), func(b *testing.B) {
 				b.SetBytes(int64(2 * size * 8))

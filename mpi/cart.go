@@ -368,6 +368,7 @@ func (t *Cart) validCart(op string) error {
 // neighbours fail with ErrCount instead of waiting for it forever.
 func neighborExchange[T Elem](t *Cart, op string, n int, lerr error, sendBlock, recvBlock func(i int) []T) error {
 	c := t.Comm
+	c.afterNonblocking() // the collective context keeps the order collectives were started in
 	ctx := c.ctx + 1
 	elem, esize := elemCode[T](), sizeOf[T]()
 	reqs := make([]*Request, 0, 4*len(t.dims))

@@ -1,6 +1,7 @@
 package mpi
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
@@ -65,8 +66,8 @@ func cexchange[T Elem](c *Comm, send []T, dest int, recv []T, src, tag int) erro
 }
 
 func collErr(op string, err error) error {
-	if err == nil {
-		return nil
+	if err == nil || misfitErr(err) {
+		return err // a misfit's error already names the call that found it
 	}
 	return fmt.Errorf("mpi: %s: %w", op, err)
 }
@@ -84,6 +85,11 @@ func (c *Comm) Barrier() (err error) {
 	if t := observe("Barrier"); t != nil {
 		defer func() { t.done(c, -1, 0, err) }()
 	}
+	c.afterNonblocking()
+	return c.barrierImpl()
+}
+
+func (c *Comm) barrierImpl() error {
 	if err := c.valid("Barrier"); err != nil {
 		return err
 	}
@@ -97,11 +103,14 @@ func (c *Comm) Barrier() (err error) {
 	return nil
 }
 
-// Bcast copies buf of rank root into buf of every rank (binomial tree).
+// Bcast copies buf of rank root into buf of every rank (binomial tree). Every buf must be as
+// long as the root's: a rank whose buf is not returns ErrCount, and so do the ranks below it in
+// the tree, which it sends word of the misfit instead of data.
 func Bcast[T Elem](c *Comm, buf []T, root int) (err error) {
 	if t := observe("Bcast"); t != nil {
 		defer func() { t.done(c, -1, len(buf)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return bcastImpl[T](c, buf, root)
 }
 
@@ -114,11 +123,16 @@ func bcastImpl[T Elem](c *Comm, buf []T, root int) error {
 	}
 	p := c.Size()
 	vr := (c.Rank() - root + p) % p
+	// bad: buf does not fit the root's (seen in the received message's length or type), or a
+	// rank above this one said so; the subtree then gets aborts instead of data.
+	var bad error
 	mask := 1
 	for ; mask < p; mask <<= 1 {
 		if vr&mask != 0 {
-			if err := cwait(crecv(c, buf, (vr-mask+root)%p, tagBcast)); err != nil {
-				return collErr("Bcast", err)
+			var fatal error
+			bad, fatal = crecvFit(c, "Bcast", buf, (vr-mask+root)%p, tagBcast, nil)
+			if fatal != nil {
+				return collErr("Bcast", fatal)
 			}
 			break
 		}
@@ -126,7 +140,7 @@ func bcastImpl[T Elem](c *Comm, buf []T, root int) error {
 	var reqs []*Request
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if vr+mask < p {
-			r, err := csend(c, buf, (vr+mask+root)%p, tagBcast)
+			r, err := csendFit(c, buf, bad, (vr+mask+root)%p, tagBcast)
 			if err != nil {
 				waitAll(reqs...)
 				return collErr("Bcast", err)
@@ -134,15 +148,20 @@ func bcastImpl[T Elem](c *Comm, buf []T, root int) error {
 			reqs = append(reqs, r)
 		}
 	}
-	return collErr("Bcast", waitAll(reqs...))
+	if err := waitAll(reqs...); err != nil {
+		return collErr("Bcast", err)
+	}
+	return bad
 }
 
 // Reduce combines send of every rank with op, element by element, into recv at root (binomial
-// tree). recv is only used at root and must be as long as send there.
+// tree). recv is only used at root and must be as long as send there; send and recv may be
+// the same slice (in place).
 func Reduce[T Number](c *Comm, send, recv []T, op Op, root int) (err error) {
 	if t := observe("Reduce"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return reduceImpl[T](c, send, recv, op, root)
 }
 
@@ -153,43 +172,87 @@ func reduceImpl[T Number](c *Comm, send, recv []T, op Op, root int) error {
 	if err := checkRoot(c, "Reduce", root); err != nil {
 		return err
 	}
-	if err := op.valid(); err != nil {
-		return collErr("Reduce", err)
+	bad, err := opCheck[T]("Reduce", op, len(send))
+	if err != nil {
+		return err
 	}
-	if c.Rank() == root && len(recv) != len(send) {
-		return fmt.Errorf("mpi: Reduce: %w: recv has %d elements, send %d", ErrCount, len(recv), len(send))
+	p, rank := c.Size(), c.Rank()
+	if rank == root && len(recv) != len(send) && bad == nil {
+		bad = countError("Reduce", "recv has %d elements, send %d", len(recv), len(send))
 	}
-	p := c.Size()
-	vr := (c.Rank() - root + p) % p
+	// A non-commutative operation is reduced in rank order: over a tree rooted at rank 0, whose
+	// subtrees hold consecutive ranks, and the result is then handed to root.
+	top := root
+	if !op.commutative() {
+		top = 0
+	}
+	vr := (rank - top + p) % p
 	acc, accBuf := getScratch[T](len(send))
 	defer putScratch(accBuf)
 	copy(acc, send)
 	tmp, tmpBuf := getScratch[T](len(send))
 	defer putScratch(tmpBuf)
+	atTop := true
 	for mask := 1; mask < p; mask <<= 1 {
-		if vr&mask == 0 {
-			if src := vr | mask; src < p {
-				if err := cwait(crecv(c, tmp, (src+root)%p, tagReduce)); err != nil {
-					return collErr("Reduce", err)
-				}
-				apply(op, tmp, acc)
+		if vr&mask != 0 {
+			if err := cwait(csendFit(c, acc, bad, (vr-mask+top)%p, tagReduce)); err != nil {
+				return collErr("Reduce", err)
 			}
-		} else {
-			return collErr("Reduce", cwait(csend(c, acc, (vr-mask+root)%p, tagReduce)))
+			atTop = false
+			break
 		}
+		if src := vr | mask; src < p {
+			b, fatal := crecvFit(c, "Reduce", tmp, (src+top)%p, tagReduce, bad)
+			if fatal != nil {
+				return collErr("Reduce", fatal)
+			}
+			if bad = b; bad == nil {
+				applyAfter(op, tmp, acc) // acc holds ranks vr.., tmp the ranks after them
+			}
+		}
+	}
+	if top != root {
+		var err error
+		if atTop {
+			err = cwait(csendFit(c, acc, bad, root, tagReduce))
+		} else if rank == root {
+			bad, err = crecvFit(c, "Reduce", acc, top, tagReduce, bad)
+		}
+		if err != nil {
+			return collErr("Reduce", err)
+		}
+	}
+	if rank != root || bad != nil {
+		return bad
 	}
 	copy(recv, acc)
 	return nil
 }
 
+// opCheck validates op for n elements of T: an invalid operation (the same on every rank) ends
+// the call at once (fatal); a length the operation does not take is the call's misfit (bad).
+func opCheck[T Number](name string, op Op, n int) (bad, fatal error) {
+	err := validFor[T](op, n)
+	if err == nil {
+		return nil, nil
+	}
+	err = fmt.Errorf("mpi: %s: %w", name, err)
+	if errors.Is(err, ErrCount) {
+		return err, nil
+	}
+	return nil, err
+}
+
 // Allreduce combines send of every rank with op into recv on every rank. Small vectors use
 // recursive doubling, large ones a pipelined ring (reduce-scatter, then allgather). Every rank
 // gets bitwise the same result, which depends only on the inputs, op and the communicator
-// size. send and recv may be the same slice.
+// size. send and recv may be the same slice. Operations that are not elementwise (MaxLoc,
+// MinLoc, user-defined) always use recursive doubling, which keeps pairs whole and rank order.
 func Allreduce[T Number](c *Comm, send, recv []T, op Op) (err error) {
 	if t := observe("Allreduce"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return allreduceImpl[T](c, send, recv, op)
 }
 
@@ -197,14 +260,16 @@ func allreduceImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	if err := c.valid("Allreduce"); err != nil {
 		return err
 	}
-	if err := op.valid(); err != nil {
+	if err := validFor[T](op, len(send)); err != nil {
 		return collErr("Allreduce", err)
 	}
 	if len(recv) != len(send) {
-		return fmt.Errorf("mpi: Allreduce: %w: recv has %d elements, send %d", ErrCount, len(recv), len(send))
+		// Take part all the same (into memory of its own), so that the other ranks finish.
+		bad := countError("Allreduce", "recv has %d elements, send %d", len(recv), len(send))
+		return firstErr(bad, allreduceImpl(c, send, make([]T, len(send)), op))
 	}
 	p := c.Size()
-	if p > 1 && len(send)*sizeOf[T]() >= allreduceRingMin && len(send) >= p {
+	if p > 1 && len(send)*sizeOf[T]() >= allreduceRingMin && len(send) >= p && op.elementwise() {
 		return collErr("Allreduce", ringAllreduce(c, send, recv, op))
 	}
 	copy(recv, send)
@@ -214,6 +279,9 @@ func allreduceImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	return collErr("Allreduce", recursiveDoubling(c, recv, op))
 }
 
+// recursiveDoubling is the small-vector Allreduce. A rank that receives a vector of another
+// length (or word that another rank did) finishes its rounds sending aborts, so that its later
+// partners learn of the misfit instead of waiting for it.
 func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 	p, rank := c.Size(), c.Rank()
 	pof2 := 1 << (bits.Len(uint(p)) - 1)
@@ -222,6 +290,7 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 	defer putScratch(tmpBuf)
 	s := newCollSender[T](c)
 	defer s.release()
+	var bad error
 	// Fold the first 2*rem ranks pairwise so that a power of two takes part in the doubling.
 	newrank := rank - rem
 	if rank < 2*rem {
@@ -231,10 +300,13 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 			}
 			newrank = -1
 		} else {
-			if err := cwait(crecv(c, tmp, rank-1, tagAllreduce)); err != nil {
-				return err
+			b, fatal := crecvFit(c, "Allreduce", tmp, rank-1, tagAllreduce, nil)
+			if fatal != nil {
+				return fatal
 			}
-			apply(op, tmp, acc)
+			if bad = b; bad == nil {
+				apply(op, tmp, acc)
+			}
 			newrank = rank / 2
 		}
 	}
@@ -253,23 +325,36 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 			if err := cpost(c, rr, tmp, dst, tagAllreduce); err != nil {
 				return err
 			}
-			if err := s.send(acc, dst, tagAllreduce); err != nil {
+			if err := s.sendFit(acc, bad, dst, tagAllreduce); err != nil {
 				c.e.withdraw(rr.ctx, reqs[i:i+1])
 				return err
 			}
-			if _, err := rr.wait(); err != nil {
-				return err
+			st, err := rr.wait()
+			if err != nil || st.Count != len(tmp) {
+				b, fatal := fitOutcome("Allreduce", st, err, len(tmp))
+				if fatal != nil {
+					return fatal
+				}
+				bad = firstErr(bad, b)
 			}
-			apply(op, tmp, acc)
+			if bad != nil {
+				continue
+			}
+			if dst < rank {
+				apply(op, tmp, acc)
+			} else {
+				applyAfter(op, tmp, acc)
+			}
 		}
 	}
 	if rank < 2*rem {
 		if rank%2 == 1 {
-			return s.send(acc, rank-1, tagAllreduce)
+			return firstErr(s.sendFit(acc, bad, rank-1, tagAllreduce), bad)
 		}
-		return cwait(crecv(c, acc, rank+1, tagAllreduce))
+		b, fatal := crecvFit(c, "Allreduce", acc, rank+1, tagAllreduce, nil)
+		return firstErr(fatal, b)
 	}
-	return nil
+	return bad
 }
 
 // The pipelined ring of Allreduce. The vector is cut into p blocks (ringBlock) and every block
@@ -447,49 +532,6 @@ func ringPhase[T Number](c *Comm, s *collSender[T], local, recv []T, op Op, seg,
 	return nil
 }
 
-// reduceLocal computes acc[i] = acc[i] op local[i], where acc holds a partial result received
-// from another rank and local is this rank's contribution: the same operands in the same order
-// as apply(op, received, local), so both give the same bits.
-func reduceLocal[T Number](op Op, acc, local []T) {
-	local = local[:len(acc)]
-	switch op.id {
-	case 1:
-		// Eight elements per iteration: independent operations the CPU overlaps, and an eighth
-		// of the loop overhead. Each element's operation is the same as in the plain loop.
-		n := len(acc) &^ 7
-		for i := 0; i < n; i += 8 {
-			a, l := acc[i:i+8:i+8], local[i:i+8:i+8]
-			a[0], a[1], a[2], a[3] = a[0]+l[0], a[1]+l[1], a[2]+l[2], a[3]+l[3]
-			a[4], a[5], a[6], a[7] = a[4]+l[4], a[5]+l[5], a[6]+l[6], a[7]+l[7]
-		}
-		for i := n; i < len(acc); i++ {
-			acc[i] = acc[i] + local[i]
-		}
-	case 2:
-		n := len(acc) &^ 7
-		for i := 0; i < n; i += 8 {
-			a, l := acc[i:i+8:i+8], local[i:i+8:i+8]
-			a[0], a[1], a[2], a[3] = a[0]*l[0], a[1]*l[1], a[2]*l[2], a[3]*l[3]
-			a[4], a[5], a[6], a[7] = a[4]*l[4], a[5]*l[5], a[6]*l[6], a[7]*l[7]
-		}
-		for i := n; i < len(acc); i++ {
-			acc[i] = acc[i] * local[i]
-		}
-	case 3:
-		for i := range acc {
-			if !(acc[i] > local[i]) {
-				acc[i] = local[i]
-			}
-		}
-	case 4:
-		for i := range acc {
-			if !(acc[i] < local[i]) {
-				acc[i] = local[i]
-			}
-		}
-	}
-}
-
 // overlaps reports whether two slices share memory.
 func overlaps[T Elem](a, b []T) bool {
 	if len(a) == 0 || len(b) == 0 {
@@ -498,29 +540,6 @@ func overlaps[T Elem](a, b []T) bool {
 	size := uintptr(sizeOf[T]())
 	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	return a0 < b0+uintptr(len(b))*size && b0 < a0+uintptr(len(a))*size
-}
-
-// ringReduceScatter reduces buf around the ring so that rank r ends with the complete
-// reduction of block (r+shift) mod p.
-func ringReduceScatter[T Number](c *Comm, buf []T, offs []int, op Op, shift int) error {
-	p, r := c.Size(), c.Rank()
-	right, left := (r+1)%p, (r-1+p)%p
-	maxCnt := 0
-	for i := 0; i < p; i++ {
-		maxCnt = max(maxCnt, offs[i+1]-offs[i])
-	}
-	tmp, tmpBuf := getScratch[T](maxCnt)
-	defer putScratch(tmpBuf)
-	mod := func(i int) int { return ((i % p) + p) % p }
-	for s := 0; s < p-1; s++ {
-		sb, rb := mod(r-s+shift-1), mod(r-s+shift-2)
-		in := tmp[:offs[rb+1]-offs[rb]]
-		if err := cexchange(c, buf[offs[sb]:offs[sb+1]], right, in, left, tagReduceScatter); err != nil {
-			return err
-		}
-		apply(op, in, buf[offs[rb]:offs[rb+1]])
-	}
-	return nil
 }
 
 // Work memory of collectives, reused across calls instead of allocated by each.
@@ -565,8 +584,9 @@ func cpost[T Elem](c *Comm, r *Request, buf []T, src, tag int) error {
 // headerPool recycles the frame headers of collSenders.
 var headerPool = sync.Pool{New: func() any { return new(comm.Header) }}
 
-// collSender sends the messages of one collective call. An eager-sized message is written to
-// the transport at once, without a Request and with a recycled header: it allocates nothing.
+// collSender sends the messages of one collective call with one recycled frame header. An
+// eager-sized message is written to the transport at once, without a Request: it allocates
+// nothing.
 type collSender[T Elem] struct {
 	c    *Comm
 	h    *comm.Header
@@ -585,22 +605,15 @@ func (s *collSender[T]) release() {
 // send sends buf to rank dest of s.c on the collective context and returns once buf may be
 // reused.
 func (s *collSender[T]) send(buf []T, dest, tag int) error {
-	c := s.c
-	e := c.e
-	b := asBytes(buf)
-	w := c.group[dest]
-	if len(b) > eagerLimit || w == e.rank {
-		return cwait(csend(c, buf, dest, tag))
+	return cwait(s.c.sendWith(s.h, "collective", s.c.ctx+1, asBytes(buf), s.elem, dest, tag))
+}
+
+// sendFit is send, or an abort if bad is set (see collfit.go).
+func (s *collSender[T]) sendFit(buf []T, bad error, dest, tag int) error {
+	if bad != nil {
+		return cwait(s.c.sendWith(s.h, "collective", s.c.ctx+1, nil, elemAbort, dest, tag))
 	}
-	ferr := e.peerFailure(w)
-	if ferr != nil {
-		return fmt.Errorf("mpi: collective to rank %d: %w", dest, ferr)
-	}
-	*s.h = comm.Header{Kind: comm.KindEager, Elem: s.elem, Ctx: c.ctx + 1, Tag: int32(tag), Len: uint32(len(b)), Total: uint64(len(b))}
-	if err := e.ep.Send(w, s.h, b); err != nil {
-		return fmt.Errorf("mpi: collective to rank %d: %w", dest, e.sendError(w, err))
-	}
-	return nil
+	return s.send(buf, dest, tag)
 }
 
 // withdraw takes back the receives of reqs (all posted on context ctx) that no message has
@@ -635,88 +648,84 @@ func (e *engine) withdraw(ctx uint32, reqs []Request) {
 	}
 }
 
-// ReduceScatterBlock reduces send (Size()*len(recv) elements) with op and leaves block r of
-// the result in recv at rank r.
-func ReduceScatterBlock[T Number](c *Comm, send, recv []T, op Op) (err error) {
-	if t := observe("ReduceScatterBlock"); t != nil {
-		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
-	}
-	return reduceScatterBlockImpl[T](c, send, recv, op)
-}
-
-func reduceScatterBlockImpl[T Number](c *Comm, send, recv []T, op Op) error {
-	if err := c.valid("ReduceScatterBlock"); err != nil {
-		return err
-	}
-	if err := op.valid(); err != nil {
-		return collErr("ReduceScatterBlock", err)
-	}
-	n, p := len(recv), c.Size()
-	if len(send) != n*p {
-		return fmt.Errorf("mpi: ReduceScatterBlock: %w: send has %d elements, want %d", ErrCount, len(send), n*p)
-	}
-	buf, bufH := getScratch[T](len(send))
-	defer putScratch(bufH)
-	copy(buf, send)
-	offs := make([]int, p+1)
-	for i := range offs {
-		offs[i] = i * n
-	}
-	if err := ringReduceScatter(c, buf, offs, op, 0); err != nil {
-		return collErr("ReduceScatterBlock", err)
-	}
-	copy(recv, buf[c.Rank()*n:(c.Rank()+1)*n])
-	return nil
-}
-
-// Scan computes the inclusive prefix reduction: recv at rank r combines send of ranks 0..r.
+// Scan computes the inclusive prefix reduction (MPI_Scan): recv at rank r combines send of
+// ranks 0..r, in rank order. recv may be send (in place).
 func Scan[T Number](c *Comm, send, recv []T, op Op) (err error) {
 	if t := observe("Scan"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
-	return scanImpl[T](c, send, recv, op)
+	c.afterNonblocking()
+	return scanImpl(c, "Scan", send, recv, op, false)
 }
 
-func scanImpl[T Number](c *Comm, send, recv []T, op Op) error {
-	if err := c.valid("Scan"); err != nil {
+// Exscan computes the exclusive prefix reduction (MPI_Exscan): recv at rank r combines send of
+// ranks 0..r-1, in rank order. recv of rank 0 is left as it is. recv may be send (in place).
+func Exscan[T Number](c *Comm, send, recv []T, op Op) (err error) {
+	if t := observe("Exscan"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	c.afterNonblocking()
+	return scanImpl(c, "Exscan", send, recv, op, true)
+}
+
+// scanImpl is recursive doubling: after round k, partial holds the reduction of the aligned
+// block of 2^k ranks around this rank, and recv that of the part of it up to this rank.
+func scanImpl[T Number](c *Comm, name string, send, recv []T, op Op, exclusive bool) error {
+	if err := c.valid(name); err != nil {
 		return err
 	}
-	if err := op.valid(); err != nil {
-		return collErr("Scan", err)
+	bad, err := opCheck[T](name, op, len(send))
+	if err != nil {
+		return err
 	}
-	if len(recv) != len(send) {
-		return fmt.Errorf("mpi: Scan: %w: recv has %d elements, send %d", ErrCount, len(recv), len(send))
+	if len(recv) != len(send) && bad == nil {
+		bad = countError(name, "recv has %d elements, send %d", len(recv), len(send))
 	}
 	p, r := c.Size(), c.Rank()
-	copy(recv, send)
 	partial, partialBuf := getScratch[T](len(send))
 	defer putScratch(partialBuf)
-	copy(partial, send)
+	copy(partial, send) // before recv is written: they may be the same slice
 	tmp, tmpBuf := getScratch[T](len(send))
 	defer putScratch(tmpBuf)
+	have := !exclusive && bad == nil // recv holds a partial result
+	if have {
+		copy(recv, send)
+	}
 	for mask := 1; mask < p; mask <<= 1 {
 		dst := r ^ mask
 		if dst >= p {
 			continue
 		}
-		if err := cexchange(c, partial, dst, tmp, dst, tagScan); err != nil {
-			return collErr("Scan", err)
+		b, err := cexchangeFit(c, name, partial, dst, tmp, dst, tagScan, bad)
+		if err != nil {
+			return collErr(name, err)
 		}
-		apply(op, tmp, partial)
+		if bad = b; bad != nil {
+			continue
+		}
 		if dst < r {
-			apply(op, tmp, recv)
+			if have {
+				apply(op, tmp, recv)
+			} else {
+				copy(recv, tmp)
+				have = true
+			}
+			apply(op, tmp, partial)
+		} else {
+			applyAfter(op, tmp, partial)
 		}
 	}
-	return nil
+	return bad
 }
 
 // Gather collects send (the same length on every rank) into recv at root, rank i's data at
-// recv[i*len(send):]. recv is only used at root and must hold Size()*len(send) elements there.
-// It uses a binomial tree.
+// recv[i*len(send):]. recv is only used at root and must hold Size()*len(send) elements there;
+// send may be root's block of recv (in place). It uses a binomial tree.
 func Gather[T Elem](c *Comm, send, recv []T, root int) (err error) {
 	if t := observe("Gather"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return gatherImpl[T](c, send, recv, root)
 }
 
@@ -728,8 +737,9 @@ func gatherImpl[T Elem](c *Comm, send, recv []T, root int) error {
 		return err
 	}
 	p, n := c.Size(), len(send)
+	var bad error
 	if c.Rank() == root && len(recv) != p*n {
-		return fmt.Errorf("mpi: Gather: %w: recv has %d elements, want %d", ErrCount, len(recv), p*n)
+		bad = countError("Gather", "recv has %d elements, want %d", len(recv), p*n)
 	}
 	vr := (c.Rank() - root + p) % p
 	// tmp holds the blocks of ranks vr, vr+1, ... of this subtree, in relative order.
@@ -738,19 +748,27 @@ func gatherImpl[T Elem](c *Comm, send, recv []T, root int) error {
 		size = min(vr&-vr, p-vr)
 	}
 	tmp := make([]T, size*n)
-	copy(tmp, send)
+	copy(tmp, send) // first: send may be a block of recv (in place)
 	cnt := 1
 	for mask := 1; mask < p; mask <<= 1 {
 		if vr&mask != 0 {
-			return collErr("Gather", cwait(csend(c, tmp[:cnt*n], (vr-mask+root)%p, tagGather)))
+			if err := cwait(csendFit(c, tmp[:cnt*n], bad, (vr-mask+root)%p, tagGather)); err != nil {
+				return collErr("Gather", err)
+			}
+			return bad
 		}
 		if child := vr + mask; child < p {
 			ccnt := min(mask, p-child)
-			if err := cwait(crecv(c, tmp[cnt*n:(cnt+ccnt)*n], (child+root)%p, tagGather)); err != nil {
-				return collErr("Gather", err)
+			b, fatal := crecvFit(c, "Gather", tmp[cnt*n:(cnt+ccnt)*n], (child+root)%p, tagGather, bad)
+			if fatal != nil {
+				return collErr("Gather", fatal)
 			}
+			bad = b
 			cnt += ccnt
 		}
+	}
+	if bad != nil {
+		return bad
 	}
 	for i := 0; i < p; i++ {
 		dst := (i + root) % p
@@ -760,11 +778,12 @@ func gatherImpl[T Elem](c *Comm, send, recv []T, root int) error {
 }
 
 // Scatter sends block i of send at root (len(recv) elements each) to rank i's recv. send is
-// only used at root. It uses a binomial tree.
+// only used at root; recv may be root's block of send (in place). It uses a binomial tree.
 func Scatter[T Elem](c *Comm, send, recv []T, root int) (err error) {
 	if t := observe("Scatter"); t != nil {
 		defer func() { t.done(c, -1, len(recv)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return scatterImpl[T](c, send, recv, root)
 }
 
@@ -776,32 +795,39 @@ func scatterImpl[T Elem](c *Comm, send, recv []T, root int) error {
 		return err
 	}
 	p, n := c.Size(), len(recv)
-	if c.Rank() == root && len(send) != p*n {
-		return fmt.Errorf("mpi: Scatter: %w: send has %d elements, want %d", ErrCount, len(send), p*n)
-	}
 	vr := (c.Rank() - root + p) % p
+	var bad error
 	var tmp []T
 	var mask int
 	if vr == 0 {
-		tmp = make([]T, p*n)
-		for i := 0; i < p; i++ {
-			src := (i + root) % p
-			copy(tmp[i*n:(i+1)*n], send[src*n:(src+1)*n])
+		if len(send) != p*n {
+			bad = countError("Scatter", "send has %d elements, want %d", len(send), p*n)
+		} else {
+			tmp = make([]T, p*n)
+			for i := 0; i < p; i++ {
+				src := (i + root) % p
+				copy(tmp[i*n:(i+1)*n], send[src*n:(src+1)*n])
+			}
 		}
 		mask = 1 << bits.Len(uint(p-1))
 	} else {
 		mask = vr & -vr
 		size := min(mask, p-vr)
 		tmp = make([]T, size*n)
-		if err := cwait(crecv(c, tmp, (vr-mask+root)%p, tagScatter)); err != nil {
-			return collErr("Scatter", err)
+		var fatal error
+		bad, fatal = crecvFit(c, "Scatter", tmp, (vr-mask+root)%p, tagScatter, nil)
+		if fatal != nil {
+			return collErr("Scatter", fatal)
 		}
 	}
 	var reqs []*Request
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if child := vr + mask; child < p {
-			ccnt := min(mask, p-child)
-			r, err := csend(c, tmp[mask*n:(mask+ccnt)*n], (child+root)%p, tagScatter)
+			var blocks []T
+			if bad == nil {
+				blocks = tmp[mask*n : (mask+min(mask, p-child))*n]
+			}
+			r, err := csendFit(c, blocks, bad, (child+root)%p, tagScatter)
 			if err != nil {
 				waitAll(reqs...)
 				return collErr("Scatter", err)
@@ -812,16 +838,21 @@ func scatterImpl[T Elem](c *Comm, send, recv []T, root int) error {
 	if err := waitAll(reqs...); err != nil {
 		return collErr("Scatter", err)
 	}
+	if bad != nil {
+		return bad
+	}
 	copy(recv, tmp[:n])
 	return nil
 }
 
 // Allgather collects send of every rank into recv on every rank (rank i's data at
-// recv[i*len(send):]), passing blocks around a ring.
+// recv[i*len(send):]), passing blocks around a ring. send may be this rank's block of recv
+// (in place).
 func Allgather[T Elem](c *Comm, send, recv []T) (err error) {
 	if t := observe("Allgather"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return allgatherImpl[T](c, send, recv)
 }
 
@@ -830,22 +861,24 @@ func allgatherImpl[T Elem](c *Comm, send, recv []T) error {
 		return err
 	}
 	p := c.Size()
-	if len(recv) != p*len(send) {
-		return fmt.Errorf("mpi: Allgather: %w: recv has %d elements, want %d", ErrCount, len(recv), p*len(send))
-	}
 	counts := make([]int, p)
 	for i := range counts {
 		counts[i] = len(send)
 	}
-	return collErr("Allgather", ringAllgatherv(c, send, recv, counts, tagAllgather))
+	var bad error
+	if len(recv) != p*len(send) {
+		bad = countError("Allgather", "recv has %d elements, want %d", len(recv), p*len(send))
+	}
+	return ringAllgatherv(c, "Allgather", send, recv, counts, tagAllgather, bad)
 }
 
 // Allgatherv is Allgather with counts[i] elements from rank i, stored contiguously in rank
-// order. len(send) must equal counts[Rank()].
+// order. len(send) must equal counts[Rank()]; send may be this rank's block of recv.
 func Allgatherv[T Elem](c *Comm, send, recv []T, counts []int) (err error) {
 	if t := observe("Allgatherv"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return allgathervImpl[T](c, send, recv, counts)
 }
 
@@ -853,55 +886,72 @@ func allgathervImpl[T Elem](c *Comm, send, recv []T, counts []int) error {
 	if err := c.valid("Allgatherv"); err != nil {
 		return err
 	}
-	if err := checkCounts(c, "Allgatherv", counts, len(send), len(recv)); err != nil {
-		return err
-	}
-	return collErr("Allgatherv", ringAllgatherv(c, send, recv, counts, tagAllgather))
+	bad := checkCounts(c, "Allgatherv", counts, len(send), len(recv))
+	return ringAllgatherv(c, "Allgatherv", send, recv, counts, tagAllgather, bad)
 }
 
 func checkCounts(c *Comm, op string, counts []int, own, total int) error {
 	if len(counts) != c.Size() {
-		return fmt.Errorf("mpi: %s: %w: %d counts for %d ranks", op, ErrCount, len(counts), c.Size())
+		return countError(op, "%d counts for %d ranks", len(counts), c.Size())
 	}
 	sum := 0
 	for i, n := range counts {
 		if n < 0 {
-			return fmt.Errorf("mpi: %s: %w: counts[%d] = %d", op, ErrCount, i, n)
+			return countError(op, "counts[%d] = %d", i, n)
 		}
 		sum += n
 	}
 	if counts[c.Rank()] != own {
-		return fmt.Errorf("mpi: %s: %w: counts[%d] = %d, but this rank has %d elements", op, ErrCount, c.Rank(), counts[c.Rank()], own)
+		return countError(op, "counts[%d] = %d, but this rank has %d elements", c.Rank(), counts[c.Rank()], own)
 	}
 	if total >= 0 && total != sum {
-		return fmt.Errorf("mpi: %s: %w: buffer has %d elements, counts sum to %d", op, ErrCount, total, sum)
+		return countError(op, "buffer has %d elements, counts sum to %d", total, sum)
 	}
 	return nil
 }
 
-func ringAllgatherv[T Elem](c *Comm, send, recv []T, counts []int, tag int) error {
-	p, r := c.Size(), c.Rank()
-	offs := make([]int, p+1)
+// offsets returns the start of each block of counts, and their total at the end.
+func offsets(counts []int) []int {
+	offs := make([]int, len(counts)+1)
 	for i, n := range counts {
 		offs[i+1] = offs[i] + n
 	}
-	copy(recv[offs[r]:offs[r+1]], send)
+	return offs
+}
+
+// ringAllgatherv passes the blocks around the ring: in step s rank r sends block r-s to the
+// right and receives block r-s-1 from the left. With bad set (this rank's arguments do not
+// fit), or once a block does not, the rank passes aborts on and drains.
+func ringAllgatherv[T Elem](c *Comm, op string, send, recv []T, counts []int, tag int, bad error) error {
+	p, r := c.Size(), c.Rank()
+	var offs []int
+	if bad == nil {
+		offs = offsets(counts)
+		copy(recv[offs[r]:offs[r+1]], send)
+	}
 	right, left := (r+1)%p, (r-1+p)%p
 	for s := 0; s < p-1; s++ {
 		sb, rb := (r-s+p)%p, (r-s-1+p)%p
-		if err := cexchange(c, recv[offs[sb]:offs[sb+1]], right, recv[offs[rb]:offs[rb+1]], left, tag); err != nil {
-			return err
+		var out, in []T
+		if bad == nil {
+			out, in = recv[offs[sb]:offs[sb+1]], recv[offs[rb]:offs[rb+1]]
 		}
+		b, err := cexchangeFit(c, op, out, right, in, left, tag, bad)
+		if err != nil {
+			return collErr(op, err)
+		}
+		bad = b
 	}
-	return nil
+	return bad
 }
 
 // Alltoall sends block j of send (len(send)/Size() elements) to rank j, which stores it as
-// block i of its recv, for every pair (pairwise exchange).
+// block i of its recv, for every pair (pairwise exchange). send and recv must not overlap.
 func Alltoall[T Elem](c *Comm, send, recv []T) (err error) {
 	if t := observe("Alltoall"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return alltoallImpl[T](c, send, recv)
 }
 
@@ -909,27 +959,92 @@ func alltoallImpl[T Elem](c *Comm, send, recv []T) error {
 	if err := c.valid("Alltoall"); err != nil {
 		return err
 	}
-	p, r := c.Size(), c.Rank()
-	if len(send)%p != 0 || len(recv) != len(send) {
-		return fmt.Errorf("mpi: Alltoall: %w: send %d and recv %d elements for %d ranks", ErrCount, len(send), len(recv), p)
+	p := c.Size()
+	counts := make([]int, p)
+	for i := range counts {
+		counts[i] = len(send) / p
 	}
-	n := len(send) / p
-	copy(recv[r*n:(r+1)*n], send[r*n:(r+1)*n])
-	for i := 1; i < p; i++ {
-		dst, src := (r+i)%p, (r-i+p)%p
-		if err := cexchange(c, send[dst*n:(dst+1)*n], dst, recv[src*n:(src+1)*n], src, tagAlltoall); err != nil {
-			return collErr("Alltoall", err)
+	var bad error
+	if len(send)%p != 0 || len(recv) != len(send) {
+		bad = countError("Alltoall", "send %d and recv %d elements for %d ranks", len(send), len(recv), p)
+	}
+	return pairwiseExchange(c, "Alltoall", send, counts, recv, counts, tagAlltoall, bad)
+}
+
+// Alltoallv sends sendCounts[j] elements of send to rank j and receives recvCounts[i] elements
+// from rank i, for every pair (MPI_Alltoallv). The blocks are contiguous in rank order in both
+// buffers (use sub-slices for other layouts); recvCounts[i] must equal rank i's sendCounts for
+// this rank. send and recv must not overlap. Alltoallw, which lets the element type differ per
+// peer, has no single-call counterpart: Go slices have one element type, so call Alltoallv once
+// per element type.
+func Alltoallv[T Elem](c *Comm, send []T, sendCounts []int, recv []T, recvCounts []int) (err error) {
+	if t := observe("Alltoallv"); t != nil {
+		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
+	}
+	if err := c.valid("Alltoallv"); err != nil {
+		return err
+	}
+	c.afterNonblocking()
+	var bad error
+	if len(sendCounts) != c.Size() || len(recvCounts) != c.Size() {
+		bad = countError("Alltoallv", "%d send and %d receive counts for %d ranks", len(sendCounts), len(recvCounts), c.Size())
+	} else {
+		bad = firstErr(checkVector("Alltoallv", "send", sendCounts, len(send)), checkVector("Alltoallv", "recv", recvCounts, len(recv)))
+	}
+	return pairwiseExchange(c, "Alltoallv", send, sendCounts, recv, recvCounts, tagAlltoall, bad)
+}
+
+// checkVector checks that counts are not negative and sum to the buffer's length.
+func checkVector(op, buf string, counts []int, length int) error {
+	sum := 0
+	for i, n := range counts {
+		if n < 0 {
+			return countError(op, "%s count %d is %d", buf, i, n)
 		}
+		sum += n
+	}
+	if sum != length {
+		return countError(op, "%s has %d elements, its counts sum to %d", buf, length, sum)
 	}
 	return nil
 }
 
+// pairwiseExchange is Alltoall(v): in step i rank r sends its block for r+i and receives the
+// block of r-i. With bad set, or once a block does not fit, the rank sends aborts and drains.
+func pairwiseExchange[T Elem](c *Comm, op string, send []T, sendCounts []int, recv []T, recvCounts []int, tag int, bad error) error {
+	p, r := c.Size(), c.Rank()
+	var soff, roff []int
+	if bad == nil {
+		soff, roff = offsets(sendCounts), offsets(recvCounts)
+		if sendCounts[r] != recvCounts[r] {
+			bad = countError(op, "this rank sends itself %d elements but receives %d", sendCounts[r], recvCounts[r])
+		} else {
+			copy(recv[roff[r]:roff[r+1]], send[soff[r]:soff[r+1]])
+		}
+	}
+	for i := 1; i < p; i++ {
+		dst, src := (r+i)%p, (r-i+p)%p
+		var out, in []T
+		if bad == nil {
+			out, in = send[soff[dst]:soff[dst+1]], recv[roff[src]:roff[src+1]]
+		}
+		b, err := cexchangeFit(c, op, out, dst, in, src, tag, bad)
+		if err != nil {
+			return collErr(op, err)
+		}
+		bad = b
+	}
+	return bad
+}
+
 // Gatherv collects counts[i] elements from rank i into recv at root, contiguously in rank
-// order. len(send) must equal counts[Rank()]; counts and recv are only used at root.
+// order. len(send) must equal counts[Rank()]; counts and recv are only used at root, where
+// send may be root's block of recv (in place).
 func Gatherv[T Elem](c *Comm, send, recv []T, counts []int, root int) (err error) {
 	if t := observe("Gatherv"); t != nil {
 		defer func() { t.done(c, -1, len(send)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return gathervImpl[T](c, send, recv, counts, root)
 }
 
@@ -943,34 +1058,52 @@ func gathervImpl[T Elem](c *Comm, send, recv []T, counts []int, root int) error 
 	if c.Rank() != root {
 		return collErr("Gatherv", cwait(csend(c, send, root, tagGatherv)))
 	}
-	if err := checkCounts(c, "Gatherv", counts, len(send), len(recv)); err != nil {
-		return err
-	}
-	offs := 0
-	reqs := make([]*Request, 0, c.Size())
-	var first error
-	for i, n := range counts {
-		if i == root {
-			copy(recv[offs:offs+n], send)
-		} else if r, err := crecv(c, recv[offs:offs+n], i, tagGatherv); err != nil {
-			first = err
-		} else {
-			reqs = append(reqs, r)
+	bad := checkCounts(c, "Gatherv", counts, len(send), len(recv))
+	if bad != nil {
+		// Drain every rank's message all the same, or a large one would block its sender.
+		for i := 0; i < c.Size(); i++ {
+			if i != root {
+				if err := cdrain(c, i, tagGatherv); err != nil {
+					return collErr("Gatherv", err)
+				}
+			}
 		}
-		offs += n
+		return bad
 	}
-	if err := waitAll(reqs...); first == nil {
-		first = err
+	offs := offsets(counts)
+	reqs := make([]*Request, c.Size())
+	var fatal error
+	for i := range counts {
+		if i == root {
+			copy(recv[offs[i]:offs[i+1]], send)
+		} else if r, err := crecv(c, recv[offs[i]:offs[i+1]], i, tagGatherv); err != nil {
+			fatal = firstErr(fatal, err)
+		} else {
+			reqs[i] = r
+		}
 	}
-	return collErr("Gatherv", first)
+	for i, r := range reqs {
+		if r == nil {
+			continue
+		}
+		st, err := r.wait()
+		b, f := fitOutcome("Gatherv", st, err, counts[i])
+		bad, fatal = firstErr(bad, b), firstErr(fatal, f)
+	}
+	if fatal != nil {
+		return collErr("Gatherv", fatal)
+	}
+	return bad
 }
 
 // Scatterv sends counts[i] elements of send at root (contiguous in rank order) to rank i.
-// len(recv) must equal counts[Rank()]; counts and send are only used at root.
+// len(recv) must equal counts[Rank()]; counts and send are only used at root, where recv may
+// be root's block of send (in place).
 func Scatterv[T Elem](c *Comm, send, recv []T, counts []int, root int) (err error) {
 	if t := observe("Scatterv"); t != nil {
 		defer func() { t.done(c, -1, len(recv)*sizeOf[T](), err) }()
 	}
+	c.afterNonblocking()
 	return scattervImpl[T](c, send, recv, counts, root)
 }
 
@@ -982,26 +1115,33 @@ func scattervImpl[T Elem](c *Comm, send, recv []T, counts []int, root int) error
 		return err
 	}
 	if c.Rank() != root {
-		return collErr("Scatterv", cwait(crecv(c, recv, root, tagScatterv)))
+		bad, fatal := crecvFit(c, "Scatterv", recv, root, tagScatterv, nil)
+		return firstErr(collErr("Scatterv", fatal), bad)
 	}
-	if err := checkCounts(c, "Scatterv", counts, len(recv), len(send)); err != nil {
-		return err
+	bad := checkCounts(c, "Scatterv", counts, len(recv), len(send))
+	var offs []int
+	if bad == nil {
+		offs = offsets(counts)
 	}
-	offs := 0
 	reqs := make([]*Request, 0, c.Size())
-	var first error
-	for i, n := range counts {
+	var fatal error
+	for i := 0; i < c.Size(); i++ {
+		var block []T
+		if bad == nil {
+			block = send[offs[i]:offs[i+1]]
+		}
 		if i == root {
-			copy(recv, send[offs:offs+n])
-		} else if r, err := csend(c, send[offs:offs+n], i, tagScatterv); err != nil {
-			first = err
+			if bad == nil {
+				copy(recv, block)
+			}
+		} else if r, err := csendFit(c, block, bad, i, tagScatterv); err != nil {
+			fatal = firstErr(fatal, err)
 		} else {
 			reqs = append(reqs, r)
 		}
-		offs += n
 	}
-	if err := waitAll(reqs...); first == nil {
-		first = err
+	if err := waitAll(reqs...); fatal == nil {
+		fatal = err
 	}
-	return collErr("Scatterv", first)
+	return firstErr(collErr("Scatterv", fatal), bad)
 }

@@ -20,6 +20,7 @@ func forSizes(t *testing.T, fn func(c *mpi.Comm) error) {
 		t.Run(fmt.Sprintf("np%d", n), func(t *testing.T) { mpitest.Run(t, mpitest.InProc, n, fn) })
 	}
 	t.Run("tcp-np5", func(t *testing.T) { mpitest.Run(t, mpitest.TCP, 5, fn) })
+	t.Run("shm-np5", func(t *testing.T) { mpitest.Run(t, mpitest.SHM, 5, fn) })
 }
 
 func TestBarrierOrdersPhases(t *testing.T) {

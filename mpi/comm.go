@@ -21,6 +21,9 @@ type Comm struct {
 	group []int // comm rank -> world rank
 	inv   []int // world rank -> comm rank, or -1
 	freed atomic.Bool
+	// lastNonblocking is the done channel of the nonblocking collective started last on c (see
+	// icoll.go); collectives run in the order they are started.
+	lastNonblocking atomic.Pointer[chan struct{}]
 }
 
 func newComm(e *engine, ctx uint32, group []int) *Comm {

@@ -67,6 +67,9 @@ type engine struct {
 	nextCtx   uint32     // next free communicator context (even; ctx+1 is its collective context)
 	claimed   int        // messages taken by Mprobe and not yet received
 
+	// nonblockingColls counts the nonblocking collectives (Iallreduce, ...) not completed yet.
+	nonblockingColls atomic.Int64
+
 	// waitHint is the endpoint's comm.WaitNotifier, if it has one.
 	waitHint comm.WaitNotifier
 
@@ -504,7 +507,7 @@ func (e *engine) isRetired() bool {
 func (e *engine) pending() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := len(e.sends) + len(e.recvs) + e.claimed
+	n := len(e.sends) + len(e.recvs) + e.claimed + int(e.nonblockingColls.Load())
 	for _, r := range e.inflight {
 		if r != nil {
 			n++

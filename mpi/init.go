@@ -9,12 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rewire"
-	"github.com/nats-io/nats.go"
 )
 
 // ErrAborted reports that the job is being stopped (mpi.Abort on some rank, Ctrl-C or a
@@ -29,6 +31,7 @@ var session struct {
 	nc        *nats.Conn
 	env       job.Env
 	launched  *rewire.Launched // nil unless launched by mpirun
+	beats     *liveness        // nil unless launched by mpirun
 }
 
 // joined is a launched process's world, its control-plane connection and, in a successor,
@@ -75,6 +78,7 @@ func Init() (*Comm, error) {
 	session.world, session.nc, session.env = j.world, j.nc, env
 	session.launched = rewire.NewLaunched(env, j.nc, memberOf(j.world), j.inherited)
 	session.launched.Auth = j.auth
+	session.beats = startLiveness(env, j.nc, session.launched)
 	return j.world, nil
 }
 
@@ -175,11 +179,10 @@ func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
 	}
-	nc, err := nats.Connect(env.NATSURL, append(auth,
+	// The data plane does not need NATS: through an outage, keep trying quietly.
+	nc, err := nats.Connect(env.NATSURL, append(append(auth, ctlplane.Options(nil, nil)...),
 		nats.Name(fmt.Sprintf("mpios %s rank %d", env.JobID, env.Rank)),
 		nats.Timeout(10*time.Second),
-		nats.MaxReconnects(-1), // the data plane does not need NATS; keep trying quietly
-		nats.ReconnectWait(250*time.Millisecond),
 	)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
@@ -270,6 +273,7 @@ func Finalize() error {
 		return ErrNotInitialized
 	}
 	err := Detach(session.world)
+	session.beats.stop()
 	if session.nc != nil {
 		session.nc.Close()
 	}

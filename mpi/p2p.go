@@ -214,14 +214,21 @@ func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag in
 // to ProcNull) returns a nil Request, which waits return from at once, so that the common case
 // allocates nothing.
 func (c *Comm) startSend(op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
-	return c.send(op, nil, ctx, buf, elem, dest, tag, false)
+	return c.send(nil, op, nil, ctx, buf, elem, dest, tag, false)
 }
 
-// send is startSend with the request to use for a send that does not complete at once (nil:
-// a new one; persistent requests pass themselves) and the synchronous mode of Ssend, which
-// completes only once a receive has matched the message: the message then always goes by
-// rendezvous, whose clear-to-send is the receiver's acknowledgement.
-func (c *Comm) send(op string, r *Request, ctx uint32, buf []byte, elem uint8, dest, tag int, sync bool) (*Request, error) {
+// sendWith is startSend with a frame header of the caller's, which it overwrites (collSender
+// uses one header for all the messages of a collective call).
+func (c *Comm) sendWith(h *comm.Header, op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
+	return c.send(h, op, nil, ctx, buf, elem, dest, tag, false)
+}
+
+// send is startSend with the frame header to overwrite (nil: one from a pool), the request to
+// use for a send that does not complete at once (nil: a new one; persistent requests pass
+// themselves) and the synchronous mode of Ssend, which completes only once a receive has
+// matched the message: the message then always goes by rendezvous, whose clear-to-send is the
+// receiver's acknowledgement.
+func (c *Comm) send(h *comm.Header, op string, r *Request, ctx uint32, buf []byte, elem uint8, dest, tag int, sync bool) (*Request, error) {
 	w, err := c.worldRankOf(op, dest, false)
 	if err != nil {
 		return nil, err
@@ -230,8 +237,10 @@ func (c *Comm) send(op string, r *Request, ctx uint32, buf []byte, elem uint8, d
 		return nil, nil
 	}
 	e := c.e
-	h := headerPool.Get().(*comm.Header) // a header of our own would escape to the heap
-	defer headerPool.Put(h)
+	if h == nil {
+		h = headerPool.Get().(*comm.Header) // a header of our own would escape to the heap
+		defer headerPool.Put(h)
+	}
 	*h = comm.Header{Kind: comm.KindEager, Elem: elem, Ctx: ctx, Tag: int32(tag), Total: uint64(len(buf))}
 	if w == e.rank {
 		e.mu.Lock()

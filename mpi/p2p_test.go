@@ -10,7 +10,7 @@ import (
 	"github.com/mpios/mpios/mpi"
 )
 
-var transports = []mpitest.Transport{mpitest.InProc, mpitest.TCP}
+var transports = []mpitest.Transport{mpitest.InProc, mpitest.TCP, mpitest.SHM, mpitest.SHMCopy}
 
 func forEach(t *testing.T, n int, fn func(c *mpi.Comm) error) {
 	for _, tr := range transports {

@@ -120,7 +120,7 @@ func (r *Request) start() error {
 	r.status, r.err, r.id, r.total, r.got = Status{}, nil, 0, 0, 0
 	p.started.Store(true)
 	if r.send {
-		pending, err := r.comm.send("Start", r, r.ctx, p.buf, p.elem, p.peer, r.tag, p.sync)
+		pending, err := r.comm.send(nil, "Start", r, r.ctx, p.buf, p.elem, p.peer, r.tag, p.sync)
 		if err != nil {
 			r.complete(Status{}, err)
 			return err

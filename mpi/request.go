@@ -66,6 +66,9 @@ func (r *Request) complete(st Status, err error) {
 // receive will report and the typed error for a mismatch or truncation.
 func (r *Request) check(peer int, tag int32, elem uint8, total uint64) (Status, error) {
 	st := Status{Source: r.comm.commRank(peer), Tag: int(tag)}
+	if elem == elemAbort && r.elem != elemRaw {
+		return st, &AbandonedError{Source: st.Source}
+	}
 	if elem != r.elem && r.elem != elemRaw {
 		return st, &TypeMismatchError{Source: st.Source, Tag: st.Tag, Sent: elemName(elem), Want: elemName(r.elem)}
 	}

@@ -46,7 +46,7 @@ func issendT[T Elem](c *Comm, op string, buf []T, dest, tag int) (*Request, erro
 	if err := checkTag(op, tag, false); err != nil {
 		return nil, err
 	}
-	return c.send(op, nil, c.ctx, asBytes(buf), elemCode[T](), dest, tag, true)
+	return c.send(nil, op, nil, c.ctx, asBytes(buf), elemCode[T](), dest, tag, true)
 }
 
 // SendrecvReplace sends buf to dest and receives into buf from source (MPI_Sendrecv_replace):

@@ -185,7 +185,7 @@ type pieceResult struct {
 func (p *Process) commit(m ckptstore.Manifest) error {
 	err := p.store.CommitManifest(m)
 	if errors.Is(err, ckptstore.ErrCommitted) {
-		if got, gerr := p.store.Manifest(m.Job, m.Seq); gerr == nil && slices.Equal(got.Pieces, m.Pieces) {
+		if got, gerr := p.store.Manifest(m.Job, m.Seq); gerr == nil && slices.EqualFunc(got.Pieces, m.Pieces, ckptstore.PieceInfo.Equal) {
 			return nil
 		}
 	}

@@ -86,6 +86,7 @@
 //	MPIOS_CKPT_POLL   agree on on-demand requests every M iterations; 0 (default): adaptive
 //	MPIOS_CKPT_SYNC   1: write and commit checkpoints at the boundary (default: in the background)
 //	MPIOS_RESTART     job id to restart from; unset: a new run
+//	MPIOS_RECONF_BASE set by mpirun for ranks it restarts to recover the job: log entries of the failed run, not acted on
 //
 // # Migration
 //

@@ -3,6 +3,7 @@ package pcm
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -48,9 +49,27 @@ func (p *Process) startCheckpoint(iter int) {
 	p.flight = f
 	res := pieceResult{Time: time.Now().UTC(), Store: p.storeID}
 	rank, jobID := p.world.Rank(), p.opts.JobID
+	buddy := ""
+	if p.replicates() {
+		var err error
+		if buddy, err = p.chooseBuddy(); err != nil {
+			f.piece <- res.with(ckptstore.PieceInfo{}, fmt.Errorf("choose the buddy node: %w", err))
+			return
+		}
+	}
 	if p.opts.SyncCheckpoints {
+		if err := p.store.Reserve(int64(p.snapshotSize()), p.opts.Cap); err != nil {
+			f.piece <- res.with(ckptstore.PieceInfo{}, err)
+			return
+		}
 		// Straight from the registered values to disk: no second copy of the state in memory.
 		info, err := p.store.PutPieceFrom(jobID, f.seq, rank, p.reg)
+		if err == nil {
+			info = p.replicate(buddy, f.seq, info, func(w io.Writer) error {
+				_, err := p.reg.WriteTo(w)
+				return err
+			})
+		}
 		f.piece <- res.with(info, err)
 		return
 	}
@@ -65,7 +84,17 @@ func (p *Process) startCheckpoint(iter int) {
 	}
 	snap := p.snap
 	inBackground(func() {
+		if err := p.store.Reserve(int64(snap.Len()), p.opts.Cap); err != nil {
+			f.piece <- res.with(ckptstore.PieceInfo{}, err)
+			return
+		}
 		info, err := p.store.PutPieceBuffer(jobID, f.seq, rank, snap)
+		if err == nil {
+			info = p.replicate(buddy, f.seq, info, func(w io.Writer) error {
+				_, err := w.Write(snap.Bytes())
+				return err
+			})
+		}
 		f.piece <- res.with(info, err)
 	})
 }
@@ -137,6 +166,7 @@ func (p *Process) advance(failed int64) error {
 	}
 	p.flight = nil
 	if failed == 0 {
+		p.reportCommitted(f.manifest)
 		return nil
 	}
 	cerr := &CheckpointError{Job: p.opts.JobID, Seq: f.seq, Iteration: f.iter, CommitFailed: true}

@@ -40,6 +40,10 @@ type Options struct {
 	// ckptstore.DefaultKeep (2), so that a damaged newest checkpoint leaves one to fall back
 	// to.
 	Keep int
+	// Cap is the most bytes the checkpoint store may hold, the pieces of every rank and node
+	// it keeps included: a checkpoint that would exceed it fails with a ckptstore.FullError.
+	// pcmd sets it for its memory store (MPIOS_CKPT_CAP). 0: no cap.
+	Cap int64
 	// Restart is the id of the job to restart from; "" starts afresh (Status New).
 	Restart string
 	// Control follows the launcher's reconfiguration requests (migrations, checkpoints
@@ -58,6 +62,10 @@ type Options struct {
 	// when the state is too large to hold twice in memory. OptionsFromEnv sets it from
 	// MPIOS_CKPT_SYNC=1.
 	SyncCheckpoints bool
+	// ReconfBase is the number of entries of the launcher's reconfiguration log this process
+	// must not act on: in a job that mpirun recovered from a failure, the requests of the
+	// failed run. OptionsFromEnv sets it from MPIOS_RECONF_BASE.
+	ReconfBase uint64
 	// Log receives diagnostics (restart fallbacks, prune failures). Default: os.Stderr.
 	Log io.Writer
 }
@@ -134,10 +142,24 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		}
 		o.SyncCheckpoints = b
 	}
+	if s := getenv(job.EnvCkptCap); s != "" {
+		c, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || c < 0 {
+			return o, bad(job.EnvCkptCap, s, "a number of bytes >= 0")
+		}
+		o.Cap = c
+	}
 	o.Dir = getenv(job.EnvCkptDir)
 	// pcmd names its node for the ranks it starts: pieces record where they are stored.
 	o.Node = getenv(job.EnvNode)
 	o.Restart = getenv(job.EnvRestart)
+	if s := getenv(job.EnvReconfBase); s != "" {
+		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			return o, bad(job.EnvReconfBase, s, "an integer >= 0")
+		}
+		o.ReconfBase = n
+	}
 	if err := o.validate(); err != nil {
 		return o, err
 	}

@@ -101,6 +101,7 @@ type Process struct {
 	callsAtSync     int64
 	lastSyncEnd     time.Time
 	lastSyncCost    time.Duration
+	warnedOneNode   bool // a one-node job was told its checkpoints have no buddy copy
 }
 
 // Init joins the job's PCM service with the configuration the launcher put in the environment
@@ -124,7 +125,7 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	p := &Process{world: world, opts: opts, reg: state.NewRegistry(), seq: 1, nextPoll: 0, pollEvery: 1}
+	p := &Process{world: world, opts: opts, reg: state.NewRegistry(), seq: 1, nextPoll: 0, pollEvery: 1, applied: opts.ReconfBase}
 	if opts.Restart != "" {
 		p.status = Restarted
 	}
@@ -325,6 +326,8 @@ func (p *Process) Load() error {
 		}
 		p.restored = m
 		p.lastIter, p.haveIter = int(m.Iteration), true
+		p.noteIteration(p.lastIter)
+		p.reportRestored(m)
 	}
 	if p.opts.checkpointing() && !p.opts.SyncCheckpoints {
 		// The memory of background checkpoints, allocated once, here rather than in the loop.
@@ -404,6 +407,7 @@ func (p *Process) Reconfigure(iter int) (Action, error) {
 	}
 	p.lastIter, p.haveIter = iter, true
 	p.prof.Iteration(iter)
+	p.noteIteration(iter)
 	pending := p.world.Pending()
 	scheduled := p.opts.Every > 0 && iter%p.opts.Every == 0
 	poll := (p.opts.OnDemand || p.ctl != nil || p.flight != nil) && p.calls >= p.nextPoll

@@ -68,44 +68,57 @@ func (p *Process) openPiece(m ckptstore.Manifest) (io.ReadCloser, error) {
 	if err == nil || !errors.Is(err, ckptstore.ErrNotLocal) {
 		return rc, err
 	}
-	if p.ctl == nil {
+	if p.launched == nil || p.launched.Conn == nil {
 		return nil, fmt.Errorf("%w (and this process has no control plane to fetch it)", err)
 	}
-	return p.fetchPiece(m, rank, info)
+	// The piece's own node first, then its buddy copies: a node that is gone leaves the
+	// piece on another.
+	errs := []error{}
+	for _, node := range append([]string{info.Node}, info.Copies...) {
+		if node == p.store.Node() {
+			continue // not on this disk, as OpenPieceOf said
+		}
+		rc, ferr := p.fetchPiece(m, rank, info, node)
+		if ferr == nil {
+			return rc, nil
+		}
+		errs = append(errs, ferr)
+	}
+	return nil, errors.Join(errs...)
 }
 
-// fetchPiece reads a piece from the pcmd of info.Node.
-func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.PieceInfo) (io.ReadCloser, error) {
+// fetchPiece reads a piece from the pcmd of node, which holds it or a copy of it.
+func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.PieceInfo, node string) (io.ReadCloser, error) {
 	id := ckptstore.PieceID{Job: m.Job, Seq: m.Seq, Rank: rank}
 	data, err := job.Encode(job.PieceRequest{Job: m.Job, Seq: m.Seq, Rank: rank})
 	if err != nil {
 		return nil, err
 	}
-	msg, err := p.ctl.nc.Request(job.PieceSubject(info.Node), data, 10*time.Second)
+	msg, err := p.launched.Conn.Request(job.PieceSubject(node), data, 10*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s from node %s: %w", id, info.Node, err)
+		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
 	var rep job.PieceReply
 	if err := job.Decode(msg.Data, &rep); err != nil {
-		return nil, fmt.Errorf("fetch %s from node %s: %w", id, info.Node, err)
+		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
 	if rep.Error != "" {
 		return nil, fmt.Errorf("fetch %s: %s", id, rep.Error)
 	}
 	conn, err := net.DialTimeout("tcp", rep.Addr, 10*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s from node %s: %w", id, info.Node, err)
+		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
 	if _, err := conn.Write(rep.Token); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("fetch %s from node %s: %w", id, info.Node, err)
+		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
 	vr, err := ckptstore.NewVerifyingReader(conn, id, info)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	fmt.Fprintf(p.opts.Log, "pcm: rank %d: reading its piece of checkpoint %d from node %s\n", rank, m.Seq, info.Node)
+	fmt.Fprintf(p.opts.Log, "pcm: rank %d: reading its piece of checkpoint %d from node %s\n", rank, m.Seq, node)
 	return remotePiece{vr, conn}, nil
 }
 
@@ -130,10 +143,10 @@ func (rp remotePiece) Len() int {
 // own store holds none of them restarts on a new node).
 func (p *Process) remoteCandidates(jobID string) map[uint64]candidate {
 	cands := make(map[uint64]candidate)
-	if p.ctl == nil {
+	if p.launched == nil || p.launched.Conn == nil {
 		return cands
 	}
-	nc := p.ctl.nc
+	nc := p.launched.Conn
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {

@@ -33,6 +33,9 @@ var knownOps = [...]struct {
 	{"ReduceScatterBlock", kindColl}, {"Scan", kindColl}, {"Gather", kindColl},
 	{"Scatter", kindColl}, {"Allgather", kindColl}, {"Allgatherv", kindColl},
 	{"Alltoall", kindColl}, {"Gatherv", kindColl}, {"Scatterv", kindColl},
+	{"Exscan", kindColl}, {"ReduceScatter", kindColl}, {"Alltoallv", kindColl},
+	{"Ibarrier", kindColl}, {"Ibcast", kindColl}, {"Ireduce", kindColl}, {"Iallreduce", kindColl},
+	{"Iallgather", kindColl}, {"Ialltoall", kindColl},
 	{"Ssend", kindSend}, {"Issend", kindSend}, {"Start", kindSend}, {"SendrecvReplace", kindSend},
 	{"Mrecv", kindRecv}, {"NeighborAllgather", kindColl}, {"NeighborAlltoall", kindColl},
 }
@@ -86,20 +89,38 @@ func opIndex(op string) int {
 		return 20
 	case "Scatterv":
 		return 21
-	case "Ssend":
+	case "Exscan":
 		return 22
-	case "Issend":
+	case "ReduceScatter":
 		return 23
-	case "Start":
+	case "Alltoallv":
 		return 24
-	case "SendrecvReplace":
+	case "Ibarrier":
 		return 25
-	case "Mrecv":
+	case "Ibcast":
 		return 26
-	case "NeighborAllgather":
+	case "Ireduce":
 		return 27
-	case "NeighborAlltoall":
+	case "Iallreduce":
 		return 28
+	case "Iallgather":
+		return 29
+	case "Ialltoall":
+		return 30
+	case "Ssend":
+		return 31
+	case "Issend":
+		return 32
+	case "Start":
+		return 33
+	case "SendrecvReplace":
+		return 34
+	case "Mrecv":
+		return 35
+	case "NeighborAllgather":
+		return 36
+	case "NeighborAlltoall":
+		return 37
 	}
 	return -1
 }

@@ -68,10 +68,16 @@ type cluster struct {
 
 	hasPolicy bool // pcmd serve knows --policy
 	hasOpen   bool // pcmd serve knows --insecure-open (takes no unsigned spawns without it)
+	memStore  bool // the nodes keep checkpoints in memory (pcmd serve --ckpt-store mem)
 }
 
 func startCluster(dir, bin string, env []string, nodes ...string) (*cluster, error) {
-	c := &cluster{dir: dir, bin: bin, env: env, nodes: map[string]string{}, logs: map[string]string{}}
+	return startClusterStore(dir, bin, env, false, nodes...)
+}
+
+// startClusterStore is startCluster with the nodes' checkpoints in memory if mem.
+func startClusterStore(dir, bin string, env []string, mem bool, nodes ...string) (*cluster, error) {
+	c := &cluster{dir: dir, bin: bin, env: env, nodes: map[string]string{}, logs: map[string]string{}, memStore: mem}
 	help, _ := exec.Command(filepath.Join(bin, "pcmd"), "serve", "--help").CombinedOutput()
 	c.hasPolicy = bytes.Contains(help, []byte("--policy"))
 	c.hasOpen = bytes.Contains(help, []byte("--insecure-open"))
@@ -160,6 +166,9 @@ func (c *cluster) nodeArgs(name string) []string {
 		// The benchmark's NATS server is private to it; older pcmds have no such flag.
 		args = append(args, "--insecure-open")
 	}
+	if c.memStore {
+		return append(args, "--ckpt-store", "mem")
+	}
 	return append(args, "--store", c.nodes[name])
 }
 
@@ -178,7 +187,7 @@ func (c *cluster) startNode(name string) error {
 		return err
 	}
 	c.stops = append(c.stops, func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Process.Signal(syscall.SIGINT) // at once: SIGTERM would drain the node first
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
 		select {

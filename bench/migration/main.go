@@ -102,7 +102,7 @@ func main() {
 	flag.StringVar(&sizes, "sizes", "16,64,256,1024", "state sizes per rank, MiB, comma-separated")
 	flag.IntVar(&b.reps, "reps", 3, "repetitions of each migration and stop-and-restart measurement (each migration trial moves a rank twice)")
 	flag.BoolVar(&quick, "quick", false, "smoke run: sizes 16,64 (unless --sizes is given), 1 repetition, heat2d -n 512")
-	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk")
+	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk, replicated")
 	flag.IntVar(&b.overheadReps, "overhead-reps", 7, "repetitions of each heat2d variant")
 	flag.IntVar(&b.heatN, "heat-n", 2048, "heat2d -n")
 	flag.IntVar(&b.heatIters, "heat-iters", 200, "heat2d -iters")
@@ -146,7 +146,7 @@ func main() {
 	}
 	b.what = map[string]bool{}
 	for _, w := range strings.Split(what, ",") {
-		if w != "overhead" && w != "migration" && w != "disk" {
+		if w != "overhead" && w != "migration" && w != "disk" && w != "replicated" {
 			log.Fatalf("--what: unknown part %q", w)
 		}
 		b.what[w] = true
@@ -167,18 +167,6 @@ func parseFloats(s string) ([]float64, error) {
 		out = append(out, x)
 	}
 	return out, nil
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func (b *bench) run() int {
@@ -215,11 +203,14 @@ func (b *bench) run() int {
 	host, _ := os.Hostname()
 	fmt.Printf("## bench/migration — %s\n\n", time.Now().Format("2006-01-02 15:04"))
 	fmt.Printf("Machine %s: %d CPUs, %s; source %s; load average at start %s.\n",
-		host, runtime.NumCPU(), runtime.Version(), src, loadavg())
+		host, runtime.NumCPU(), runtime.Version(), src, testbin.LoadAvg())
 	fmt.Printf("Command: `go run ./bench/migration %s`\n", shellJoin(os.Args[1:]))
 
 	failed := false
 	if b.what["overhead"] && !b.runVariantPart("overhead", "PCM overhead", b.runOverhead) {
+		failed = true
+	}
+	if b.what["replicated"] && !b.runVariantPart("replicated", "PCM overhead with replicated checkpoints in memory (two pcmd nodes)", b.runReplicated) {
 		failed = true
 	}
 	if b.what["disk"] && !b.runVariantPart("disk", "What the disk costs: heat2d without pcm beside a process writing like checkpoints", b.runDisk) {
@@ -230,7 +221,7 @@ func (b *bench) run() int {
 			failed = true
 		}
 	}
-	fmt.Printf("\nLoad average at the end: %s.\n", loadavg())
+	fmt.Printf("\nLoad average at the end: %s.\n", testbin.LoadAvg())
 	if failed {
 		return 1
 	}

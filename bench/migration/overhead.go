@@ -285,3 +285,26 @@ func outputFloat(out, key string) (float64, error) {
 	}
 	return strconv.ParseFloat(v, 64)
 }
+
+// runReplicated is part "replicated": heat2d on two pcmd nodes on this machine (np/2 ranks
+// each) whose checkpoints stay in memory (pcmd serve --ckpt-store mem), every piece copied
+// to the other node (double checkpointing), against the same run without pcm.
+func (b *bench) runReplicated(np int) overheadResult {
+	dir := filepath.Join(b.dir, "replicated")
+	err := os.MkdirAll(dir, 0o700)
+	var c *cluster
+	if err == nil {
+		c, err = startClusterStore(dir, b.bin, b.env, true, "n1", "n2")
+	}
+	if err != nil {
+		return overheadResult{np: np, failures: []string{fmt.Sprintf("P=%d: start the pcmd nodes: %v", np, err)}}
+	}
+	defer c.stop()
+	on := []string{"--nats", c.url, "--hosts", fmt.Sprintf("n1:%d,n2:%d", np-np/2, np/2)}
+	vs := []variant{
+		{key: "a", name: "(a) -no-pcm on two pcmd nodes (baseline)", mpirun: on, app: []string{"-no-pcm"}},
+		{key: "b", name: fmt.Sprintf("(b) --ckpt-every %d, pieces and buddy copies in the nodes' memory", b.ckptEvery),
+			mpirun: append(slices.Clone(on), "--ckpt-every", strconv.Itoa(b.ckptEvery)), base: "a", limit: 5},
+	}
+	return b.runVariants(np, vs)
+}

@@ -7,7 +7,8 @@
 //
 // Rows keep the order in which (benchmark, metric) pairs first appear. The
 // first implementation seen is "ours"; every other one gets a ratio column
-// ours/theirs, computed from the medians.
+// ours/theirs, computed from the medians. Arguments "A/B" add ratio columns
+// between two other implementations (e.g. mpios-tcp/openmpi).
 package main
 
 import (
@@ -21,7 +22,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Stdin, os.Stdout); err != nil {
+	if err := run(os.Stdin, os.Stdout, os.Args[1:]...); err != nil {
 		fmt.Fprintln(os.Stderr, "table:", err)
 		os.Exit(1)
 	}
@@ -85,7 +86,7 @@ func format(v float64) string {
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
 
-func run(r io.Reader, w io.Writer) error {
+func run(r io.Reader, w io.Writer, extra ...string) error {
 	s, err := parse(r)
 	if err != nil {
 		return err
@@ -93,13 +94,25 @@ func run(r io.Reader, w io.Writer) error {
 	if len(s.impls) == 0 {
 		return fmt.Errorf("no measurements")
 	}
-	ours := s.impls[0]
+	// ratios lists the column pairs: ours against each other one, then the extra pairs.
+	var ratios [][2]int
+	for i := 1; i < len(s.impls); i++ {
+		ratios = append(ratios, [2]int{0, i})
+	}
+	for _, pair := range extra {
+		a, b, ok := strings.Cut(pair, "/")
+		ia, ib := slices.Index(s.impls, a), slices.Index(s.impls, b)
+		if !ok || ia < 0 || ib < 0 {
+			return fmt.Errorf("ratio %q: want A/B, two of the implementations %v", pair, s.impls)
+		}
+		ratios = append(ratios, [2]int{ia, ib})
+	}
 	header := []string{"benchmark", "metric"}
 	for _, impl := range s.impls {
 		header = append(header, impl+" (median)")
 	}
-	for _, impl := range s.impls[1:] {
-		header = append(header, ours+"/"+impl)
+	for _, rt := range ratios {
+		header = append(header, s.impls[rt[0]]+"/"+s.impls[rt[1]])
 	}
 	var b strings.Builder
 	writeRow := func(cells []string) { fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | ")) }
@@ -124,9 +137,9 @@ func run(r io.Reader, w io.Writer) error {
 				cells = append(cells, "–")
 			}
 		}
-		for i := 1; i < len(s.impls); i++ {
-			if have[0] && have[i] && meds[i] != 0 {
-				cells = append(cells, fmt.Sprintf("%.2f", meds[0]/meds[i]))
+		for _, rt := range ratios {
+			if a, b := rt[0], rt[1]; have[a] && have[b] && meds[b] != 0 {
+				cells = append(cells, fmt.Sprintf("%.2f", meds[a]/meds[b]))
 			} else {
 				cells = append(cells, "–")
 			}

@@ -41,3 +41,23 @@ func TestTable(t *testing.T) {
 		t.Error("malformed line accepted")
 	}
 }
+
+func TestTableExtraRatioBetweenOtherImplementations(t *testing.T) {
+	in := "pingpong\tlatency_us\tmpios\t1\n" +
+		"pingpong\tlatency_us\tmpich\t0.5\n" +
+		"pingpong\tlatency_us\tmpios-tcp\t8\n" +
+		"pingpong\tlatency_us\topenmpi\t4\n"
+	var out strings.Builder
+	if err := run(strings.NewReader(in), &out, "mpios-tcp/openmpi"); err != nil {
+		t.Fatal(err)
+	}
+	want := "| benchmark | metric | mpios (median) | mpich (median) | mpios-tcp (median) | openmpi (median) | mpios/mpich | mpios/mpios-tcp | mpios/openmpi | mpios-tcp/openmpi |\n" +
+		"| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n" +
+		"| pingpong | latency_us | 1 | 0.5 | 8 | 4 | 2.00 | 0.12 | 0.25 | 2.00 |\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+	if err := run(strings.NewReader(in), &out, "mpios/lam"); err == nil {
+		t.Error("a ratio with an unknown implementation was accepted")
+	}
+}

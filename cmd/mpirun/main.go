@@ -22,6 +22,7 @@ import (
 	"github.com/mpios/mpios/internal/launch"
 	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodeclient"
+	"github.com/mpios/mpios/internal/supervisor"
 	"github.com/mpios/mpios/iosbridge"
 )
 
@@ -100,7 +101,18 @@ OPTIONS:
                         of the environment, else ~/.local/state/mpios/ckpt)
    --restart JOB        resume from the newest complete checkpoint of job JOB
                         (same number of ranks; falls back to an older checkpoint
-                        if the newest is damaged, and says so)
+                        if the newest is damaged, and says so). PROGRAM, its
+                        arguments, -np and the --ckpt-* options may be left out:
+                        they are those JOB was started with on this machine
+   --no-recover         end a checkpointing job at its first failure. By default
+                        mpirun recovers it: when a rank or its node dies, or a
+                        rank hangs, every rank restarts from the newest committed
+                        checkpoint (on the surviving nodes) and the job goes on
+   --max-recoveries N   give up after N recoveries (default 3; 0: never recover)
+   --hang-timeout DURATION
+                        declare a rank failed when it sent no sign of life for
+                        this long, e.g. when stopped or frozen (default 10s;
+                        0 turns hang detection off)
    --policy NAME        how the IOS agents of the pcmd nodes decide to move this
                         job's ranks: mpiios (MPI/IOS gain), sras, atsras, flcras,
                         or none (never move them; profile only). Default: each
@@ -145,7 +157,8 @@ EXIT STATUS:
    A rank calling mpi.Abort makes mpirun exit with the abort code. Ctrl-C or
    SIGTERM stops the job with status 130 or 143 (a second Ctrl-C kills at once),
    --timeout with 124, a failed rendezvous or start with 1, and a command-line
-   mistake with 2.
+   mistake with 2. A job that checkpoints is recovered instead of stopped when a
+   rank dies or hangs (see --no-recover); if it cannot be, the message says why.
 
 EXAMPLES:
    mpirun -np 4 ./ring                 run the executable ./ring as 4 ranks
@@ -219,6 +232,9 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.StringFlag{Name: "profile-out", Usage: "write the ranks' profiles here"},
 			&cli.StringFlag{Name: "launcher-key", EnvVars: []string{"MPIOS_LAUNCHER_KEY"}, Usage: "NKey user seed file signing spawn requests"},
 			&cli.StringFlag{Name: "known-nodes", EnvVars: []string{"MPIOS_KNOWN_NODES"}, Usage: "file of the nodes' keys ranks may go to"},
+			&cli.BoolFlag{Name: "no-recover", Usage: "do not recover a checkpointing job from failures"},
+			&cli.IntFlag{Name: "max-recoveries", Value: supervisor.DefaultMaxRecoveries, Usage: "recoveries before giving up"},
+			&cli.DurationFlag{Name: "hang-timeout", Value: launch.DefaultHangTimeout, Usage: "declare a silent rank failed after this long"},
 		}, natsCLI.Flags()...),
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &usageError{msg: err.Error()}
@@ -263,7 +279,13 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 func config(c *cli.Context) (launch.Config, error) {
 	var cfg launch.Config
 	remote := c.IsSet("hosts") || c.IsSet("hostfile")
+	prev, err := remembered(c, remote)
+	if err != nil {
+		return cfg, err
+	}
 	switch {
+	case !c.IsSet("np") && !remote && prev != nil:
+		cfg.NP = prev.NP
 	case !c.IsSet("np") && !remote:
 		return cfg, &usageError{"missing -np N (the number of ranks)"}
 	case c.IsSet("np"):
@@ -274,11 +296,15 @@ func config(c *cli.Context) (launch.Config, error) {
 			return cfg, &usageError{fmt.Sprintf("-np %d: at most %d ranks", cfg.NP, maxRanks)}
 		}
 	}
-	if c.NArg() == 0 {
+	switch {
+	case c.NArg() > 0:
+		cfg.Program = c.Args().First()
+		cfg.Args = c.Args().Tail()
+	case prev != nil:
+		cfg.Program, cfg.Args = prev.Program, prev.Args
+	default:
 		return cfg, &usageError{"missing PROGRAM"}
 	}
-	cfg.Program = c.Args().First()
-	cfg.Args = c.Args().Tail()
 	if cfg.JobID = c.String("job-id"); cfg.JobID != "" {
 		if err := job.ValidateID(cfg.JobID); err != nil {
 			msg, _ := strings.CutPrefix(err.Error(), "job: ")
@@ -313,6 +339,9 @@ func config(c *cli.Context) (launch.Config, error) {
 	// Checkpoint options reach the ranks' pcm through its environment contract; set here they
 	// override the same variables inherited from mpirun's environment.
 	var ckptEnv []string
+	if prev != nil {
+		ckptEnv = append(ckptEnv, prev.Env...) // the flags below override them
+	}
 	if c.IsSet("ckpt-every") {
 		if k := c.Int("ckpt-every"); k < 0 {
 			return cfg, &usageError{fmt.Sprintf("--ckpt-every %d: want K >= 0", k)}
@@ -353,6 +382,9 @@ func config(c *cli.Context) (launch.Config, error) {
 	ckptEnv = append(ckptEnv, cfg.NATSAuth.Environ()...)
 	if ckptEnv != nil {
 		cfg.Env = append(os.Environ(), ckptEnv...)
+	}
+	if err := recoveryFlags(c, &cfg); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

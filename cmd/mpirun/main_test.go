@@ -207,6 +207,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-np", "two", fakerank}, 2, `mpirun: invalid value "two" for flag -np: .*`},
 		{[]string{"-np", "1", "--timeout", "soon", fakerank}, 2, `mpirun: invalid value "soon" for flag -timeout: .*`},
 		{[]string{"-np", "1", "--job-id", "a/b", fakerank}, 2, `mpirun: --job-id: .*`},
+		{[]string{"-np", "1", "--max-recoveries", "-1", fakerank}, 2, `mpirun: --max-recoveries -1: want N >= 0 .*`},
+		{[]string{"-np", "1", "--hang-timeout", "-1s", fakerank}, 2, `mpirun: --hang-timeout must not be negative .*`},
 		{[]string{"-np", "2", "./no-such-program"}, 1, `mpirun: program "./no-such-program": not found .*`},
 		{[]string{"-np", "2", "no-such-command-xyz"}, 1, `mpirun: program "no-such-command-xyz": not found .*`},
 	} {

@@ -81,7 +81,10 @@ EXAMPLES:
    mpirun --nats nats://10.0.0.1:4222 --hosts n1:4,n2:4 /opt/mpios/bin/heat2d
 `
 
-const serveDescription = `Runs until SIGINT or SIGTERM. Registers the node on NATS: every --heartbeat it
+const serveDescription = `Runs until SIGINT or SIGTERM. SIGTERM first drains the node: it takes no new
+ranks, its ranks migrate to peers with free slots, and pcmd exits once they are gone;
+a drain that cannot place them says why and pcmd serves on. A second SIGTERM, or the
+first with --force, and SIGINT stop the ranks at once. Registers the node on NATS: every --heartbeat it
 publishes its name, slots (total and in use), load average, advertise address and
 version on mpios.nodes.heartbeat, and answers on mpios.node.NAME.info. A node that
 misses 3 heartbeats is shown as gone.
@@ -102,7 +105,10 @@ the lease it asked for, at most --lease, are stopped too.
 
 With --store, ranks restarting on other nodes read the checkpoint pieces in it
 through pcmd (mpios.node.NAME.piece): each request gets a one-time TCP offer, at
-most 16 open per requesting connection and 128 per node.
+most 16 open per requesting connection and 128 per node. The store also keeps the
+buddy copies of other nodes' pieces (mpios.node.NAME.piececopy), so that losing one
+node loses no committed checkpoint. --ckpt-store mem keeps pieces and copies in
+memory instead, at most --ckpt-mem-cap MiB, for as long as pcmd runs.
 
 IOS agent (after MPI/IOS; --no-ios turns it off): every --ios-period it samples
 the node's CPUs (/proc/stat, clipped by pcmd's cgroup CPU quota) and memory, and
@@ -132,10 +138,39 @@ var natsCLI = natsconn.CLI{EnvPrefix: "PCMD_NATS_", SecretFlags: true}
 func natsOptions(c *cli.Context, url string) pcmd.NATSOptions { return natsCLI.Options(c, url) }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGTERM is pcmd serve's own (a graceful leave first); elsewhere it ends pcmd as SIGINT.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	code := runMain(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// leaveOnSIGTERM makes SIGTERM a graceful leave of pcmd serve: the first closes the
+// returned channel (Config.Leave), the second, or the first with force, cancels the
+// returned context as SIGINT does.
+func leaveOnSIGTERM(ctx context.Context, force bool) (context.Context, <-chan struct{}) {
+	ctx, cancel := context.WithCancel(ctx)
+	leave := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM)
+	go func() {
+		defer signal.Stop(sigs)
+		left := force
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sigs:
+				if left {
+					cancel()
+					return
+				}
+				left = true
+				close(leave)
+			}
+		}
+	}()
+	return ctx, leave
 }
 
 // usageError is a command-line mistake: reported in one line, exit status 2.
@@ -206,6 +241,8 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once"},
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
 					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
+					&cli.StringFlag{Name: "ckpt-store", Value: pcmd.StoreDisk, Usage: "keep checkpoint pieces on `disk` (--store) or in memory (mem, lost when pcmd stops; buddy copies on other nodes keep them)"},
+					&cli.Int64Flag{Name: "ckpt-mem-cap", Usage: "with --ckpt-store mem, hold at most `MIB` MiB of pieces; beyond it checkpoints and copies are refused (default 4096)"},
 					&cli.DurationFlag{Name: "heartbeat", Value: pcmd.DefaultHeartbeat, Usage: "send a heartbeat every `DURATION`; the node is gone after 3 missed beats"},
 					&cli.DurationFlag{Name: "lease", Value: pcmd.DefaultLease, Usage: "stop a job's ranks when its launcher sent no keepalive for `DURATION` (a request's own lease is capped to it)"},
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
@@ -215,6 +252,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
 					&cli.DurationFlag{Name: "ios-cooldown", Value: iosbridge.DefaultStability().Cooldown, Usage: "never move a rank again within `DURATION` of its arrival"},
 					&cli.BoolFlag{Name: "no-ios", Usage: "run without the IOS agent: no profiling, stealing or migrations"},
+					&cli.BoolFlag{Name: "force", Usage: "on SIGTERM, stop the node's ranks at once instead of draining them to other nodes first"},
 					&cli.BoolFlag{Name: "cpu-quota-only", Usage: "judge spare CPU by this node's cgroup quota and usage only, not the host's idle CPUs (nodes that share a machine, e.g. containers)"},
 				}, natsFlags(true)...),
 				OnUsageError: onUsage,
@@ -229,7 +267,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
 						Allow: c.StringSlice("allow"), PassEnv: c.StringSlice("pass-env"), PinArgs: c.StringSlice("pin-args"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
-						Lease:               c.Duration("lease"),
+						Lease: c.Duration("lease"), CkptStore: c.String("ckpt-store"), CkptMemCap: c.Int64("ckpt-mem-cap") << 20,
 						AuthorizedLaunchers: c.String("authorized-launchers"), InsecureOpen: c.Bool("insecure-open"), NodeKey: c.String("node-key"),
 						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
@@ -261,6 +299,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					if cfg.AuthorizedLaunchers == "" && !cfg.InsecureOpen {
 						return &usageError{strings.TrimPrefix(spawner.ErrNoLauncherPolicy.Error(), "pcmd: ")}
 					}
+					ctx, cfg.Leave = leaveOnSIGTERM(ctx, c.Bool("force"))
 					return pcmd.Serve(ctx, cfg)
 				},
 			},
@@ -475,7 +514,7 @@ func clientConn(c *cli.Context, stderr io.Writer) (*nats.Conn, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
 	}
-	return opts.Connect(nil, nil)
+	return opts.Connect(nil, nil, nil)
 }
 
 // shortHostname is the default node name: the host name up to its first dot.

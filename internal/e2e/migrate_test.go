@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +27,8 @@ type cluster struct {
 	url string
 	nc  *nats.Conn
 	env []string
+	// stores maps each node started by startNode to its checkpoint store.
+	stores map[string]string
 }
 
 // debianNATS is Debian's nats-server, used when installed (CI installs it).
@@ -40,12 +43,18 @@ func newCluster(t *testing.T, nodes ...string) *cluster {
 		t.Logf("%s not installed: using an in-process NATS server", debianNATS)
 		url = testbin.NATSServer(t, "", "")
 	}
-	nc, err := nats.Connect(url)
+	return newClusterAt(t, url, nodes...)
+}
+
+// newClusterAt is newCluster on the NATS server (or servers: comma-separated URLs) at url.
+func newClusterAt(t *testing.T, url string, nodes ...string) *cluster {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	c := &cluster{t: t, url: url, nc: nc, env: testbin.IsolatedEnv(t.TempDir())}
+	c := &cluster{t: t, url: url, nc: nc, env: testbin.IsolatedEnv(t.TempDir()), stores: map[string]string{}}
 	for _, n := range nodes {
 		c.startNode(n, "--allow", bin+"/*")
 	}
@@ -88,8 +97,12 @@ func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	beats.Unsubscribe()
-	all := append([]string{"serve", "--insecure-open", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms",
-		"--store", filepath.Join(c.t.TempDir(), "store")}, args...)
+	all := []string{"serve", "--insecure-open", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms"}
+	if !slices.Contains(args, "--ckpt-store") {
+		c.stores[name] = filepath.Join(c.t.TempDir(), "store")
+		all = append(all, "--store", c.stores[name])
+	}
+	all = append(all, args...)
 	cmd := exec.Command(prog("pcmd"), all...)
 	cmd.Env = c.env
 	var logb testbin.Buffer
@@ -98,7 +111,7 @@ func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Process.Signal(syscall.SIGINT) // at once: SIGTERM would drain the node first
 		cmd.Wait()
 		if c.t.Failed() {
 			c.t.Logf("pcmd %s log:\n%s", name, logb.String())
@@ -405,7 +418,7 @@ func TestRestartOnOtherNodesFetchesPieces(t *testing.T) {
 	args := []string{"heat2d", "-n", "41", "-iters", "40"}
 	want := referenceDump(t, args...)
 	c := newCluster(t, "n1", "n2", "n3", "n4")
-	crashed := c.start(t, "rs1", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "8", "--ckpt-sync", prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")
+	crashed := c.start(t, "rs1", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "8", "--ckpt-sync", "--no-recover", prog("heat2d"), "-n", "41", "-iters", "40", "-crash-after", "21")
 	if code := crashed.wait(60 * time.Second); code == 0 {
 		t.Fatalf("the crashing run exited 0:\n%s", crashed.stderr.String())
 	}

@@ -36,6 +36,7 @@ const (
 	EnvCkptEvery = "MPIOS_CKPT_EVERY" // checkpoint every K iterations; 0: on demand only; unset: off
 	EnvCkptDir   = "MPIOS_CKPT_DIR"   // checkpoint store root; default $XDG_STATE_HOME/mpios/ckpt
 	EnvCkptKeep  = "MPIOS_CKPT_KEEP"  // committed checkpoints kept per job; default 2
+	EnvCkptCap   = "MPIOS_CKPT_CAP"   // bytes the store may hold (pcmd's memory store); unset: no cap
 	EnvCkptPoll  = "MPIOS_CKPT_POLL"  // agree on on-demand requests every M iterations; 0: adaptive
 	EnvCkptSync  = "MPIOS_CKPT_SYNC"  // 1: write and commit checkpoints at the boundary, not in the background
 	EnvRestart   = "MPIOS_RESTART"    // id of the job whose newest valid checkpoint to restart from
@@ -788,6 +789,20 @@ type PieceReply struct {
 
 // PieceOfferTTL is how long a PieceReply's address waits for its connection.
 const PieceOfferTTL = 30 * time.Second
+
+// PieceCopySubject: request PieceCopyRequest, reply PieceReply, answered by node's pcmd,
+// which keeps a buddy copy of another node's piece. The reply names a one-time TCP address:
+// connect, send Token, then the piece's Size bytes, and read one line, "ok" once the copy
+// is verified and durable, or the reason it is not.
+func PieceCopySubject(node string) string { return "mpios.node." + node + ".piececopy" }
+
+// PieceCopyRequest offers a copy of a piece: its size and checksum as the owning node's
+// store recorded them.
+type PieceCopyRequest struct {
+	PieceRequest `msgpack:",inline"`
+	Size         int64  `msgpack:"size"`
+	Checksum     string `msgpack:"checksum"`
+}
 
 // ManifestsSubject: request ManifestsRequest; every pcmd whose store has committed
 // checkpoints of the job replies with a ManifestsReply (the others stay silent). A job

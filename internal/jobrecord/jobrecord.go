@@ -92,27 +92,37 @@ func Write(dir string, rec Record) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("jobrecord: job record: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+rec.JobID+"-*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("jobrecord: job record: %w", err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(append(b, '\n'))
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("jobrecord: job record: %w", err)
-	}
-	// CreateTemp already uses 0600; be explicit as the file holds credentials.
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("jobrecord: job record: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := writePrivate(path, b); err != nil {
 		return "", fmt.Errorf("jobrecord: job record: %w", err)
 	}
 	return path, nil
+}
+
+// writePrivate replaces the file at path with data, atomically (a reader sees the old file or
+// the new one) and readable only by the user: records hold credentials.
+func writePrivate(path string, data []byte) error {
+	dir, name := filepath.Split(path)
+	f, err := os.CreateTemp(dir, "."+name+"-*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(append(data, '\n'))
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	// CreateTemp already uses 0600; be explicit.
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // Remove removes the record at path; one already gone is not an error.

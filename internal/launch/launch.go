@@ -23,7 +23,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
@@ -39,6 +41,8 @@ import (
 const (
 	DefaultBind      = "127.0.0.1"
 	DefaultKillGrace = 3 * time.Second
+	// DefaultHangTimeout is ULFM's: a failure is declared after 10 s of silence.
+	DefaultHangTimeout = 10 * time.Second
 )
 
 const rendezvousSlack = 2 * time.Second
@@ -76,6 +80,15 @@ type Config struct {
 	// ProfileOut, if set, is a file that receives every profile the ranks publish
 	// (job.ProfileSubject), one JSON object per line.
 	ProfileOut string
+
+	// NoRecover ends a checkpointing job at its first failure instead of recovering it
+	// (supervisor.Config.Recover); MaxRecoveries bounds the recoveries (0 =
+	// supervisor.DefaultMaxRecoveries).
+	NoRecover     bool
+	MaxRecoveries int
+	// HangTimeout declares failed a rank that sent no liveness beat for this long; 0 =
+	// DefaultHangTimeout, < 0 turns hang detection off.
+	HangTimeout time.Duration
 
 	Starter    rankproc.Starter // nil = rankproc.Local{}
 	RuntimeDir string           // where the job's jobrecord.Record is written; "" = jobrecord.RuntimeDir()
@@ -127,10 +140,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("launch: secret: %w", err)
 	}
 
+	defer comm.RemoveJobSegments(cfg.JobID) // shared-memory rings of ranks that crashed
 	r := &runner{
 		cfg:    cfg,
 		stdout: newLineWriter(cfg.Stdout),
 		stderr: newLineWriter(cfg.Stderr),
+		cp:     newControlPlane(),
 	}
 	if r.auth, err = ctlauth.NewJobChannel(cfg.JobID, secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now()); err != nil {
 		return fmt.Errorf("launch: %w", err)
@@ -175,6 +190,8 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
+
+	r.writeLaunch()
 
 	if prog.PackageDir != "" {
 		tmp, err := os.MkdirTemp("", "mpirun-build-")
@@ -225,6 +242,9 @@ func (c *Config) setDefaults() error {
 	if c.KillGrace == 0 {
 		c.KillGrace = DefaultKillGrace
 	}
+	if c.HangTimeout == 0 {
+		c.HangTimeout = DefaultHangTimeout
+	}
 	if c.Env == nil {
 		c.Env = os.Environ()
 	}
@@ -262,6 +282,7 @@ type runner struct {
 	// Work done off the loop (node checks, successor starts) hands its result back here; the
 	// function runs on the loop and returns the Event for the Machine.
 	inbox chan func() supervisor.Event
+	cp    *controlPlane // the state of the NATS connection, told to the Machine
 }
 
 func (r *runner) connect(url string) error {
@@ -270,20 +291,20 @@ func (r *runner) connect(url string) error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(url, append(auth,
+	// Reconnect forever: the job survives a restart of an external server; the handlers below
+	// replace ctlplane's to tell the Machine when the control plane is down.
+	nc, err := nats.Connect(url, append(append(auth, ctlplane.Options(nil, nil)...),
 		nats.Name("mpirun "+id),
 		nats.Timeout(5*time.Second),
-		// The job must survive a restart of an external server; the ranks reconnect too.
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.NoCallbacksAfterClientClose(),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			r.cp.set(false)
 			if err != nil {
 				r.stderr.logf("lost connection to NATS: %v", err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			r.cp.set(true)
 			r.stderr.logf("reconnected to NATS at %s", natsconn.RedactURL(nc.ConnectedUrl()))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -301,6 +322,7 @@ func (r *runner) connect(url string) error {
 	for _, subj := range []string{
 		job.HelloSubject(id), job.AbortSubject(id), job.LostSubject(id), job.ControlSubject(id),
 		job.MigrateSubject(id), job.MigratedSubject(id), job.ReconfGetSubject(id), job.JobInfoSubject(id),
+		job.AliveSubject(id), job.CommittedSubject(id), job.RestoredSubject(id),
 	} {
 		if _, err := nc.ChanSubscribe(subj, r.msgs); err != nil {
 			nc.Close()
@@ -352,10 +374,13 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 	defer runtime.UnlockOSThread()
 
 	_, migrations := r.cfg.Starter.(rankproc.NodeStarter)
+	checkpoints := rankproc.EnvValue(r.cfg.Env, job.EnvCkptEvery) != ""
 	sup, err := supervisor.New(supervisor.Config{
 		JobID: r.cfg.JobID, NP: r.cfg.NP, RendezvousTimeout: r.cfg.RendezvousTimeout,
 		KillGrace: r.cfg.KillGrace, Timeout: r.cfg.Timeout, Migrations: migrations,
-		Checkpoints: rankproc.EnvValue(r.cfg.Env, job.EnvCkptEvery) != "", Policy: rankproc.EnvValue(r.cfg.Env, job.EnvPolicy),
+		Checkpoints: checkpoints, Policy: rankproc.EnvValue(r.cfg.Env, job.EnvPolicy),
+		Recover: checkpoints && !r.cfg.NoRecover, MaxRecoveries: r.cfg.MaxRecoveries,
+		HangTimeout: max(r.cfg.HangTimeout, 0), Slots: slotsOf(r.cfg.Starter),
 	})
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
@@ -390,6 +415,8 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 			r.step(f())
 		case g := <-goneC:
 			r.step(supervisor.NodeGone{Node: g.Node, Reason: g.Reason})
+		case <-r.cp.changed:
+			r.step(r.cp.event())
 		case sig := <-r.cfg.Signals:
 			s, ok := sig.(syscall.Signal)
 			if !ok {
@@ -454,6 +481,12 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 		return supervisor.LogRequest{Reply: m.Reply}
 	case job.JobInfoSubject(id):
 		return supervisor.InfoRequest{Reply: m.Reply}
+	case job.AliveSubject(id):
+		return supervisor.Alive{Data: m.Data}
+	case job.CommittedSubject(id):
+		return supervisor.Committed{Data: m.Data}
+	case job.RestoredSubject(id):
+		return supervisor.Restored{Data: m.Data}
 	}
 	return supervisor.Tick{} // not subscribed: nothing happened
 }
@@ -525,6 +558,9 @@ func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 	env := r.env
 	env.Rank = a.Rank
 	spec := r.spec(a.Rank, r.path, env)
+	if a.Restart != "" {
+		return r.restart(a, spec)
+	}
 	if a.Node == "" {
 		proc, err := r.cfg.Starter.Start(spec)
 		return r.started(a.Proc, proc, err)
@@ -570,7 +606,7 @@ func (r *runner) spec(rank int, path string, env job.Env) rankproc.Spec {
 		Path: path,
 		Args: r.cfg.Args,
 		// Appended last so they override stale MPIOS_* variables of a surrounding job.
-		Env: append(append(withGOMAXPROCS(r.cfg.Env, r.cfg.NP), env.Environ()...), r.nodeRanksEnv(rank)),
+		Env: append(append(withGOMAXPROCS(r.cfg.Env, r.cfg.NP), env.Environ()...), r.nodeRanksEnv(rank), r.aliveEnv()),
 		Dir: r.cfg.Dir,
 		Output: func(s rankproc.Stream, line []byte) {
 			if s == rankproc.Stderr {

@@ -24,14 +24,38 @@ type Transport int
 
 const (
 	InProc Transport = iota
+	// TCP connects every pair over loopback TCP.
 	TCP
+	// SHM connects every pair through shared-memory rings (the ranks share a node), with
+	// large messages read by process_vm_readv where the kernel allows it (even where
+	// copying through the ring would be faster, so that the suite runs the single copy).
+	SHM
+	// SHMCopy is SHM with every byte copied through the rings (the fallback where the kernel
+	// forbids process_vm_readv).
+	SHMCopy
 )
 
 func (t Transport) String() string {
-	if t == TCP {
+	switch t {
+	case TCP:
 		return "tcp"
+	case SHM:
+		return "shm"
+	case SHMCopy:
+		return "shm-copy"
 	}
 	return "inproc"
+}
+
+// commTransport is the comm.TCPConfig.Transport of t.
+func (t Transport) commTransport() string {
+	switch t {
+	case SHM:
+		return comm.TransportShmCMA
+	case SHMCopy:
+		return comm.TransportShmCopy
+	}
+	return comm.TransportTCP
 }
 
 // Endpoints returns n connected endpoints of the given transport.
@@ -58,7 +82,7 @@ func Endpoints(t testing.TB, tr Transport, n int) []comm.Endpoint {
 	}
 	for i := range eps {
 		ep, err := comm.NewTCP(comm.TCPConfig{Rank: i, Size: n, Addrs: addrs, Listener: lns[i], Secret: secret,
-			Logf: func(format string, args ...any) { t.Logf(format, args...) }})
+			Transport: tr.commTransport(), Logf: func(format string, args ...any) { t.Logf(format, args...) }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/ctlplane"
 )
 
 // Options says how to reach and authenticate to NATS. At most one of CredsFile, NKeyFile,
@@ -111,10 +113,10 @@ func (o Options) AuthOptions() ([]nats.Option, error) {
 	return opts, nil
 }
 
-// Connect connects to NATS and keeps reconnecting forever; logger (nil: none) receives the
-// connection's ups and downs. closed, if not nil, is called when the connection is closed
-// for good (by Close or a fatal error).
-func (o Options) Connect(logger *log.Logger, closed func()) (*nats.Conn, error) {
+// Connect connects to NATS and keeps reconnecting forever (ctlplane.Options); logger (nil:
+// none) and watch (nil: none) follow the connection's ups and downs. closed, if not nil, is
+// called when the connection is closed for good (by Close or a fatal error).
+func (o Options) Connect(logger *log.Logger, watch *ctlplane.Watch, closed func()) (*nats.Conn, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -127,20 +129,10 @@ func (o Options) Connect(logger *log.Logger, closed func()) (*nats.Conn, error) 
 			logger.Printf(format, args...)
 		}
 	}
-	opts := append(auth,
+	// Reconnect forever and report the connection's ups and downs to watch (ctlplane).
+	opts := append(append(auth, ctlplane.Options(watch, logf)...),
 		nats.Name(o.Name),
 		nats.Timeout(5*time.Second),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				logf("lost connection to NATS: %v", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logf("reconnected to NATS at %s", RedactURL(nc.ConnectedUrl()))
-		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {
 				logf("NATS: %s: %v", sub.Subject, err)

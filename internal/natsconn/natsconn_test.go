@@ -19,7 +19,7 @@ import (
 // roundTrip checks that the connection o makes carries a request and its reply.
 func roundTrip(t *testing.T, o natsconn.Options) error {
 	t.Helper()
-	nc, err := o.Connect(nil, nil)
+	nc, err := o.Connect(nil, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func TestOptionMistakesAreReportedBeforeConnecting(t *testing.T) {
 		"only one of a creds file, an nkey ": {URL: "nats://x", CredsFile: missing, NKeyFile: missing},
 	}
 	for want, o := range cases {
-		_, err := o.Connect(nil, nil)
+		_, err := o.Connect(nil, nil, nil)
 		if want == "creds: no such file" {
 			want = "no such file"
 		}

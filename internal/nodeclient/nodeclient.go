@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rankproc"
@@ -180,6 +182,7 @@ type Remote struct {
 	cfg   RemoteConfig
 	nc    *nats.Conn
 	place []string // node of each rank
+	slots map[string]int
 
 	mu    sync.Mutex
 	nodes map[string]*remoteNode
@@ -187,6 +190,8 @@ type Remote struct {
 	auth  map[string]*jobAuth
 	quit  chan struct{}
 	gone  chan *NodeGoneError // see Gone
+	// watch keeps an outage of r's own connection from counting as the nodes' silence.
+	watch ctlplane.Watch
 	wg    sync.WaitGroup
 	close sync.Once
 }
@@ -230,15 +235,18 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	}
 	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), auth: make(map[string]*jobAuth),
 		quit: make(chan struct{}), gone: make(chan *NodeGoneError, goneBacklog)}
+	grace, err := ctlplane.GraceFromEnv(nil)
+	if err != nil {
+		return nil, err
+	}
+	r.watch.Grace = grace
 	auth, err := cfg.NATSAuth.AuthOptions()
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(cfg.NATSURL, append(auth,
+	nc, err := nats.Connect(cfg.NATSURL, append(append(auth, ctlplane.Options(&r.watch, nil)...),
 		nats.Name("mpirun remote starter"),
 		nats.Timeout(5*time.Second),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
 		nats.NoCallbacksAfterClientClose(),
 	)...)
 	if err != nil {
@@ -294,6 +302,10 @@ func (r *Remote) setup() error {
 		return err
 	}
 	r.place = place
+	r.slots = make(map[string]int, len(names))
+	for i, n := range names {
+		r.slots[n] += caps[i]
+	}
 	return nil
 }
 
@@ -377,6 +389,10 @@ func (r *Remote) Gone() <-chan *NodeGoneError { return r.gone }
 
 // NP returns the number of ranks placed.
 func (r *Remote) NP() int { return len(r.place) }
+
+// Slots returns how many ranks the job may run on each of its nodes (--hosts NODE:SLOTS, or
+// the free slots a node had at placement): where a recovered job's ranks may restart.
+func (r *Remote) Slots() map[string]int { return maps.Clone(r.slots) }
 
 // Placement returns the node of each rank.
 func (r *Remote) Placement() []string { return slices.Clone(r.place) }
@@ -599,7 +615,7 @@ func (r *Remote) monitor() {
 			r.mu.Lock()
 			for _, n := range r.nodes {
 				if n.gone == nil && len(n.procs) > 0 {
-					if silent := now.Sub(n.last); silent > job.MissedBeats*n.interval {
+					if silent := r.watch.Silence(now, n.last); silent > job.MissedBeats*n.interval {
 						gone = append(gone, n.name)
 						reasons = append(reasons, fmt.Sprintf("node %s stopped responding (no heartbeat for %v)",
 							n.name, silent.Round(100*time.Millisecond)))
@@ -662,12 +678,25 @@ func (r *Remote) probeNodes(except string) {
 		go func() {
 			defer wg.Done()
 			_, err := r.nc.Request(job.NodeInfoSubject(name), nil, 250*time.Millisecond)
-			if errors.Is(err, nats.ErrNoResponders) {
+			if errors.Is(err, nats.ErrNoResponders) && r.provenGone(name) {
 				r.nodeGone(name, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeInfoSubject(name)))
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// provenGone reports whether nobody listening for node's subjects proves its pcmd dead: not
+// while r's own connection is down or came back too recently for the node to have
+// reconnected and subscribed again (its heartbeats decide then).
+func (r *Remote) provenGone(node string) bool {
+	r.mu.Lock()
+	window := job.MissedBeats * time.Second
+	if n := r.nodes[node]; n != nil {
+		window = job.MissedBeats * n.interval
+	}
+	r.mu.Unlock()
+	return !r.watch.Settling(time.Now(), window)
 }
 
 func joinInts(v []int) string {
@@ -768,7 +797,7 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("nodeclient: signal rank %d: %w", p.rank, err)
 	}
 	msg, err := p.r.nc.Request(job.NodeSignalSubject(p.node), data, p.r.cfg.RequestTimeout)
-	if errors.Is(err, nats.ErrNoResponders) {
+	if errors.Is(err, nats.ErrNoResponders) && p.r.provenGone(p.node) {
 		// Nobody listens for the node: its pcmd is dead, and the rank with it.
 		p.r.nodeGone(p.node, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", p.node, job.NodeSignalSubject(p.node)))
 		return nil

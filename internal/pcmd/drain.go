@@ -156,3 +156,21 @@ func (s *server) checkDrained() {
 		}
 	}
 }
+
+// leave is a graceful leave (SIGTERM to pcmd serve): a drain of this node, whose ranks move
+// to peers with free slots before it exits. One that cannot place them leaves the node
+// serving, as a refused pcmd drain does.
+func (s *server) leave() {
+	s.log.Printf("asked to leave (SIGTERM): draining; a second SIGTERM stops the ranks at once")
+	rep := s.drain(job.DrainRequest{Reason: "SIGTERM to pcmd serve"})
+	if rep.Error != "" {
+		s.log.Printf("cannot leave gracefully, serving on; a second SIGTERM (or --force) stops the node and its ranks")
+		return
+	}
+	for _, m := range rep.Moves {
+		if !m.Accepted {
+			s.log.Printf("job %s did not take its ranks %v away (%s): the node waits for them to end; a second SIGTERM stops them", m.Job, m.Ranks, m.Answer)
+		}
+	}
+	s.checkDrained() // a node without ranks leaves at once
+}

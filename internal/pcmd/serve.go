@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodecpu"
@@ -57,6 +59,16 @@ type Config struct {
 	// died): a spawn request's lease is capped to it and one that names none gets it;
 	// 0 = DefaultLease.
 	Lease time.Duration
+	// Leave, when it is closed, asks the node to leave gracefully (pcmd serve gets SIGTERM):
+	// it drains (see Drain) and exits once its ranks are gone; a drain that cannot place
+	// them says why and the node keeps serving. Cancelling Serve's context still stops the
+	// node at once. nil: never.
+	Leave <-chan struct{}
+	// CkptStore is StoreDisk (default: the pieces under Store) or StoreMem (in memory, at
+	// most CkptMemCap bytes, 0 = DefaultMemCap; lost when pcmd stops, kept by the buddy
+	// copies when a node is lost).
+	CkptStore  string
+	CkptMemCap int64
 
 	Log *log.Logger // nil = stderr, prefixed with "pcmd[NODE] "
 
@@ -119,6 +131,9 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("pcmd: --pass-env %q: want the name of a variable, not MPIOS_*", name)
 		}
 	}
+	if err := c.checkStoreConfig(); err != nil {
+		return err
+	}
 	if c.Log == nil {
 		c.Log = log.New(os.Stderr, "pcmd["+c.Node+"] ", log.LstdFlags)
 	}
@@ -145,6 +160,10 @@ type server struct {
 	peers    *peerTable
 	seq      uint64
 	draining bool // a drain was asked for (pcmd drain)
+
+	// watch keeps an outage of the node's own NATS connection from expiring the leases of
+	// launchers it cannot hear.
+	watch *ctlplane.Watch
 }
 
 // Serve runs the node daemon until ctx is cancelled, then stops its ranks (SIGTERM, SIGKILL
@@ -169,6 +188,14 @@ func Serve(ctx context.Context, cfg Config) error {
 		}
 		s.store = st.Dir()
 	}
+	if cfg.CkptStore == StoreMem {
+		dir, err := openMemStore(cfg.Node)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		s.store = dir
+	}
 
 	var launchers *ctlauth.AuthorizedKeys
 	if cfg.AuthorizedLaunchers != "" {
@@ -187,7 +214,12 @@ func Serve(ctx context.Context, cfg Config) error {
 
 	closed := make(chan struct{})
 	var closeOnce sync.Once
-	nc, err := cfg.NATS.Connect(s.log, func() { closeOnce.Do(func() { close(closed) }) })
+	grace, err := ctlplane.GraceFromEnv(nil)
+	if err != nil {
+		return fmt.Errorf("pcmd: %w", err)
+	}
+	s.watch = &ctlplane.Watch{Grace: grace}
+	nc, err := cfg.NATS.Connect(s.log, s.watch, func() { closeOnce.Do(func() { close(closed) }) })
 	if err != nil {
 		return err
 	}
@@ -217,7 +249,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 
 	// Ranks restarting elsewhere read this node's checkpoint pieces through it.
-	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf})
+	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf,
+		Cap: cfg.CkptMemCap})
 	if err != nil {
 		if s.agent != nil {
 			s.agent.Stop()
@@ -235,6 +268,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	if s.store != "" {
 		store = "store " + s.store
 	}
+	if cfg.CkptStore == StoreMem {
+		store = fmt.Sprintf("checkpoints in memory (%s, cap %d MiB)", s.store, cfg.CkptMemCap>>20)
+	}
 	s.log.Printf("node %s up: %d slots, advertise %s, %s, nats %s, pid %d, version %s",
 		cfg.Node, cfg.Slots, cfg.Advertise, store, natsconn.RedactURL(nc.ConnectedUrl()), os.Getpid(), Version())
 	s.log.Print(allow)
@@ -247,14 +283,25 @@ func Serve(ctx context.Context, cfg Config) error {
 	go s.heartbeatLoop(stopBeat, beatDone)
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-		s.log.Printf("shutting down")
-	case <-closed:
-		runErr = ErrConnectionClosed
-		s.log.Printf("%v, stopping", runErr)
-	case <-s.drained:
-		s.log.Printf("drained: no rank left, shutting down")
+	leave := cfg.Leave
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			s.log.Printf("shutting down")
+			running = false
+		case <-closed:
+			runErr = ErrConnectionClosed
+			s.log.Printf("%v, stopping", runErr)
+			running = false
+		case <-s.drained:
+			s.log.Printf("drained: no rank left, shutting down")
+			running = false
+		case <-leave:
+			leave = nil
+			// The jobs' answers take up to the control timeout: a second SIGTERM must be
+			// heard meanwhile.
+			go s.leave()
+		}
 	}
 	if s.agent != nil {
 		s.agent.Stop() // leave the peer network first: no migrations of ranks being stopped
@@ -398,7 +445,7 @@ func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case <-t.C:
 			s.beat()
-			s.ranks.CheckLeases(time.Now())
+			s.ranks.CheckLeases(time.Now(), s.watch.Silence)
 			s.checkDrained()
 			s.forgetPeers()
 		}
@@ -468,6 +515,9 @@ func (s *server) nodeEnv(req job.SpawnRequest, same, other int) []string {
 	env := []string{job.EnvBind + "=" + s.cfg.Advertise, job.EnvNode + "=" + s.cfg.Node, nodeRanksEnv(req, same, other)}
 	if s.store != "" {
 		env = append(env, job.EnvCkptDir+"="+s.store)
+	}
+	if s.cfg.CkptMemCap > 0 {
+		env = append(env, job.EnvCkptCap+"="+strconv.FormatInt(s.cfg.CkptMemCap, 10))
 	}
 	return env
 }

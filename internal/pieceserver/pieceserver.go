@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,13 +36,17 @@ type Config struct {
 	// connection); further requests are refused until some are taken or expire.
 	// 0 = DefaultMaxOffers and DefaultMaxOffersPerRequester.
 	MaxOffers, MaxOffersPerRequester int
+	// Cap is the most bytes the store may hold (a memory store): a buddy copy beyond it is
+	// refused with the reason. 0: no cap.
+	Cap int64
 }
 
 // Server answers the piece and manifest requests of one node.
 type Server struct {
 	node, dir, advertise string
+	capacity             int64
 	logf                 func(format string, args ...any)
-	sub, msub            *nats.Subscription
+	sub, msub, csub      *nats.Subscription
 	wg                   sync.WaitGroup
 	mu                   sync.Mutex
 	open                 map[net.Listener]bool // offers not taken yet
@@ -60,7 +65,7 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.MaxOffers < 0 || cfg.MaxOffersPerRequester < 0 {
 		return nil, errors.New("pcmd: piece offer caps must not be negative")
 	}
-	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, logf: cfg.Logf, open: make(map[net.Listener]bool),
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, capacity: cfg.Cap, logf: cfg.Logf, open: make(map[net.Listener]bool),
 		offers: newOffers(cfg.MaxOffers, cfg.MaxOffersPerRequester)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -75,6 +80,12 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 		s.sub.Unsubscribe()
 		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.ManifestsSubject, err)
 	}
+	s.csub, err = nc.Subscribe(job.PieceCopySubject(cfg.Node), s.onCopy)
+	if err != nil {
+		s.sub.Unsubscribe()
+		s.msub.Unsubscribe()
+		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceCopySubject(cfg.Node), err)
+	}
 	return s, nil
 }
 
@@ -83,6 +94,7 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 func (s *Server) Stop() {
 	s.sub.Unsubscribe()
 	s.msub.Unsubscribe()
+	s.csub.Unsubscribe()
 	s.mu.Lock()
 	s.stopped = true
 	for ln := range s.open {
@@ -96,23 +108,92 @@ func (s *Server) onRequest(m *nats.Msg) {
 	if m.Reply == "" {
 		return // nobody could learn where the offer is
 	}
-	reply := func(r job.PieceReply) {
-		if data, err := job.Encode(r); err == nil {
-			m.Respond(data)
-		}
-	}
-	refuse := func(format string, args ...any) {
-		reply(job.PieceReply{Error: fmt.Sprintf("pcmd: node %s", s.node) + fmt.Sprintf(format, args...)})
-	}
 	var req job.PieceRequest
 	if err := job.Decode(m.Data, &req); err != nil {
-		refuse(": malformed piece request")
+		s.refuse(m, ": malformed piece request")
 		return
 	}
 	if err := req.Validate(); err != nil {
-		refuse(": %v", err)
+		s.refuse(m, ": %v", err)
 		return
 	}
+	s.offer(m, fmt.Sprintf("piece %s/%d/rank %d", req.Job, req.Seq, req.Rank),
+		func() (int64, func(net.Conn) error, func(), error) {
+			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
+			if err != nil {
+				return 0, nil, nil, err
+			}
+			rc, info, err := store.OpenPiece(req.Job, req.Seq, req.Rank)
+			if err != nil {
+				return 0, nil, nil, err
+			}
+			send := func(c net.Conn) error {
+				_, err := io.Copy(c, rc)
+				return err
+			}
+			return info.Size, send, func() { rc.Close() }, nil
+		})
+}
+
+// onCopy takes a buddy copy of another node's piece into this node's store: the bytes come
+// over a one-time connection, are verified against the offered size and checksum, made
+// durable, and only then acknowledged with "ok".
+func (s *Server) onCopy(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	var req job.PieceCopyRequest
+	if err := job.Decode(m.Data, &req); err != nil {
+		s.refuse(m, ": malformed piece copy request")
+		return
+	}
+	if err := req.Validate(); err != nil {
+		s.refuse(m, ": %v", err)
+		return
+	}
+	if req.Size < 0 {
+		s.refuse(m, ": piece copy of %d bytes", req.Size)
+		return
+	}
+	want := ckptstore.PieceInfo{Rank: req.Rank, Node: s.node, Size: req.Size, Checksum: req.Checksum}
+	s.offer(m, fmt.Sprintf("copy of piece %s/%d/rank %d", req.Job, req.Seq, req.Rank),
+		func() (int64, func(net.Conn) error, func(), error) {
+			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
+			if err != nil {
+				return 0, nil, nil, err
+			}
+			if err := store.Reserve(req.Size, s.capacity); err != nil {
+				return 0, nil, nil, err
+			}
+			take := func(c net.Conn) error {
+				err := store.PutCopy(req.Job, req.Seq, want, io.LimitReader(c, req.Size))
+				answer := "ok\n"
+				if err != nil {
+					answer = strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
+				}
+				if _, werr := io.WriteString(c, answer); err == nil {
+					err = werr
+				}
+				return err
+			}
+			return req.Size, take, func() {}, nil
+		})
+}
+
+// refuse answers m with the reason this node makes no offer.
+func (s *Server) refuse(m *nats.Msg, format string, args ...any) {
+	r := job.PieceReply{Error: fmt.Sprintf("pcmd: node %s", s.node) + fmt.Sprintf(format, args...)}
+	if data, err := job.Encode(r); err == nil {
+		m.Respond(data)
+	}
+}
+
+// offer makes a one-time offer for the requester of m: prepare opens what it is about
+// (its size, the handler of the connection that presents the token, and the release of what
+// it opened), a listener waits for that connection, and the reply names it (or says why
+// the node makes no offer).
+func (s *Server) offer(m *nats.Msg, what string, prepare func() (int64, func(net.Conn) error, func(), error)) {
+	refuse := func(format string, args ...any) { s.refuse(m, format, args...) }
 	if s.dir == "" {
 		refuse(" has no checkpoint store (--store)")
 		return
@@ -139,19 +220,14 @@ func (s *Server) onRequest(m *nats.Msg) {
 			s.release(who)
 		}
 	}()
-	store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
-	if err != nil {
-		refuse(": %v", err)
-		return
-	}
-	rc, info, err := store.OpenPiece(req.Job, req.Seq, req.Rank)
+	size, handle, done, err := prepare()
 	if err != nil {
 		refuse(": %v", err)
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(s.advertise, "0"))
 	if err != nil {
-		rc.Close()
+		done()
 		refuse(": listen: %v", err)
 		return
 	}
@@ -161,7 +237,7 @@ func (s *Server) onRequest(m *nats.Msg) {
 	if s.stopped {
 		s.mu.Unlock()
 		ln.Close()
-		rc.Close()
+		done()
 		refuse(" is shutting down")
 		return
 	}
@@ -172,12 +248,14 @@ func (s *Server) onRequest(m *nats.Msg) {
 	go func() {
 		defer s.wg.Done()
 		defer s.release(who)
-		defer rc.Close()
-		if err := s.lend(ln, token, rc); err != nil {
-			s.logf("piece %s/%d/rank %d: %v", req.Job, req.Seq, req.Rank, err)
+		defer done()
+		if err := s.lend(ln, token, handle); err != nil {
+			s.logf("%s: %v", what, err)
 		}
 	}()
-	reply(job.PieceReply{Addr: ln.Addr().String(), Token: token, Size: info.Size})
+	if data, err := job.Encode(job.PieceReply{Addr: ln.Addr().String(), Token: token, Size: size}); err == nil {
+		m.Respond(data)
+	}
 }
 
 // release uncounts an offer of who that was taken, expired or withdrawn.
@@ -212,8 +290,8 @@ func (s *Server) onManifests(m *nats.Msg) {
 	}
 }
 
-// lend streams one piece to the first connection that presents token.
-func (s *Server) lend(ln net.Listener, token []byte, piece io.Reader) error {
+// lend hands the first connection that presents token to handle.
+func (s *Server) lend(ln net.Listener, token []byte, handle func(net.Conn) error) error {
 	defer func() {
 		s.mu.Lock()
 		delete(s.open, ln)
@@ -234,7 +312,7 @@ func (s *Server) lend(ln net.Listener, token []byte, piece io.Reader) error {
 			continue
 		}
 		c.SetDeadline(time.Time{})
-		_, err = io.Copy(c, piece)
+		err = handle(c)
 		if cerr := c.Close(); err == nil {
 			err = cerr
 		}

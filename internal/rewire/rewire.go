@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mpios/mpios/internal/ctlauth"
@@ -95,12 +96,22 @@ type Launched struct {
 
 	mu        sync.Mutex
 	inherited *Inheritance
+	iteration atomic.Int64 // the last iteration boundary reached, -1 before the first
 }
 
 // NewLaunched describes a launched world; inherited is nil unless the process is a successor.
 func NewLaunched(env job.Env, conn *nats.Conn, member Member, inherited *Inheritance) *Launched {
-	return &Launched{Env: env, Conn: conn, Member: member, inherited: inherited}
+	l := &Launched{Env: env, Conn: conn, Member: member, inherited: inherited}
+	l.iteration.Store(-1)
+	return l
 }
+
+// SetIteration records the iteration boundary the rank reached (pcm does, at every
+// Reconfigure): the liveness beats carry it to mpirun, which counts what a recovery loses.
+func (l *Launched) SetIteration(iter int64) { l.iteration.Store(iter) }
+
+// Iteration returns the last iteration boundary recorded, -1 if none.
+func (l *Launched) Iteration() int64 { return l.iteration.Load() }
 
 // TakeInherited returns the inheritance once, or nil in a process that is not a successor.
 func (l *Launched) TakeInherited() *Inheritance {

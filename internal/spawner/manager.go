@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rankproc"
@@ -404,12 +405,13 @@ func (m *Manager) publishOutput(r *rank, st rankproc.Stream, line []byte) {
 func (m *Manager) watch(r *rank) {
 	defer m.wg.Done()
 	ex, err := r.proc.Wait()
+	comm.RemoveJobSegments(r.key.Job) // shared-memory rings the rank left if it crashed
 	m.mu.Lock()
 	reason := m.table.Reason(r.key)
 	m.mu.Unlock()
 	msg := job.RankExit{Code: ex.Code, Signal: int(ex.Signal), Sent: r.sent.Load(), Reason: reason}
 	if err != nil {
-		msg.Error = strings.TrimPrefix(err.Error(), "launch: ")
+		msg.Error = strings.TrimPrefix(err.Error(), "rankproc: ")
 		m.log.Printf("job %s rank %d (pid %d): %s", r.key.Job, r.key.Rank, r.pid, msg.Error)
 	} else {
 		m.log.Printf("job %s rank %d (pid %d) %s", r.key.Job, r.key.Rank, r.pid, ex)
@@ -449,10 +451,11 @@ func (m *Manager) watchLease(jobID string) {
 }
 
 // CheckLeases stops the ranks of jobs whose launcher went silent: it died, and nobody
-// would ever stop them otherwise. pcmd calls it at every heartbeat.
-func (m *Manager) CheckLeases(now time.Time) {
+// would ever stop them otherwise. pcmd calls it at every heartbeat. silence is as for
+// Table.ExpireBy.
+func (m *Manager) CheckLeases(now time.Time, silence func(now, last time.Time) time.Duration) {
 	m.mu.Lock()
-	expired := m.table.Expire(now)
+	expired := m.table.ExpireBy(now, silence)
 	var victims []*rank
 	for _, e := range expired {
 		m.log.Printf("%s, stopping its ranks", e.Reason)

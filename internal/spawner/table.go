@@ -168,16 +168,24 @@ type Expiry struct {
 
 // Expire ends the leases that ran out by now and returns them, each once, with the ranks to
 // stop (their stop reason recorded).
-func (t *Table) Expire(now time.Time) []Expiry {
+func (t *Table) Expire(now time.Time) []Expiry { return t.ExpireBy(now, nil) }
+
+// ExpireBy is Expire with silence measuring how long a launcher last heard at last counts
+// as silent at now (nil: now - last). pcmd passes its control-plane Watch, so that its own
+// NATS outage does not count against the launchers it cannot hear.
+func (t *Table) ExpireBy(now time.Time, silence func(now, last time.Time) time.Duration) []Expiry {
+	if silence == nil {
+		silence = func(now, last time.Time) time.Duration { return now.Sub(last) }
+	}
 	var out []Expiry
 	for id, l := range t.leases {
-		if l.expired || now.Sub(l.last) <= l.ttl {
+		quiet := silence(now, l.last)
+		if l.expired || quiet <= l.ttl {
 			continue
 		}
 		l.expired = true
-		silence := now.Sub(l.last)
-		reason := fmt.Sprintf("no keepalive from the launcher of job %s for %v", id, silence.Round(time.Second))
-		out = append(out, Expiry{Job: id, Silence: silence, Reason: reason,
+		reason := fmt.Sprintf("no keepalive from the launcher of job %s for %v", id, quiet.Round(time.Second))
+		out = append(out, Expiry{Job: id, Silence: quiet, Reason: reason,
 			Ranks: t.mark(func(k RankKey) bool { return k.Job == id }, reason)})
 	}
 	slices.SortFunc(out, func(a, b Expiry) int { return strings.Compare(a.Job, b.Job) })

@@ -133,6 +133,11 @@ type StartRank struct {
 	Node        string
 	Incarnation int
 	Handover    string
+	// Restart, set when the job is recovered, is the job whose newest committed checkpoint
+	// the rank restarts from (on Node, "" for this machine); ReconfBase is the number of
+	// reconfiguration log entries of the failed run, which the new process must not act on.
+	Restart    string
+	ReconfBase uint64
 }
 
 // CheckNode asks the loop whether Node can take a rank now, and to report it with

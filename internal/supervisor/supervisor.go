@@ -59,6 +59,17 @@ type Config struct {
 	Checkpoints bool
 	// Policy is the job's IOS decision policy, shown by pcmd status.
 	Policy string
+
+	// Recover restarts the job from its newest committed checkpoint when a rank fails
+	// (recover.go), at most MaxRecoveries times (0: DefaultMaxRecoveries; < 0: never).
+	Recover       bool
+	MaxRecoveries int
+	// HangTimeout declares failed a rank process that sent no liveness beat for this long;
+	// 0 turns hang detection off.
+	HangTimeout time.Duration
+	// Slots is how many ranks the job may run on each of its nodes, where recovery may
+	// restart ranks; nil for ranks on this machine.
+	Slots map[string]int
 }
 
 func (c *Config) validate() error {
@@ -67,7 +78,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("supervisor: number of ranks is %d, want at least 1", c.NP)
 	case c.RendezvousTimeout <= 0 || c.KillGrace <= 0:
 		return errors.New("supervisor: rendezvous timeout and kill grace must be positive")
-	case c.Timeout < 0 || c.FailureWindow < 0:
+	case c.Timeout < 0 || c.FailureWindow < 0 || c.HangTimeout < 0:
 		return errors.New("supervisor: timeouts must not be negative")
 	}
 	if c.FailureWindow == 0 {
@@ -88,6 +99,7 @@ const (
 	RendezvousFailed                        // the ranks did not all say hello in time
 	StartFailed                             // a rank could not be started
 	Cancelled                               // the caller cancelled the job
+	RankHung                                // a rank sent no liveness beat for Config.HangTimeout
 )
 
 // Failure is why a job failed and the exit status mpirun returns for it.
@@ -180,6 +192,8 @@ type Machine struct {
 
 	now time.Time // of the event being stepped
 	out []Action
+
+	rec recovery // automatic recovery and liveness (recover.go)
 }
 
 // New returns the Machine of a job described by cfg.
@@ -194,6 +208,7 @@ func New(cfg Config) (*Machine, error) {
 		firstLost: -1,
 		checks:    make(map[uint64]pendingCheck),
 		gone:      make(map[string]string),
+		rec:       recovery{beats: make(map[ProcID]beat), lastIter: -1},
 	}, nil
 }
 
@@ -234,6 +249,8 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		if _, seen := m.gone[e.Node]; !seen {
 			m.gone[e.Node] = e.Reason
 		}
+	case Alive, Committed, Restored, ControlPlaneDown, ControlPlaneUp:
+		m.onRecoveryEvent(now, e)
 	case Tick:
 	}
 	m.expire(now)
@@ -245,7 +262,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 // NextDeadline returns when the Machine must next get a Tick, if it waits for a time.
 func (m *Machine) NextDeadline() (time.Time, bool) {
 	var at time.Time
-	for _, t := range []time.Time{m.rdvAt, m.timeoutAt, m.graceAt} {
+	for _, t := range []time.Time{m.rdvAt, m.timeoutAt, m.graceAt, m.hangDeadline()} {
 		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
 			at = t
 		}
@@ -342,6 +359,7 @@ func (m *Machine) expire(now time.Time) {
 		m.graceAt = time.Time{}
 		m.killAll(true)
 	}
+	m.checkHangs(now)
 }
 
 func (m *Machine) onLaunch(now time.Time) {
@@ -359,11 +377,12 @@ func (m *Machine) onLaunch(now time.Time) {
 // stops the others from starting.
 func (m *Machine) startNext() {
 	if m.nextRank >= m.cfg.NP || m.stopping {
+		m.allStarted()
 		return
 	}
 	r := m.nextRank
 	m.nextRank++
-	m.emit(StartRank{Proc: m.newProc(r), Rank: r})
+	m.emit(m.initialStart(r))
 }
 
 func (m *Machine) onStarted(now time.Time, e Started) {
@@ -372,6 +391,10 @@ func (m *Machine) onStarted(now time.Time, e Started) {
 		return // not a start the Machine is waiting for
 	}
 	m.starting--
+	if m.rec.killing {
+		m.onStartedWhileKilling(e.Proc, p, e)
+		return
+	}
 	if p.successor {
 		m.onSuccessorStarted(e.Proc, p, e)
 		return
@@ -433,6 +456,11 @@ func (m *Machine) onExited(now time.Time, e Exited) {
 	}
 	p.running = false
 	m.live--
+	m.noteExit(p, e)
+	if m.rec.killing {
+		m.onKilledExit(p)
+		return
+	}
 	st := &m.ranks[p.rank]
 	if st.proc != e.Proc {
 		m.onSideExit(p, e)
@@ -684,7 +712,7 @@ func (m *Machine) onSignal(now time.Time, e Signal) {
 
 // fail records the first failure, reports it and stops the job.
 func (m *Machine) fail(now time.Time, f *Failure, ev *job.Event) {
-	if m.failure != nil {
+	if m.failure != nil || m.recover(now, f) {
 		return
 	}
 	m.failing = nil

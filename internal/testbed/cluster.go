@@ -487,7 +487,7 @@ func (c *Cluster) startNode(n *node) error {
 	args = append(args, o.ExtraArgs...)
 	cmd := c.nodeCommand(n, subWork, true, o.PCMD, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	setDeathSignal(cmd, syscall.SIGTERM)
+	setDeathSignal(cmd, syscall.SIGINT) // SIGTERM would drain the node first
 	p, err := startProc(cmd)
 	if err != nil {
 		return fmt.Errorf("testbed: node %s: start pcmd: %w", n.name, err)
@@ -614,7 +614,7 @@ func (c *Cluster) teardownNode(n *node) error {
 		errs = append(errs, err)
 	}
 	if n.pcmd != nil {
-		if err := n.pcmd.stop(syscall.SIGTERM, c.opts.StopTimeout); err != nil {
+		if err := n.pcmd.stop(syscall.SIGINT, c.opts.StopTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("pcmd %w", err))
 		}
 	}

@@ -121,3 +121,40 @@ func ExampleStore_PutPieceFrom() {
 	fmt.Println(u, iter)
 	// Output: [1 2 3] 41
 }
+
+// A buddy copy: node n2's store keeps a verified copy of n1's piece, and serves it once n1
+// is gone.
+func ExampleStore_PutCopy() {
+	root, _ := os.MkdirTemp("", "ckpt")
+	defer os.RemoveAll(root)
+	n1, _ := ckptstore.Open(filepath.Join(root, "n1"), &ckptstore.Options{Node: "n1"})
+	n2, _ := ckptstore.Open(filepath.Join(root, "n2"), &ckptstore.Options{Node: "n2"})
+	info, err := n1.PutPiece("heat", 1, 0, strings.NewReader("state of rank 0"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := n2.PutCopy("heat", 1, info, strings.NewReader("state of rank 0")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	info.Copies = []string{"n2"}
+	m := ckptstore.Manifest{Job: "heat", Seq: 1, Size: 1, Pieces: []ckptstore.PieceInfo{info}}
+	if err := n2.CommitManifest(m); err != nil {
+		fmt.Println(err)
+		return
+	}
+	os.RemoveAll(n1.Dir()) // n1 is lost with its disk
+	rc, _, err := n2.OpenPiece("heat", 1, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	fmt.Printf("%q %v\n", data, err)
+	fmt.Println(n2.PutCopy("heat", 2, info, strings.NewReader("damaged")) != nil)
+	// Output:
+	// "state of rank 0" <nil>
+	// true
+}

@@ -24,6 +24,9 @@ type PieceInfo struct {
 	Node     string `json:"node"`     // the node whose store holds the piece
 	Size     int64  `json:"size"`     // bytes
 	Checksum string `json:"checksum"` // "sha256:<hex>" or "crc32c:<hex>"
+	// Copies names the other nodes whose stores hold a verified copy of the piece (a buddy,
+	// as in Charm++'s double checkpointing): a restart reads one of them when Node is gone.
+	Copies []string `json:"copies,omitempty"`
 }
 
 // Manifest describes a coordinated checkpoint. It is stored as indented JSON.
@@ -58,6 +61,11 @@ func (m *Manifest) validate() error {
 		}
 		if err := validNode(p.Node); err != nil {
 			return fmt.Errorf("%w: rank %d: %v", ErrInvalidManifest, i, err)
+		}
+		for _, c := range p.Copies {
+			if err := validNode(c); err != nil {
+				return fmt.Errorf("%w: rank %d: copy: %v", ErrInvalidManifest, i, err)
+			}
 		}
 		if p.Size < 0 {
 			return fmt.Errorf("%w: rank %d: size %d", ErrInvalidManifest, i, p.Size)
@@ -384,4 +392,10 @@ func (s *Store) verifyLocal(m *Manifest) []Skipped {
 		}
 	}
 	return problems
+}
+
+// Equal reports whether p and q describe the same piece in the same places.
+func (p PieceInfo) Equal(q PieceInfo) bool {
+	return p.Rank == q.Rank && p.Node == q.Node && p.Size == q.Size && p.Checksum == q.Checksum &&
+		slices.Equal(p.Copies, q.Copies)
 }

@@ -5,6 +5,10 @@
 //	mpicheck kill R         rank R kills itself with SIGKILL while the others wait on it
 //	mpicheck abort R CODE   rank R calls mpi.Abort
 //	mpicheck blocked R      rank R exits 1; every other rank reports the error its blocked Recv got
+//	mpicheck rings          every pair exchanges a message; each rank prints how many
+//	                        shared-memory rings it has mapped
+//	mpicheck killmid R      rank R sends 256 MiB to every other rank and kills itself with
+//	                        SIGKILL while the data flows; the others report their receive's error
 package main
 
 import (
@@ -12,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -50,6 +55,49 @@ func run(args []string) error {
 		}
 		fmt.Printf("rank %d of %d ok\n", r, c.Size())
 		return mpi.Finalize()
+	case "rings":
+		for peer := 0; peer < c.Size(); peer++ {
+			if peer == r {
+				continue
+			}
+			in := make([]int, 1)
+			if _, err := mpi.Sendrecv(c, []int{r}, peer, 3, in, peer, 3); err != nil {
+				return err
+			}
+		}
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("rank %d rings %d\n", r, strings.Count(string(maps), "/dev/shm/mpios."))
+		return mpi.Finalize()
+	case "killmid":
+		victim := arg(args, 1)
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		big := make([]byte, 256<<20)
+		if r != victim {
+			_, err := mpi.Recv(c, big, victim, 5)
+			var pf *mpi.ProcFailedError
+			if errors.As(err, &pf) {
+				fmt.Printf("rank %d: receive failed: rank %d failed\n", r, pf.Rank)
+				os.Exit(4)
+			}
+			return fmt.Errorf("rank %d: receive from the victim returned %v", r, err)
+		}
+		for peer := 0; peer < c.Size(); peer++ {
+			if peer != r {
+				if _, err := mpi.Isend(c, big, peer, 5); err != nil {
+					return err
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // mid-transfer
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	case "exit", "kill", "abort", "blocked":
 		victim := arg(args, 1)
 		if err := c.Barrier(); err != nil {

@@ -1,0 +1,315 @@
+package comm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// A shared-memory ring carries one ordered pair's frames between two processes of a node: the
+// dialing rank writes, the accepting rank reads, exactly like the byte stream of a TCP
+// connection (the frames are encoded the same way, so the reader's validation is the same).
+// It is a single-producer single-consumer byte ring: the writer owns tail, the reader owns
+// head, each in its own cache lines of the mapping, and each side keeps the authoritative copy
+// of its own counter in its private memory. What it reads of the other side's counter is only
+// trusted after a bounds check, so a corrupt or hostile writer can stop the stream (the reader
+// reports a broken connection) but never make the reader index outside the mapping.
+
+// Layout of a ring's mapping. Counters sit 128 bytes apart: adjacent-line prefetching would
+// otherwise make the two sides' counters share a line.
+const (
+	ringMagicOff  = 0   // [8]byte ringMagic
+	ringSizeOff   = 8   // uint64: bytes of data
+	ringMACOff    = 16  // [32]byte: HMAC binding the segment to the handshake that created it
+	ringTailOff   = 128 // uint64: bytes written (writer)
+	ringHeadOff   = 256 // uint64: bytes read (reader)
+	ringRWaitOff  = 384 // uint32: 1 while the reader sleeps (wants a doorbell)
+	ringWWaitOff  = 512 // uint32: 1 while the writer sleeps (wants a doorbell)
+	ringAckedOff  = 640 // uint64: single-copy chunks the reader has taken
+	ringDataOff   = 4096
+	ringDataBytes = 256 << 10 // a power of two
+	ringMapBytes  = ringDataOff + ringDataBytes
+)
+
+var ringMagic = [8]byte{'M', 'P', 'I', 'O', 'S', 'R', 'G', '1'}
+
+// ErrRingCorrupt reports counters in a shared-memory ring that no correct peer writes.
+var ErrRingCorrupt = errors.New("comm: shared-memory ring corrupt")
+
+// errRingGone ends a ring wait: the peer process is gone or the local side was closed.
+var errRingGone = errors.New("ring peer gone")
+
+// A side that has nothing to do sleeps in Go's scheduler, not in a system call: ranks run
+// with one P (GOMAXPROCS = cores / ranks), and a goroutine blocked in a futex system call
+// keeps the rank's P until the runtime's monitor takes it back (20 us to 10 ms later), which
+// stalled the rank's other goroutines (measured: a 2 MiB allreduce took 5-10 ms instead of
+// 1 ms). So a sleeper flags its wait in the ring (rwait, wwait) and parks on its bell; the
+// other side, seeing the flag, rings it with a byte on the pair's TCP connection, which wakes
+// the sleeper through the network poller like any socket. A dead peer rings it too: its
+// socket closes.
+
+// shmRing is one side's view of a ring mapping.
+type shmRing struct {
+	data  []byte // the data area, len ringDataBytes
+	mask  uint64
+	tail  *atomic.Uint64
+	head  *atomic.Uint64
+	rwait *atomic.Uint32
+	wwait *atomic.Uint32
+	acked *atomic.Uint64
+	gone  atomic.Bool // set from private memory by whoever learns that the stream is over
+	bell  chan struct{}
+	// ringPeer rings the other side's bell (a byte on the socket); nil: nobody to wake.
+	ringPeer func()
+}
+
+// newShmRing views mem (len ringMapBytes, 8-byte aligned, as mappings are) as a ring.
+func newShmRing(mem []byte) (*shmRing, error) {
+	if len(mem) != ringMapBytes || uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+		return nil, fmt.Errorf("comm: ring mapping of %d bytes, want %d (aligned)", len(mem), ringMapBytes)
+	}
+	at := func(off int) unsafe.Pointer { return unsafe.Pointer(&mem[off]) }
+	return &shmRing{
+		data:  mem[ringDataOff:ringMapBytes:ringMapBytes],
+		mask:  ringDataBytes - 1,
+		tail:  (*atomic.Uint64)(at(ringTailOff)),
+		head:  (*atomic.Uint64)(at(ringHeadOff)),
+		rwait: (*atomic.Uint32)(at(ringRWaitOff)),
+		wwait: (*atomic.Uint32)(at(ringWWaitOff)),
+		acked: (*atomic.Uint64)(at(ringAckedOff)),
+		bell:  make(chan struct{}, 1),
+	}, nil
+}
+
+// initRingHeader writes a fresh ring's header (the creator does, before anyone maps it).
+func initRingHeader(mem []byte, mac []byte) {
+	copy(mem[ringMagicOff:], ringMagic[:])
+	binary.LittleEndian.PutUint64(mem[ringSizeOff:], ringDataBytes)
+	copy(mem[ringMACOff:ringMACOff+macSize], mac)
+}
+
+// markGone ends the wait of this side and wakes it.
+func (r *shmRing) markGone() {
+	r.gone.Store(true)
+	r.ring()
+}
+
+// ring wakes this side if it sleeps (a doorbell arrived, or a goroutine waits for a message).
+func (r *shmRing) ring() {
+	select {
+	case r.bell <- struct{}{}:
+	default:
+	}
+}
+
+// wakePeer rings the other side's bell if it said it sleeps on word.
+func (r *shmRing) wakePeer(word *atomic.Uint32) {
+	if word.Swap(0) != 0 && r.ringPeer != nil {
+		r.ringPeer()
+	}
+}
+
+// ringReader is the reading side: an io.Reader over the stream.
+type ringReader struct {
+	r      *shmRing
+	head   uint64 // authoritative: the shared copy is only published
+	pollIn *pollPolicy
+	last   int64 // monoNow when data last arrived
+	parked atomic.Bool
+}
+
+func newRingReader(r *shmRing, poll *pollPolicy) *ringReader {
+	return &ringReader{r: r, head: r.head.Load(), pollIn: poll, last: monoNow()}
+}
+
+// available returns how many bytes are readable, checking the writer's tail against what a
+// correct writer can have written.
+func (rr *ringReader) available() (int, error) {
+	n := rr.r.tail.Load() - rr.head
+	if n > ringDataBytes {
+		return 0, fmt.Errorf("%w: tail %d is %d bytes ahead of head %d (ring of %d)", ErrRingCorrupt, rr.r.tail.Load(), n, rr.head, ringDataBytes)
+	}
+	return int(n), nil
+}
+
+// Read copies what has arrived into p, waiting for at least one byte; io.EOF once the peer is
+// gone and everything it wrote has been read.
+func (rr *ringReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := rr.wait()
+	if err != nil {
+		return 0, err
+	}
+	n = min(n, len(p))
+	ringRaceEdge()
+	off := int(rr.head & rr.r.mask)
+	k := copy(p[:n], rr.r.data[off:])
+	copy(p[k:n], rr.r.data)
+	rr.head += uint64(n)
+	rr.r.head.Store(rr.head)
+	rr.r.wakePeer(rr.r.wwait)
+	return n, nil
+}
+
+// wait returns the readable bytes once there are some.
+func (rr *ringReader) wait() (int, error) {
+	first := true
+	for {
+		n, err := rr.available()
+		if n > 0 || err != nil {
+			if n > 0 {
+				rr.last = monoNow()
+			}
+			return n, err
+		}
+		if rr.r.gone.Load() {
+			// The peer's last bytes were published before it went; look once more.
+			if n, err = rr.available(); n > 0 || err != nil {
+				return n, err
+			}
+			return 0, io.EOF
+		}
+		if first || rr.pollIn.poll(rr.last) {
+			// Let the goroutines the last frames woke run first: their answer is what we wait for.
+			first = false
+			runtime.Gosched()
+			continue
+		}
+		rr.r.rwait.Store(1)
+		if n, _ := rr.available(); n > 0 || rr.r.gone.Load() {
+			rr.r.rwait.Store(0)
+			continue
+		}
+		rr.parked.Store(true)
+		<-rr.r.bell
+		rr.parked.Store(false)
+		rr.r.rwait.Store(0)
+		rr.last = monoNow() // a wake means data or a waiting goroutine: poll again
+	}
+}
+
+// wake makes a sleeping reader poll again (WaitNotifier).
+func (rr *ringReader) wake() {
+	if rr == nil || !rr.parked.Load() || !rr.pollIn.gateOpen() {
+		return
+	}
+	rr.r.ring()
+}
+
+// ack publishes that the single-copy chunk seq has been taken, releasing its writer.
+func (rr *ringReader) ack(seq uint64) {
+	rr.r.acked.Store(seq)
+	rr.r.wakePeer(rr.r.wwait)
+}
+
+// ringWriter is the writing side. Its methods are called under the peer's write lock.
+type ringWriter struct {
+	r      *shmRing
+	tail   uint64 // authoritative: the shared copy is only published
+	seq    uint64 // single-copy chunks sent
+	pollIn *pollPolicy
+}
+
+func newRingWriter(r *shmRing, poll *pollPolicy) *ringWriter {
+	return &ringWriter{r: r, tail: r.tail.Load(), pollIn: poll}
+}
+
+// space returns how many bytes can be written, checking the reader's head.
+func (rw *ringWriter) space() (int, error) {
+	used := rw.tail - rw.r.head.Load()
+	if used > ringDataBytes {
+		return 0, fmt.Errorf("%w: head is %d bytes behind tail %d (ring of %d)", ErrRingCorrupt, used, rw.tail, ringDataBytes)
+	}
+	return ringDataBytes - int(used), nil
+}
+
+// write appends the concatenation of bufs to the stream, publishing as space runs out and at
+// the end, so a frame larger than the ring streams through it. It fails once the peer is gone
+// or the deadline (zero: none) passes.
+func (rw *ringWriter) write(deadline time.Time, bufs ...[]byte) error {
+	for _, b := range bufs {
+		for len(b) > 0 {
+			free, err := rw.space()
+			if err != nil {
+				return err
+			}
+			if free == 0 {
+				rw.publish()
+				if err := rw.waitFor(deadline, rw.hasSpace); err != nil {
+					return err
+				}
+				continue
+			}
+			n := min(free, len(b))
+			off := int(rw.tail & rw.r.mask)
+			k := copy(rw.r.data[off:], b[:n])
+			copy(rw.r.data, b[k:n])
+			rw.tail += uint64(n)
+			b = b[n:]
+		}
+	}
+	rw.publish()
+	return nil
+}
+
+func (rw *ringWriter) publish() {
+	ringRaceEdge()
+	rw.r.tail.Store(rw.tail)
+	rw.r.wakePeer(rw.r.rwait)
+}
+
+func (rw *ringWriter) hasSpace() bool {
+	free, err := rw.space()
+	return free > 0 || err != nil
+}
+
+// acked reports whether the reader has taken single-copy chunk rw.seq.
+func (rw *ringWriter) acked() bool { return rw.r.acked.Load() >= rw.seq }
+
+// waitFor waits until ready() or the peer is gone.
+func (rw *ringWriter) waitFor(deadline time.Time, ready func() bool) error {
+	start := monoNow()
+	for {
+		if ready() {
+			return nil
+		}
+		if rw.r.gone.Load() {
+			return errRingGone
+		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return fmt.Errorf("comm: shared-memory write: %w", errRingTimeout)
+		}
+		// Only the short window: the reader drains a full ring in microseconds if it runs, and
+		// a writer that polls longer takes the core it may need (the long window while a
+		// goroutine waits is for readers).
+		if rw.pollIn.pollShort(start) {
+			runtime.Gosched()
+			continue
+		}
+		rw.r.wwait.Store(1)
+		if ready() || rw.r.gone.Load() {
+			rw.r.wwait.Store(0)
+			continue
+		}
+		if deadline.IsZero() {
+			<-rw.r.bell
+		} else {
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-rw.r.bell:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		rw.r.wwait.Store(0)
+	}
+}
+
+var errRingTimeout = errors.New("reader did not make room in time")

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+)
+
+// exited waits up to limit for a pcmd to exit and reports whether it did.
+func exited(cmd *exec.Cmd, limit time.Duration) bool {
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(limit):
+		return false
+	}
+}
+
+// startThenTerm starts heat2d as job id with args (mpirun's, then the program's) and sends
+// SIGTERM to node's pcmd once it runs.
+func startThenTerm(t *testing.T, c *cluster, node *exec.Cmd, id string, args ...string) *bgJob {
+	t.Helper()
+	j := c.start(t, id, nil, args...)
+	c.waitRunning(t, id)
+	if err := node.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestSIGTERMDrainsTheNodeBeforePcmdExits: "SIGTERM to pcmd serve: the node takes no new
+// ranks, its ranks migrate to nodes with free slots, then pcmd exits. The job sees a pause,
+// nothing more" (issue 16).
+func TestSIGTERMDrainsTheNodeBeforePcmdExits(t *testing.T) {
+	args := []string{"heat2d", "-n", "48", "-iters", "1500"}
+	want := referenceDump(t, args...)
+	c := newCluster(t, "n2", "n3")
+	n1 := c.startNode("n1", "--allow", bin+"/*")
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := startThenTerm(t, c, n1, "leave1", "--hosts", "n1:2,n2:2", prog("heat2d"), "-n", "48", "-iters", "1500", "-dump", dump, "-pace", "2ms")
+	j.waitLog(`mpirun: migrated rank \d+ from n1 to \S+ at iteration`, 2, 60*time.Second)
+	if !exited(n1, 30*time.Second) {
+		t.Fatalf("pcmd n1 did not exit after its ranks left\nstderr:\n%s", j.stderr.String())
+	}
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d after n1 left\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	j.sameDump(dump, want)
+}
+
+// TestSIGTERMThatCannotPlaceTheRanksKeepsServing: "a drain that cannot place the ranks says
+// why and keeps serving; a second SIGTERM ends as today" (issue 16). n1 has no peer: the job
+// runs on undisturbed, and the second SIGTERM stops pcmd.
+func TestSIGTERMThatCannotPlaceTheRanksKeepsServing(t *testing.T) {
+	args := []string{"heat2d", "-n", "48", "-iters", "600"}
+	want := referenceDump(t, args...)
+	c := newCluster(t)
+	n1 := c.startNode("n1", "--allow", bin+"/*")
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := startThenTerm(t, c, n1, "leave2", "--hosts", "n1:4", prog("heat2d"), "-n", "48", "-iters", "600", "-dump", dump, "-pace", "2ms")
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d: a refused leave must not disturb the job\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	j.sameDump(dump, want)
+	m, err := c.nc.Request(job.NodeInfoSubject("n1"), nil, 2*time.Second)
+	if err != nil {
+		t.Fatalf("n1 stopped serving after a leave it could not carry out: %v", err)
+	}
+	var info job.NodeInfo
+	if err := job.Decode(m.Data, &info); err != nil || info.Draining {
+		t.Fatalf("n1 after a refused leave: %+v, %v; want it open to new ranks", info, err)
+	}
+	if err := n1.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !exited(n1, 15*time.Second) {
+		t.Fatal("pcmd n1 did not exit on the second SIGTERM")
+	}
+}

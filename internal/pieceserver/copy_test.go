@@ -1,0 +1,86 @@
+package pieceserver
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/testbin"
+	"github.com/mpios/mpios/pcm/ckptstore"
+)
+
+// offerCopy sends a copy of data as rank 0's piece of checkpoint 2 of job j, claimed to be
+// want (size and checksum), to node n2, and returns the refusal or the node's answer line.
+func offerCopy(t *testing.T, url string, want ckptstore.PieceInfo, data []byte) string {
+	t.Helper()
+	nc := testbin.Connect(t, url)
+	req, _ := job.Encode(job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum})
+	msg, err := nc.Request(job.PieceCopySubject("n2"), req, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep job.PieceReply
+	if err := job.Decode(msg.Data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Error != "" {
+		return rep.Error
+	}
+	c, err := net.Dial("tcp", rep.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(rep.Token)
+	c.Write(data)
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line)
+}
+
+// A buddy copy is acknowledged only once it is verified and durable; a damaged one is
+// refused; one beyond the node's cap is refused before any byte moves.
+func TestBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	dir := filepath.Join(t.TempDir(), "store")
+	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Cap: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	data := bytes.Repeat([]byte("piece"), 1000)
+	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := src.PutPiece("j", 2, 0, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := bytes.Clone(data)
+	damaged[7] ^= 1
+	if got := offerCopy(t, url, want, damaged); !strings.Contains(got, "checksum mismatch") {
+		t.Errorf("a damaged copy: answer %q, want a checksum mismatch", got)
+	}
+	if got := offerCopy(t, url, want, data); got != "ok" {
+		t.Fatalf("a good copy: answer %q, want ok", got)
+	}
+	st, _ := ckptstore.Open(dir, &ckptstore.Options{Node: "n2"})
+	want.Copies = []string{"n2"}
+	if err := st.CommitManifest(ckptstore.Manifest{Job: "j", Seq: 2, Size: 1, Pieces: []ckptstore.PieceInfo{want}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.VerifyPiece("j", 2, 0); err != nil {
+		t.Errorf("the acknowledged copy does not verify: %v", err)
+	}
+	big := want
+	big.Size = 2 << 20
+	if got := offerCopy(t, url, big, nil); !strings.Contains(got, "store full") {
+		t.Errorf("a copy beyond the cap: %q, want it refused as store full", got)
+	}
+}

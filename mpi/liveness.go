@@ -1,0 +1,82 @@
+package mpi
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rewire"
+	"github.com/nats-io/nats.go"
+)
+
+// liveness sends a launched rank's beats to mpirun (job.AliveSubject) from its own
+// goroutine, so a rank busy in a long computation still beats and only a stopped or frozen
+// process falls silent. A beat is one small publish on the rank's control-plane connection;
+// while NATS is away, nats.go buffers them and mpirun does not judge silence.
+type liveness struct {
+	quit chan struct{}
+	done sync.WaitGroup
+	once sync.Once
+	nc   *nats.Conn
+	subj string
+	msg  job.Alive
+}
+
+// startLiveness starts the beats of a launched rank; nil when they are turned off.
+func startLiveness(env job.Env, nc *nats.Conn, l *rewire.Launched) *liveness {
+	every := job.DefaultAliveEvery
+	if s := os.Getenv(job.EnvAliveEvery); s != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < 0 {
+			fmt.Fprintf(os.Stderr, "mpi: rank %d: ignoring %s=%q: want a duration >= 0\n", env.Rank, job.EnvAliveEvery, s)
+		} else {
+			every = d
+		}
+	}
+	if every == 0 || nc == nil {
+		return nil
+	}
+	lv := &liveness{quit: make(chan struct{}), nc: nc, subj: job.AliveSubject(env.JobID),
+		msg: job.Alive{Rank: env.Rank, PID: os.Getpid()}}
+	lv.done.Add(1)
+	go lv.run(every, l)
+	return lv
+}
+
+func (lv *liveness) run(every time.Duration, l *rewire.Launched) {
+	defer lv.done.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		msg := lv.msg
+		msg.Iteration = l.Iteration()
+		if data, err := job.Encode(msg); err == nil {
+			_ = lv.nc.Publish(lv.subj, data) // a lost beat is made up by the next one
+		}
+		select {
+		case <-lv.quit:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stop ends the beats and tells mpirun that this process will send no more, so the time it
+// still takes to exit is not mistaken for a hang.
+func (lv *liveness) stop() {
+	if lv == nil {
+		return
+	}
+	lv.once.Do(func() {
+		close(lv.quit)
+		lv.done.Wait()
+		msg := lv.msg
+		msg.Done = true
+		if data, err := job.Encode(msg); err == nil && lv.nc.Publish(lv.subj, data) == nil {
+			_ = lv.nc.FlushTimeout(time.Second)
+		}
+	})
+}

@@ -1,0 +1,124 @@
+package pcm
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/pcm/ckptstore"
+)
+
+// Double checkpointing (Charm++): on a job spread over pcmd nodes, each rank's piece is
+// written to its own node's store and copied to a buddy node's store, the next node in the
+// sorted list of the job's nodes, so that losing any one node loses no committed
+// checkpoint. The copy goes over a one-time TCP connection that the buddy's pcmd offers on
+// request (job.PieceCopySubject), presenting its token, like a restart's piece fetch; the
+// buddy verifies size and checksum and acknowledges once the copy is durable. The piece
+// counts as durable, and the checkpoint can commit, only after that acknowledgement; a copy
+// that fails leaves the piece with its own node only, and the manifest records exactly the
+// copies that exist (PieceInfo.Copies).
+
+// copyTimeout bounds the buddy's answer to a copy request and the connection to it.
+const copyTimeout = 10 * time.Second
+
+// replicates reports whether this process can keep buddy copies: it was launched on a pcmd
+// node (which names it) and has a control-plane connection to reach the other nodes.
+func (p *Process) replicates() bool {
+	return p.launched != nil && p.launched.Conn != nil && p.opts.Node != ""
+}
+
+// chooseBuddy agrees on the job's nodes and returns this rank's buddy: the node after its
+// own in the sorted list of the nodes that hold ranks, or "" on a one-node job. Collective,
+// at every checkpoint: migrations and resizes change the nodes, and a rank that just
+// arrived knows nothing of an earlier choice (two small collectives, per checkpoint).
+func (p *Process) chooseBuddy() (string, error) {
+	all, err := allgatherBytes(p.world, []byte(p.opts.Node))
+	if err != nil {
+		return "", err
+	}
+	var nodes []string
+	for _, b := range all {
+		nodes = append(nodes, string(b))
+	}
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	if len(nodes) < 2 {
+		if !p.warnedOneNode && p.world.Rank() == 0 {
+			fmt.Fprintf(p.opts.Log, "pcm: job %s runs on one node (%s): its checkpoints have no buddy copy, losing that node loses them\n",
+				p.opts.JobID, p.opts.Node)
+		}
+		p.warnedOneNode = true
+		return "", nil
+	}
+	i, _ := slices.BinarySearch(nodes, p.opts.Node)
+	return nodes[(i+1)%len(nodes)], nil
+}
+
+// copyToBuddy sends a copy of this rank's piece of checkpoint seq (info, as the local store
+// recorded it; write writes its bytes) to buddy's pcmd and returns once the buddy holds it
+// durably.
+func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo, write func(io.Writer) error) error {
+	req := job.PieceCopyRequest{
+		PieceRequest: job.PieceRequest{Job: p.opts.JobID, Seq: seq, Rank: info.Rank},
+		Size:         info.Size, Checksum: info.Checksum,
+	}
+	data, err := job.Encode(req)
+	if err != nil {
+		return err
+	}
+	msg, err := p.launched.Conn.Request(job.PieceCopySubject(buddy), data, copyTimeout)
+	if err != nil {
+		return fmt.Errorf("copy to node %s: %w", buddy, err)
+	}
+	var rep job.PieceReply
+	if err := job.Decode(msg.Data, &rep); err != nil {
+		return fmt.Errorf("copy to node %s: %w", buddy, err)
+	}
+	if rep.Error != "" {
+		return fmt.Errorf("copy to node %s: %s", buddy, rep.Error)
+	}
+	conn, err := net.DialTimeout("tcp", rep.Addr, copyTimeout)
+	if err != nil {
+		return fmt.Errorf("copy to node %s: %w", buddy, err)
+	}
+	defer conn.Close()
+	w := bufio.NewWriterSize(conn, 1<<20)
+	if _, err := w.Write(rep.Token); err != nil {
+		return fmt.Errorf("copy to node %s: %w", buddy, err)
+	}
+	if err := write(w); err != nil {
+		return fmt.Errorf("copy to node %s: send: %w", buddy, err)
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("copy to node %s: send: %w", buddy, err)
+	}
+	// The buddy answers once the copy is verified and fsynced; a buddy that dies before
+	// closes the connection.
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("copy to node %s: no acknowledgement: %w", buddy, err)
+	}
+	if line = strings.TrimSpace(line); line != "ok" {
+		return fmt.Errorf("copy to node %s: %s", buddy, line)
+	}
+	return nil
+}
+
+// replicate copies a freshly written piece to the buddy, if there is one, and records the
+// copy in info. A failed copy is reported and leaves the piece with its own node only.
+func (p *Process) replicate(buddy string, seq uint64, info ckptstore.PieceInfo, write func(io.Writer) error) ckptstore.PieceInfo {
+	if buddy == "" {
+		return info
+	}
+	if err := p.copyToBuddy(buddy, seq, info, write); err != nil {
+		fmt.Fprintf(p.opts.Log, "pcm: warning: rank %d: checkpoint %d has no buddy copy: %v\n", info.Rank, seq, err)
+		return info
+	}
+	info.Copies = []string{buddy}
+	return info
+}
