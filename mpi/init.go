@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
@@ -38,6 +40,7 @@ type joined struct {
 	world     *Comm
 	nc        *nats.Conn
 	inherited *rewire.Inheritance
+	auth      *ctlauth.JobChannel // the rank's job-key channel on nc
 }
 
 // Init joins the job that mpirun started and returns its world communicator. A process that
@@ -74,6 +77,7 @@ func Init() (*Comm, error) {
 	}
 	session.world, session.nc, session.env = j.world, j.nc, env
 	session.launched = rewire.NewLaunched(env, j.nc, memberOf(j.world), j.inherited)
+	session.launched.Auth = j.auth
 	session.beats = startLiveness(env, j.nc, session.launched)
 	return j.world, nil
 }
@@ -108,13 +112,13 @@ func joinJob(env job.Env) (joined, error) {
 		return fail(err)
 	}
 	e := newEngine(ep)
-	e.onPeerLost = lostReporter(env, nc)
+	e.onPeerLost = lostReporter(env, nc, holder.auth)
 	world, err := attach(e)
 	if err != nil {
 		return fail(err)
 	}
 	holder.set(world.e)
-	return joined{world: world, nc: nc}, nil
+	return joined{world: world, nc: nc, auth: holder.auth}, nil
 }
 
 // listenAndConnect opens the rank's data-plane listener and its control-plane connection;
@@ -143,6 +147,9 @@ type engineHolder struct {
 	mu    sync.Mutex
 	eng   *engine
 	early error
+
+	// auth authenticates the rank's job-key messages (events in, lost-peer reports out).
+	auth *ctlauth.JobChannel
 }
 
 func (h *engineHolder) deliver(err error) {
@@ -181,10 +188,15 @@ func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
 		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
 	}
 	holder := &engineHolder{}
+	if holder.auth, err = rankChannel(env); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
 	_, err = nc.Subscribe(job.EventSubject(env.JobID), func(m *nats.Msg) {
 		var ev job.Event
-		if err := job.Decode(m.Data, &ev); err != nil {
-			fmt.Fprintf(os.Stderr, "mpi: rank %d: ignoring malformed job event: %v\n", env.Rank, err)
+		// Only mpirun's own events count: a forged or replayed one must not end the job.
+		if _, err := holder.auth.Decode(m.Subject, m.Data, &ev, time.Now()); err != nil {
+			fmt.Fprintf(os.Stderr, "mpi: rank %d: ignoring job event: %v\n", env.Rank, err)
 			return
 		}
 		switch ev.Kind {
@@ -202,9 +214,9 @@ func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
 }
 
 // lostReporter tells the launcher about a peer lost without a goodbye.
-func lostReporter(env job.Env, nc *nats.Conn) func(peer int, err error) {
+func lostReporter(env job.Env, nc *nats.Conn, auth *ctlauth.JobChannel) func(peer int, err error) {
 	return func(peer int, err error) {
-		data, eerr := job.Encode(job.Lost{Observer: env.Rank, Rank: peer, Reason: err.Error()})
+		data, eerr := auth.Encode(job.LostSubject(env.JobID), job.Lost{Observer: env.Rank, Rank: peer, Reason: err.Error()}, time.Now())
 		if eerr == nil && nc.Publish(job.LostSubject(env.JobID), data) == nil {
 			nc.FlushTimeout(time.Second)
 		}
@@ -277,10 +289,25 @@ func Abort(c *Comm, code int) {
 	session.mu.Unlock()
 	if nc != nil {
 		rank := env.Rank
-		if data, err := job.Encode(job.Abort{Rank: rank, Code: code, Message: fmt.Sprintf("rank %d called Abort(%d)", rank, code)}); err == nil {
-			nc.Publish(job.AbortSubject(env.JobID), data)
-			nc.FlushTimeout(2 * time.Second)
+		auth, err := rankChannel(env)
+		if err == nil {
+			var data []byte
+			data, err = auth.Encode(job.AbortSubject(env.JobID), job.Abort{Rank: rank, Code: code, Message: fmt.Sprintf("rank %d called Abort(%d)", rank, code)}, time.Now())
+			if err == nil {
+				nc.Publish(job.AbortSubject(env.JobID), data)
+				nc.FlushTimeout(2 * time.Second)
+			}
 		}
 	}
 	os.Exit(code)
+}
+
+// rankChannel returns a job-key channel speaking as this process's rank and incarnation.
+func rankChannel(env job.Env) (*ctlauth.JobChannel, error) {
+	inc, _ := strconv.Atoi(os.Getenv(job.EnvIncarnation)) // 0 if absent: the first process
+	ch, err := ctlauth.NewJobChannel(env.JobID, env.Secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: env.Rank, Incarnation: max(inc, 0)}, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("job key: %w", err)
+	}
+	return ch, nil
 }

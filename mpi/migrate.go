@@ -154,7 +154,7 @@ func joinAsSuccessor(env job.Env, spec string) (joined, error) {
 			if err := e.inject(snap); err != nil {
 				return err
 			}
-			e.onPeerLost = lostReporter(env, nc)
+			e.onPeerLost = lostReporter(env, nc, holder.auth)
 			if world, err = attach(e); err != nil {
 				return err
 			}
@@ -166,5 +166,5 @@ func joinAsSuccessor(env job.Env, spec string) (joined, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return joined{world, nc, &rewire.Inheritance{Rank: env.Rank, State: blob, Since: began, Bytes: int64(len(blob))}}, nil
+	return joined{world, nc, &rewire.Inheritance{Rank: env.Rank, State: blob, Since: began, Bytes: int64(len(blob))}, holder.auth}, nil
 }

@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/nats-io/nats.go"
 )
@@ -89,6 +90,9 @@ type Launched struct {
 	Conn *nats.Conn
 	// Member is nil when the world cannot migrate ranks.
 	Member Member
+	// Auth authenticates the process's messages on the job's key-protected subjects (the
+	// reconfiguration log, migration requests and reports); mpi sets it.
+	Auth *ctlauth.JobChannel
 
 	mu        sync.Mutex
 	inherited *Inheritance
