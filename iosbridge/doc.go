@@ -14,6 +14,7 @@
 //     Γ = (Σ_r w_r·Δ_r)·log(L) − M, Δ_r = (a_r − u_r)/(a_r + u_r), with L the remaining
 //     life (remaining iterations × iteration time) and M the migration cost (state bytes /
 //     bandwidth); migrate only if Γ > 0. See MPIIOS for the interpretation.
+//
 //   - Desell's thesis ("Autonomic grid computing using malleability and migration: an
 //     actor-oriented software framework") §2.2.1: the RAS protocol (Node): steal when CPU usage is below a
 //     threshold, random neighbour, TTL, forward with TTL−1 or fail at TTL 0, one
@@ -22,9 +23,21 @@
 //     ("flcras"). Where a printed formula contradicts the prose (the sign of eq. 2.1 and
 //     g_c of table 2.2, eq. 2.3 as a whole) the doc comment of the policy says what we did
 //     and why. ATS-RAS's F(A) is measured by package profiler.
+//
 //   - the IO middleware paper (Szymanski, Varela, Cummings, Napolitano: "Dynamically
 //     reconfigurable scientific computing on large-scale heterogeneous grids"): RS/ARS random stealing over a peer network, steal packets
 //     with a time to live, joining through peer servers, no central coordination.
+//
+//   - Desell's thesis §2.2.2, the hierarchical malleability policy (hierarchy.go): processing
+//     power (eq. 2.4), managers elected per cluster and for the grid (ElectManager,
+//     Aggregate), the data split of eq. 2.5–2.15 (DistributeData), the granularity of eq.
+//     2.9–2.10 and the restrictions of §2.2.2.3, triggered when iteration times diverge;
+//     HierarchyConfig.Plan returns a MalleabilityDecision of resize, migrate and rebalance
+//     requests. Not wired yet: the agent driver is to send Resize as the job.ControlRequest
+//     of kind "resize" (being added with malleability), Migrations as today's migrate
+//     requests, and Rebalance once jobs accept a data redistribution.
+//
+// Package iossim runs Node and the policies on a simulated grid of up to 10,000 nodes.
 //
 // A job may choose its own policy (mpirun --policy): RankProfile.Policy, applied by PerRank,
 // which NewNode puts inside the stability guard; a job that chose "none" is never moved.

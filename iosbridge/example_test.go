@@ -100,3 +100,24 @@ func ExampleATSRASRemoteEstimate() {
 	fmt.Printf("%.2f %v\n", m, ok)
 	// Output: 25.45 true
 }
+
+// The thesis's Table 2.4: 10 GB over three processors in proportion to their clock rates.
+func ExampleDistributeData() {
+	powers := []float64{
+		iosbridge.ProcessingPower([]iosbridge.Processor{{GHz: 0.8, Available: 1}}),
+		iosbridge.ProcessingPower([]iosbridge.Processor{{GHz: 1.7, Available: 1}}),
+		iosbridge.ProcessingPower([]iosbridge.Processor{{GHz: 2.2, Available: 1}}),
+	}
+	norm, data, err := iosbridge.DistributeData(powers, 10, iosbridge.LinearCost{A: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for i := range data {
+		fmt.Printf("p'=%.2f d=%.1fGB\n", norm[i], data[i])
+	}
+	// Output:
+	// p'=0.17 d=1.7GB
+	// p'=0.36 d=3.6GB
+	// p'=0.47 d=4.7GB
+}

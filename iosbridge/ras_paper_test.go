@@ -2,6 +2,7 @@ package iosbridge
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -375,5 +376,32 @@ func TestRASStepRejectsBadInput(t *testing.T) {
 	}
 	if err := a.Update(t0, node("B", 1, 1), nil); err == nil {
 		t.Error("Update with another node's profile must fail")
+	}
+}
+
+// A steal travels up to TTL hops and is answered by whoever ends it: those nodes are not
+// neighbours, and treating them as such (heartbeating them from then on) made every node's
+// neighbourhood grow towards the whole grid in the 10,000-node simulation (iossim).
+func TestRASStealTrafficDoesNotMakeNeighbours(t *testing.T) {
+	a := mustNode(t, Config{ID: "A", Policy: NonePolicy{}})
+	connect(t, t0, a, "B")
+	far := node("Z", 2, 1)
+	for _, m := range []Message{
+		{Kind: KindStealRequest, From: "Y", To: "A", Origin: "Z", ID: 1, TTL: 2, Profile: &far},
+		{Kind: KindStealFail, From: "X", To: "A", Origin: "A", ID: 1},
+	} {
+		if err := a.Step(t0, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := fmt.Sprint(a.Peers()); got != "[B]" {
+		t.Fatalf("peers after steal traffic: %s", got)
+	}
+	// Membership messages still add neighbours.
+	if err := a.Step(t0, Message{Kind: KindHeartbeat, From: "C", To: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(a.Peers()); got != "[B C]" {
+		t.Fatalf("peers after heartbeat: %s", got)
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
@@ -40,7 +42,8 @@ type joined struct {
 	nc        *nats.Conn
 	inherited *rewire.Inheritance
 	holder    *engineHolder
-	joinedAt  uint64 // a joiner: the resize it joined at
+	joinedAt  uint64              // a joiner: the resize it joined at
+	auth      *ctlauth.JobChannel // the rank's job-key channel on nc
 }
 
 // Init joins the job that mpirun started and returns its world communicator. A process that
@@ -81,6 +84,7 @@ func Init() (*Comm, error) {
 	session.world, session.nc, session.env, session.holder = j.world, j.nc, env, j.holder
 	session.launched = rewire.NewLaunched(env, j.nc, memberOf(j.world), j.inherited)
 	session.launched.Joined = j.joinedAt
+	session.launched.Auth = j.auth
 	session.beats = startLiveness(env, j.nc, session.launched)
 	return j.world, nil
 }
@@ -110,24 +114,25 @@ func joinJob(env job.Env) (joined, error) {
 	if len(table.Addrs) != env.Size {
 		return fail(fmt.Errorf("rendezvous: table has %d addresses for %d ranks", len(table.Addrs), env.Size))
 	}
-	world, err := connectWorld(env, ln, table.Addrs, nc, 0)
+	world, err := connectWorld(env, ln, table.Addrs, nc, holder.auth, 0)
 	if err != nil {
 		return fail(err)
 	}
 	holder.set(world.e)
-	return joined{world: world, nc: nc, holder: holder}, nil
+	return joined{world: world, nc: nc, holder: holder, auth: holder.auth}, nil
 }
 
 // connectWorld starts rank env.Rank's data plane over ln with the address table addrs (of
-// env.Size ranks); a lost peer is reported on nc, if not nil. dialTimeout 0 is comm's default.
-func connectWorld(env job.Env, ln net.Listener, addrs []string, nc *nats.Conn, dialTimeout time.Duration) (*Comm, error) {
+// env.Size ranks); a lost peer is reported on nc, if not nil, authenticated by auth.
+// dialTimeout 0 is comm's default.
+func connectWorld(env job.Env, ln net.Listener, addrs []string, nc *nats.Conn, auth *ctlauth.JobChannel, dialTimeout time.Duration) (*Comm, error) {
 	ep, err := comm.NewTCP(comm.TCPConfig{Rank: env.Rank, Size: env.Size, Addrs: addrs, Listener: ln, Secret: env.Secret, DialTimeout: dialTimeout})
 	if err != nil {
 		return nil, err
 	}
 	e := newEngine(ep)
 	if nc != nil {
-		e.onPeerLost = lostReporter(env, nc)
+		e.onPeerLost = lostReporter(env, nc, auth)
 	}
 	world, err := attach(e)
 	if err != nil {
@@ -163,6 +168,9 @@ type engineHolder struct {
 	mu    sync.Mutex
 	eng   *engine
 	early error
+
+	// auth authenticates the rank's job-key messages (events in, lost-peer reports out).
+	auth *ctlauth.JobChannel
 }
 
 func (h *engineHolder) deliver(err error) {
@@ -201,10 +209,15 @@ func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
 		return nil, nil, fmt.Errorf("connect to control plane: %w", err)
 	}
 	holder := &engineHolder{}
+	if holder.auth, err = rankChannel(env); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
 	_, err = nc.Subscribe(job.EventSubject(env.JobID), func(m *nats.Msg) {
 		var ev job.Event
-		if err := job.Decode(m.Data, &ev); err != nil {
-			fmt.Fprintf(os.Stderr, "mpi: rank %d: ignoring malformed job event: %v\n", env.Rank, err)
+		// Only mpirun's own events count: a forged or replayed one must not end the job.
+		if _, err := holder.auth.Decode(m.Subject, m.Data, &ev, time.Now()); err != nil {
+			fmt.Fprintf(os.Stderr, "mpi: rank %d: ignoring job event: %v\n", env.Rank, err)
 			return
 		}
 		switch ev.Kind {
@@ -222,9 +235,9 @@ func connectControl(env job.Env) (*nats.Conn, *engineHolder, error) {
 }
 
 // lostReporter tells the launcher about a peer lost without a goodbye.
-func lostReporter(env job.Env, nc *nats.Conn) func(peer int, err error) {
+func lostReporter(env job.Env, nc *nats.Conn, auth *ctlauth.JobChannel) func(peer int, err error) {
 	return func(peer int, err error) {
-		data, eerr := job.Encode(job.Lost{Observer: env.Rank, Rank: peer, Reason: err.Error()})
+		data, eerr := auth.Encode(job.LostSubject(env.JobID), job.Lost{Observer: env.Rank, Rank: peer, Reason: err.Error()}, time.Now())
 		if eerr == nil && nc.Publish(job.LostSubject(env.JobID), data) == nil {
 			nc.FlushTimeout(time.Second)
 		}
@@ -298,10 +311,25 @@ func Abort(c *Comm, code int) {
 	session.mu.Unlock()
 	if nc != nil {
 		rank := env.Rank
-		if data, err := job.Encode(job.Abort{Rank: rank, Code: code, Message: fmt.Sprintf("rank %d called Abort(%d)", rank, code)}); err == nil {
-			nc.Publish(job.AbortSubject(env.JobID), data)
-			nc.FlushTimeout(2 * time.Second)
+		auth, err := rankChannel(env)
+		if err == nil {
+			var data []byte
+			data, err = auth.Encode(job.AbortSubject(env.JobID), job.Abort{Rank: rank, Code: code, Message: fmt.Sprintf("rank %d called Abort(%d)", rank, code)}, time.Now())
+			if err == nil {
+				nc.Publish(job.AbortSubject(env.JobID), data)
+				nc.FlushTimeout(2 * time.Second)
+			}
 		}
 	}
 	os.Exit(code)
+}
+
+// rankChannel returns a job-key channel speaking as this process's rank and incarnation.
+func rankChannel(env job.Env) (*ctlauth.JobChannel, error) {
+	inc, _ := strconv.Atoi(os.Getenv(job.EnvIncarnation)) // 0 if absent: the first process
+	ch, err := ctlauth.NewJobChannel(env.JobID, env.Secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: env.Rank, Incarnation: max(inc, 0)}, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("job key: %w", err)
+	}
+	return ch, nil
 }

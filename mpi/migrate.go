@@ -154,7 +154,7 @@ func joinAsSuccessor(env job.Env, spec string) (joined, error) {
 			if err := e.inject(snap); err != nil {
 				return err
 			}
-			e.onPeerLost = lostReporter(env, nc)
+			e.onPeerLost = lostReporter(env, nc, holder.auth)
 			if world, err = attach(e); err != nil {
 				return err
 			}
@@ -166,5 +166,5 @@ func joinAsSuccessor(env job.Env, spec string) (joined, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return joined{world: world, nc: nc, inherited: &rewire.Inheritance{Rank: env.Rank, State: blob, Since: began, Bytes: int64(len(blob))}, holder: holder}, nil
+	return joined{world: world, nc: nc, inherited: &rewire.Inheritance{Rank: env.Rank, State: blob, Since: began, Bytes: int64(len(blob))}, holder: holder, auth: holder.auth}, nil
 }

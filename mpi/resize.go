@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rewire"
 )
@@ -76,8 +77,12 @@ func (l *ResizeListener) Connect(rank int, addrs []string) (*Comm, error) {
 	env.Rank, env.Size = rank, len(addrs)
 	session.mu.Lock()
 	nc := session.nc
+	var auth *ctlauth.JobChannel
+	if session.holder != nil {
+		auth = session.holder.auth
+	}
 	session.mu.Unlock()
-	world, err := connectWorld(env, l.ln, addrs, nc, resizeDialTimeout)
+	world, err := connectWorld(env, l.ln, addrs, nc, auth, resizeDialTimeout)
 	if err != nil {
 		l.ln.Close()
 		return nil, fmt.Errorf("mpi: resize: %w", err)
@@ -258,7 +263,7 @@ func joinAtResize(env job.Env, seqText string) (joined, error) {
 	if len(table) != env.Size {
 		return fail(fmt.Errorf("resize: table has %d addresses for %d ranks", len(table), env.Size))
 	}
-	world, err := connectWorld(env, ln, table, nc, resizeDialTimeout)
+	world, err := connectWorld(env, ln, table, nc, holder.auth, resizeDialTimeout)
 	if err != nil {
 		return fail(err)
 	}
@@ -266,7 +271,7 @@ func joinAtResize(env job.Env, seqText string) (joined, error) {
 	if err := AgreeContexts(world, nil); err != nil {
 		return fail(err)
 	}
-	return joined{world: world, nc: nc, holder: holder, joinedAt: seq}, nil
+	return joined{world: world, nc: nc, holder: holder, joinedAt: seq, auth: holder.auth}, nil
 }
 
 // isRevoked reports whether a resize replaced this engine's world.

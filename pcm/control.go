@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/internal/rewire"
@@ -19,10 +20,11 @@ import (
 // migration's requests and reports (rankreconf.Control). It uses the process's one
 // control-plane connection, which mpi owns.
 type control struct {
-	env job.Env
-	nc  *nats.Conn
-	sub *nats.Subscription
-	log io.Writer
+	env  job.Env
+	nc   *nats.Conn
+	auth *ctlauth.JobChannel // nil: messages in clear (a world mpi did not launch)
+	sub  *nats.Subscription
+	log  io.Writer
 
 	mu      sync.Mutex
 	entries []reconf.Reconfiguration // entries[i].Seq == i+1
@@ -30,8 +32,8 @@ type control struct {
 
 // startControl subscribes to the job's reconfiguration log and fetches the log so far.
 func startControl(l *rewire.Launched, log io.Writer) (*control, error) {
-	c := &control{env: l.Env, nc: l.Conn, log: log}
-	sub, err := c.nc.Subscribe(job.ReconfSubject(c.env.JobID), func(m *nats.Msg) { c.take(m.Data) })
+	c := &control{env: l.Env, nc: l.Conn, auth: l.Auth, log: log}
+	sub, err := c.nc.Subscribe(job.ReconfSubject(c.env.JobID), func(m *nats.Msg) { c.take(m.Subject, m.Data) })
 	if err != nil {
 		return nil, fmt.Errorf("pcm: subscribe to reconfigurations: %w", err)
 	}
@@ -39,15 +41,15 @@ func startControl(l *rewire.Launched, log io.Writer) (*control, error) {
 	// Entries published before the subscription: ask for the log. A launcher that does
 	// not answer (older, or busy) costs nothing: the next publication carries everything.
 	if m, err := c.nc.Request(job.ReconfGetSubject(c.env.JobID), nil, 2*time.Second); err == nil {
-		c.take(m.Data)
+		c.take(m.Subject, m.Data)
 	}
 	return c, nil
 }
 
 // take merges a published log.
-func (c *control) take(data []byte) {
+func (c *control) take(subject string, data []byte) {
 	var l reconf.Log
-	if err := job.Decode(data, &l); err != nil {
+	if err := c.decode(subject, data, &l); err != nil {
 		fmt.Fprintf(c.log, "pcm: rank %d: ignoring a malformed reconfiguration log: %v\n", c.env.Rank, err)
 		return
 	}
@@ -81,7 +83,7 @@ const spawnTimeout = 20 * time.Second
 
 // StartSuccessor asks the launcher to start this rank's successor.
 func (c *control) StartSuccessor(req job.MigrateRequest) (job.MigrateReply, error) {
-	data, err := job.Encode(req)
+	data, err := c.encode(job.MigrateSubject(c.env.JobID), req)
 	if err != nil {
 		return job.MigrateReply{}, err
 	}
@@ -108,7 +110,7 @@ func (c *control) StartSuccessor(req job.MigrateRequest) (job.MigrateReply, erro
 func (c *control) WatchSuccessor(seq uint64, rank int, gone func(reason string)) (stop func()) {
 	sub, err := c.nc.Subscribe(job.SuccessorGoneSubject(c.env.JobID), func(m *nats.Msg) {
 		var g job.SuccessorGone
-		if job.Decode(m.Data, &g) == nil && g.Seq == seq && g.Rank == rank {
+		if c.decode(m.Subject, m.Data, &g) == nil && g.Seq == seq && g.Rank == rank {
 			gone(g.Reason)
 		}
 	})
@@ -121,7 +123,7 @@ func (c *control) WatchSuccessor(seq uint64, rank int, gone func(reason string))
 
 // Report tells the launcher how a migration ended.
 func (c *control) Report(r job.MigrateReport) {
-	data, err := job.Encode(r)
+	data, err := c.encode(job.MigratedSubject(c.env.JobID), r)
 	if err != nil {
 		return
 	}
@@ -135,4 +137,22 @@ func (c *control) close() {
 	if c.sub != nil {
 		c.sub.Unsubscribe()
 	}
+}
+
+// encode encodes v for subject, under the job key when the rank has it.
+func (c *control) encode(subject string, v any) ([]byte, error) {
+	if c.auth == nil {
+		return job.Encode(v)
+	}
+	return c.auth.Encode(subject, v, time.Now())
+}
+
+// decode verifies data received on subject under the job key, when the rank has it, and
+// decodes it into v: a forged or replayed log entry must not make the ranks act.
+func (c *control) decode(subject string, data []byte, v any) error {
+	if c.auth == nil {
+		return job.Decode(data, v)
+	}
+	_, err := c.auth.Decode(subject, data, v, time.Now())
+	return err
 }

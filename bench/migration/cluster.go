@@ -67,6 +67,7 @@ type cluster struct {
 	logs     map[string]string // node -> log file
 
 	hasPolicy bool // pcmd serve knows --policy
+	hasOpen   bool // pcmd serve knows --insecure-open (takes no unsigned spawns without it)
 	memStore  bool // the nodes keep checkpoints in memory (pcmd serve --ckpt-store mem)
 }
 
@@ -79,6 +80,7 @@ func startClusterStore(dir, bin string, env []string, mem bool, nodes ...string)
 	c := &cluster{dir: dir, bin: bin, env: env, nodes: map[string]string{}, logs: map[string]string{}, memStore: mem}
 	help, _ := exec.Command(filepath.Join(bin, "pcmd"), "serve", "--help").CombinedOutput()
 	c.hasPolicy = bytes.Contains(help, []byte("--policy"))
+	c.hasOpen = bytes.Contains(help, []byte("--insecure-open"))
 	if err := c.startNATS(); err != nil {
 		c.stop()
 		return nil, err
@@ -159,6 +161,10 @@ func (c *cluster) nodeArgs(name string) []string {
 	args := []string{"serve", "--node", name, "--nats", c.url, "--allow", c.bin + "/*", "--slots", "8"}
 	if c.hasPolicy {
 		args = append(args, "--policy", "none")
+	}
+	if c.hasOpen {
+		// The benchmark's NATS server is private to it; older pcmds have no such flag.
+		args = append(args, "--insecure-open")
 	}
 	if c.memStore {
 		return append(args, "--ckpt-store", "mem")

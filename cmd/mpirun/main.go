@@ -14,8 +14,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nats-io/nkeys"
 	"github.com/urfave/cli/v2"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
 	"github.com/mpios/mpios/internal/natsconn"
@@ -136,6 +138,14 @@ REMOTE RANKS:
    only works when the nodes share this machine's temporary directory. Only the
    MPIOS_* variables of mpirun's environment reach remote ranks.
 
+   --launcher-key FILE  sign spawn and signal requests with this NKey user seed
+                        (mode 0600; also $MPIOS_LAUNCHER_KEY): nodes started with
+                        --authorized-launchers take only requests from keys they list
+   --known-nodes FILE   place and move ranks only on nodes whose key card is signed
+                        by their key in FILE (node="NAME" KEY lines; also
+                        $MPIOS_KNOWN_NODES). Either way the job's secret is sealed
+                        for each node's curve key, never sent in clear.
+
 OUTPUT:
    Each rank's stdout and stderr go to mpirun's stdout and stderr, one whole line
    at a time, so lines of different ranks never mix. mpirun's own messages go to
@@ -222,6 +232,8 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.StringFlag{Name: "restart", Usage: "job id to restart from"},
 			&cli.StringFlag{Name: "policy", Usage: "IOS decision policy of the job"},
 			&cli.StringFlag{Name: "profile-out", Usage: "write the ranks' profiles here"},
+			&cli.StringFlag{Name: "launcher-key", EnvVars: []string{"MPIOS_LAUNCHER_KEY"}, Usage: "NKey user seed file signing spawn requests"},
+			&cli.StringFlag{Name: "known-nodes", EnvVars: []string{"MPIOS_KNOWN_NODES"}, Usage: "file of the nodes' keys ranks may go to"},
 			&cli.BoolFlag{Name: "no-recover", Usage: "do not recover a checkpointing job from failures"},
 			&cli.IntFlag{Name: "max-recoveries", Value: supervisor.DefaultMaxRecoveries, Usage: "recoveries before giving up"},
 			&cli.DurationFlag{Name: "hang-timeout", Value: launch.DefaultHangTimeout, Usage: "declare a silent rank failed after this long"},
@@ -242,8 +254,13 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			}
 			if hosts != nil {
 				// Placement is decided, and checked against the nodes, before anything starts.
+				launcher, known, err := launcherKeys(c)
+				if err != nil {
+					return err
+				}
 				remote, err := nodeclient.NewRemote(nodeclient.RemoteConfig{
 					NATSURL: cfg.NATSURL, NATSAuth: cfg.NATSAuth, Hosts: hosts, NP: cfg.NP,
+					Launcher: launcher, KnownNodes: known,
 					Logf: func(format string, args ...any) {
 						fmt.Fprintf(stderr, "mpirun: "+format+"\n", args...)
 					},
@@ -404,4 +421,23 @@ func hostsOf(c *cli.Context) ([]nodeclient.HostSlots, error) {
 		return nil, &usageError{fmt.Sprintf("--hostfile %s: %s", file, launch.Message(err))}
 	}
 	return h, nil
+}
+
+// launcherKeys reads --launcher-key (the seed that signs spawn requests, mode 0600) and
+// --known-nodes (the nodes ranks may go to); each is nil when not given.
+func launcherKeys(c *cli.Context) (nkeys.KeyPair, *ctlauth.KnownNodes, error) {
+	var kp nkeys.KeyPair
+	var known *ctlauth.KnownNodes
+	var err error
+	if f := c.String("launcher-key"); f != "" {
+		if kp, err = ctlauth.LoadSeed(f, nkeys.PrefixByteUser); err != nil {
+			return nil, nil, &usageError{"--launcher-key: " + strings.TrimPrefix(err.Error(), "ctlauth: ")}
+		}
+	}
+	if f := c.String("known-nodes"); f != "" {
+		if known, err = ctlauth.LoadKnownNodes(f); err != nil {
+			return nil, nil, &usageError{"--known-nodes: " + strings.TrimPrefix(err.Error(), "ctlauth: ")}
+		}
+	}
+	return kp, known, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/pcmd"
+	"github.com/mpios/mpios/internal/spawner"
 	"github.com/mpios/mpios/iosbridge"
 )
 
@@ -235,6 +236,9 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "node `NAME` (letters, digits, '-', '_'), unique on the NATS server"},
 					&cli.StringSliceFlag{Name: "allow", Usage: "run programs whose absolute path matches `GLOB` ('*' does not match '/'; repeat for more)"},
 					&cli.StringSliceFlag{Name: "pin-args", Usage: "run programs matching `'GLOB ARG...'` only with these arguments, each matching its pattern ('GLOB' alone: none; repeat for more)"},
+					&cli.StringFlag{Name: "authorized-launchers", Usage: "take spawn and signal requests only when signed by a launcher NKey listed in `FILE` (see docs/security.md)"},
+					&cli.BoolFlag{Name: "insecure-open", Usage: "without --authorized-launchers: take unsigned spawn requests from anyone who can publish on this NATS account"},
+					&cli.StringFlag{Name: "node-key", Usage: "NKey server seed `FILE` (mode 0600) signing this node's key card; default: a fresh key per start"},
 					&cli.StringSliceFlag{Name: "pass-env", Usage: "also give the ranks this `VARIABLE` of pcmd's environment (repeat for more; MPIOS_* cannot be passed)"},
 					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once"},
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
@@ -266,6 +270,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						Allow: c.StringSlice("allow"), PassEnv: c.StringSlice("pass-env"), PinArgs: c.StringSlice("pin-args"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
 						Lease: c.Duration("lease"), CkptStore: c.String("ckpt-store"), CkptMemCap: c.Int64("ckpt-mem-cap") << 20,
+						AuthorizedLaunchers: c.String("authorized-launchers"), InsecureOpen: c.Bool("insecure-open"), NodeKey: c.String("node-key"),
 						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
 							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),
@@ -292,6 +297,9 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					}
 					if err := cfg.NATS.Validate(); err != nil {
 						return &usageError{strings.TrimPrefix(err.Error(), "natsconn: ")}
+					}
+					if cfg.AuthorizedLaunchers == "" && !cfg.InsecureOpen {
+						return &usageError{strings.TrimPrefix(spawner.ErrNoLauncherPolicy.Error(), "pcmd: ")}
 					}
 					ctx, cfg.Leave = leaveOnSIGTERM(ctx, c.Bool("force"))
 					return pcmd.Serve(ctx, cfg)

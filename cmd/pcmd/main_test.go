@@ -125,7 +125,7 @@ func run(t *testing.T, limit time.Duration, env []string, name string, args ...s
 
 func startNode(t *testing.T, url, name string, args ...string) *proc {
 	t.Helper()
-	args = append([]string{"serve", "--node", name, "--nats", url, "--heartbeat", "250ms",
+	args = append([]string{"serve", "--insecure-open", "--node", name, "--nats", url, "--heartbeat", "250ms",
 		"--kill-grace", "1s", "--advertise", "127.0.0.1"}, args...)
 	p := startProc(t, nil, "pcmd", args...)
 	t.Cleanup(func() {

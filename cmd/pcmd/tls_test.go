@@ -20,7 +20,7 @@ func TestClusterOverTLS(t *testing.T) {
 	heat2d := filepath.Join(bin, "heat2d")
 	nodeEnv := []string{"PCMD_NATS_CA=" + pki.CAFile, "PCMD_NATS_CERT=" + pki.ClientCert, "PCMD_NATS_KEY=" + pki.ClientKey}
 	for _, name := range []string{"n1", "n2"} {
-		p := startProc(t, nodeEnv, "pcmd", "serve", "--node", name, "--nats", url, "--heartbeat", "250ms",
+		p := startProc(t, nodeEnv, "pcmd", "serve", "--insecure-open", "--node", name, "--nats", url, "--heartbeat", "250ms",
 			"--kill-grace", "1s", "--advertise", "127.0.0.1", "--slots", "2", "--allow", heat2d, "--no-ios")
 		t.Cleanup(func() {
 			if t.Failed() {

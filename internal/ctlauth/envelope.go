@@ -96,6 +96,9 @@ type Sender struct {
 	Rank        int    `msgpack:"rank,omitempty"`        // RoleRank
 	Incarnation int    `msgpack:"incarnation,omitempty"` // RoleRank: processes that held the rank before
 	Node        string `msgpack:"node,omitempty"`        // RoleNode; for others the node they run on, if any
+	// Job is the job a launcher speaks for (RoleLauncher, optional): it separates the
+	// numbering of one user's concurrent mpiruns, which sign with the same key.
+	Job string `msgpack:"job,omitempty"`
 }
 
 // Validate checks that s is a well-formed identity.
@@ -116,6 +119,14 @@ func (s Sender) Validate() error {
 			return fmt.Errorf("%w: sender: %v", ErrMalformed, err)
 		}
 	}
+	if s.Job != "" {
+		if s.Role != RoleLauncher {
+			return fmt.Errorf("%w: %v sender names job %.64q", ErrMalformed, s.Role, s.Job)
+		}
+		if err := job.ValidateID(s.Job); err != nil {
+			return fmt.Errorf("%w: sender: %v", ErrMalformed, err)
+		}
+	}
 	return nil
 }
 
@@ -125,6 +136,9 @@ func (s Sender) String() string {
 	out := s.Role.String()
 	if s.Role == RoleRank {
 		out += " " + strconv.Itoa(s.Rank) + "." + strconv.Itoa(s.Incarnation)
+	}
+	if s.Job != "" {
+		out += " of job " + s.Job
 	}
 	if s.Node != "" {
 		out += "@" + s.Node
@@ -185,13 +199,14 @@ func (e *Envelope) validate() error {
 // signedBytes is what the tag or signature covers: every field but Auth, plus the subject,
 // each length-prefixed so that no two different messages share an encoding.
 func (e *Envelope) signedBytes(subject string) []byte {
-	b := make([]byte, 0, 64+len(subject)+len(e.From.Node)+len(e.Key)+len(e.Body))
+	b := make([]byte, 0, 64+len(subject)+len(e.From.Node)+len(e.From.Job)+len(e.Key)+len(e.Body))
 	b = append(b, "mpios-ctlauth\x00"...)
 	b = append(b, e.Version, byte(e.Scheme), byte(e.From.Role))
 	b = appendString(b, subject)
 	b = binary.BigEndian.AppendUint64(b, uint64(e.From.Rank))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.From.Incarnation))
 	b = appendString(b, e.From.Node)
+	b = appendString(b, e.From.Job)
 	b = appendString(b, e.Key)
 	b = binary.BigEndian.AppendUint64(b, e.Seq)
 	b = binary.BigEndian.AppendUint64(b, uint64(e.Time))

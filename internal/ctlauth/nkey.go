@@ -78,6 +78,45 @@ func NewKeyVerifier(keys KeySet, opts ReplayOptions) (*KeyVerifier, error) {
 	return &KeyVerifier{keys: keys, guard: lockedGuard{g: g}}, nil
 }
 
+// VerifyStatement checks the signature of data as published on subject and that keys trust
+// its signer, but neither its time nor its number: for standing statements that are sent
+// again unchanged, such as a node's NodeCard in every heartbeat, never for requests.
+func VerifyStatement(subject string, data []byte, keys KeySet) (Message, error) {
+	e, err := decodeScheme(data, subject, SchemeNKeySign)
+	if err != nil {
+		return Message{}, err
+	}
+	if err := verifySigned(&e, subject, keys); err != nil {
+		return Message{}, err
+	}
+	m := e.message()
+	m.Key = e.Key
+	return m, nil
+}
+
+func verifySigned(e *Envelope, subject string, keys KeySet) error {
+	pk, err := nkeys.FromPublicKey(e.Key)
+	if err != nil {
+		return fmt.Errorf("%w: key %.60q: %v", ErrMalformed, e.Key, err)
+	}
+	if err := pk.Verify(e.signedBytes(subject), e.Auth); err != nil {
+		return fmt.Errorf("%w: message from %s signed by %s on %s", ErrForged, e.From, e.Key, subject)
+	}
+	// Trust after the signature: the key set's answer then concerns the key's real holder.
+	if err := keys.Trust(e.Key, e.From); err != nil {
+		return fmt.Errorf("%w: %s as %s on %s: %v", ErrUntrusted, e.Key, e.From, subject, err)
+	}
+	return nil
+}
+
+// AnyKey is the KeySet of a receiver configured to trust every signer (pcmd serve
+// --insecure-open, a launcher without a known-nodes file): a signature then proves only
+// that the message was not altered, and that its signer holds the key it names.
+type AnyKey struct{}
+
+// Trust implements KeySet.
+func (AnyKey) Trust(string, Sender) error { return nil }
+
 // Verify authenticates data received on subject at time now and returns its content; the
 // signer is Message.Key. The error wraps ErrMalformed, ErrForged, ErrUntrusted, ErrStale,
 // ErrReplay or ErrTooManySenders.
@@ -86,16 +125,8 @@ func (v *KeyVerifier) Verify(subject string, data []byte, now time.Time) (Messag
 	if err != nil {
 		return Message{}, err
 	}
-	pk, err := nkeys.FromPublicKey(e.Key)
-	if err != nil {
-		return Message{}, fmt.Errorf("%w: key %.60q: %v", ErrMalformed, e.Key, err)
-	}
-	if err := pk.Verify(e.signedBytes(subject), e.Auth); err != nil {
-		return Message{}, fmt.Errorf("%w: message from %s signed by %s on %s", ErrForged, e.From, e.Key, subject)
-	}
-	// Trust after the signature: the key set's answer then concerns the key's real holder.
-	if err := v.keys.Trust(e.Key, e.From); err != nil {
-		return Message{}, fmt.Errorf("%w: %s as %s on %s: %v", ErrUntrusted, e.Key, e.From, subject, err)
+	if err := verifySigned(&e, subject, v.keys); err != nil {
+		return Message{}, err
 	}
 	if err := v.guard.accept(e.Key+" "+e.From.String(), &e, now); err != nil {
 		return Message{}, fmt.Errorf("%s: %w", subject, err)

@@ -97,7 +97,7 @@ func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	beats.Unsubscribe()
-	all := []string{"serve", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms"}
+	all := []string{"serve", "--insecure-open", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms"}
 	if !slices.Contains(args, "--ckpt-store") {
 		c.stores[name] = filepath.Join(c.t.TempDir(), "store")
 		all = append(all, "--store", c.stores[name])

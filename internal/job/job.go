@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -275,6 +276,10 @@ const (
 // NodeInfoSubject: request/reply, the named node answers with its NodeInfo.
 func NodeInfoSubject(node string) string { return "mpios.node." + node + ".info" }
 
+// NodeCardSubject is the subject a node's signed key card (NodeInfo.Card) is signed for; it
+// is never published on, the card travels inside NodeInfo.
+func NodeCardSubject(node string) string { return "mpios.node." + node + ".card" }
+
 // NodeSpawnSubject: request/reply, SpawnRequest to SpawnReply.
 func NodeSpawnSubject(node string) string { return "mpios.node." + node + ".spawn" }
 
@@ -369,6 +374,10 @@ type NodeInfo struct {
 
 	// Draining: the node takes no new ranks, it is leaving (pcmd drain).
 	Draining bool `msgpack:"draining,omitempty"`
+
+	// Card is the node's key card (ctlauth.NodeCard: its signing and curve keys), signed by
+	// its signing key for NodeCardSubject; launchers seal job secrets for its curve key.
+	Card []byte `msgpack:"card,omitempty"`
 }
 
 // MissedBeats is how many heartbeat intervals may pass without one before a node is gone.
@@ -424,6 +433,11 @@ type SpawnRequest struct {
 	// KeepAlive, if positive, is a lease: when no message arrives on KeepAliveSubject for
 	// that long, the node stops the job's ranks as their launcher is presumed dead.
 	KeepAlive time.Duration `msgpack:"keepalive"`
+
+	// SealedSecret is the job's secret (EnvSecret, which Env then must not hold) sealed for
+	// the node's curve key by the launcher's per-job curve key SealedFrom (ctlauth.SealSecret).
+	SealedSecret []byte `msgpack:"sealed_secret,omitempty"`
+	SealedFrom   string `msgpack:"sealed_from,omitempty"`
 }
 
 // Validate checks a SpawnRequest's form; the node applies its own policy afterwards.
@@ -468,6 +482,14 @@ func (s SpawnRequest) Validate() error {
 	}
 	if s.KeepAlive != 0 && (s.KeepAlive < MinInterval || s.KeepAlive > MaxInterval) {
 		return fmt.Errorf("job: spawn: keepalive %v outside [%v,%v]", s.KeepAlive, MinInterval, MaxInterval)
+	}
+	if len(s.SealedSecret) > 0 || s.SealedFrom != "" {
+		if len(s.SealedSecret) == 0 || s.SealedFrom == "" || len(s.SealedSecret) > 1024 || len(s.SealedFrom) > 128 {
+			return errors.New("job: spawn: a sealed secret needs both the box (at most 1 KiB) and its sender's curve key")
+		}
+		if slices.ContainsFunc(s.Env, func(kv string) bool { return strings.HasPrefix(kv, EnvSecret+"=") }) {
+			return fmt.Errorf("job: spawn: %s both sealed and in clear", EnvSecret)
+		}
 	}
 	return nil
 }

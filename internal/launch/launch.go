@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
@@ -146,6 +147,9 @@ func Run(ctx context.Context, cfg Config) error {
 		stderr: newLineWriter(cfg.Stderr),
 		cp:     newControlPlane(),
 	}
+	if r.auth, err = ctlauth.NewJobChannel(cfg.JobID, secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now()); err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
 		srv, err := natsembed.Start("127.0.0.1", "mpirun-"+cfg.JobID)
@@ -267,7 +271,8 @@ type runner struct {
 	stdout *lineWriter
 	stderr *lineWriter
 	nc     *nats.Conn
-	msgs   chan *nats.Msg // every job subject the Machine takes, in arrival order
+	msgs   chan *nats.Msg      // every job subject the Machine takes, in arrival order
+	auth   *ctlauth.JobChannel // the job-key subjects (jobauth.go)
 
 	sup   *supervisor.Machine
 	path  string  // the program
@@ -456,15 +461,23 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 	case job.HelloSubject(id):
 		return supervisor.Hello{Reply: m.Reply, Data: m.Data}
 	case job.AbortSubject(id):
-		return supervisor.Abort{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Abort{Data: body}
+		}
 	case job.LostSubject(id):
-		return supervisor.Lost{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Lost{Data: body}
+		}
 	case job.ControlSubject(id):
 		return supervisor.Control{Reply: m.Reply, Data: m.Data}
 	case job.MigrateSubject(id):
-		return supervisor.SuccessorRequest{Reply: m.Reply, Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.SuccessorRequest{Reply: m.Reply, Data: body}
+		}
 	case job.MigratedSubject(id):
-		return supervisor.MigrateReport{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.MigrateReport{Data: body}
+		}
 	case job.ReconfGetSubject(id):
 		return supervisor.LogRequest{Reply: m.Reply}
 	case job.JobInfoSubject(id):
@@ -522,13 +535,13 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 			}
 		}
 	case supervisor.Reply:
-		if data, err := job.Encode(a.Msg); err == nil {
+		if data, err := r.encodeReply(a.To, a.Msg); err == nil {
 			_ = r.nc.Publish(a.To, data) // the requester times out and says so
 		} else {
 			r.stderr.logf("encode reply %T: %v", a.Msg, err)
 		}
 	case supervisor.Publish:
-		data, err := job.Encode(a.Msg)
+		data, err := r.encode(a.Subject, a.Msg)
 		if err == nil {
 			err = r.nc.Publish(a.Subject, data)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/gobuild"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
@@ -266,13 +267,72 @@ func TestRankExitStatusExternalNATS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no event published: %v", err)
 	}
+	// Events travel under the job key, which this test does not hold: read the body only.
+	env, err := ctlauth.DecodeEnvelope(m.Data)
+	if err != nil || env.Scheme != ctlauth.SchemeJobMAC || env.From.Role != ctlauth.RoleLauncher {
+		t.Fatalf("event is not an envelope of the launcher under the job key: %+v %v", env, err)
+	}
 	var ev job.Event
-	if err := job.Decode(m.Data, &ev); err != nil {
+	if err := job.Decode(env.Body, &ev); err != nil {
 		t.Fatal(err)
 	}
 	if ev.Kind != job.EventRankFailed || ev.Rank != 2 || !strings.Contains(ev.Reason, "status 3") {
 		t.Errorf("event %+v, want rank-failed for rank 2", ev)
 	}
+}
+
+// TestForgedAbortAndLostReportsAreIgnored: a client of the job's NATS server that does not
+// hold the job key cannot end the job with an abort or a lost-peer report, forged or made
+// with another job's key.
+func TestForgedAbortAndLostReportsAreIgnored(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const id = "forged-abort-test"
+	other, err := ctlauth.NewJobChannel(id, bytes.Repeat([]byte{7}, 32), ctlauth.Sender{Role: ctlauth.RoleRank, Rank: 0}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	attacked := make(chan int)
+	go func() {
+		n := 0
+		defer func() { attacked <- n }()
+		for tick := time.NewTicker(50 * time.Millisecond); ; {
+			select {
+			case <-stop:
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+			abort := job.Abort{Rank: 0, Code: 7, Message: "forged"}
+			lost := job.Lost{Observer: 0, Rank: 1, Reason: "forged"}
+			plain, _ := job.Encode(abort)
+			plainLost, _ := job.Encode(lost)
+			keyed, _ := other.Encode(job.AbortSubject(id), abort, time.Now())
+			keyedLost, _ := other.Encode(job.LostSubject(id), lost, time.Now())
+			for subj, data := range map[string][][]byte{job.AbortSubject(id): {plain, keyed}, job.LostSubject(id): {plainLost, keyedLost}} {
+				for _, d := range data {
+					if nc.Publish(subj, d) == nil {
+						n++
+					}
+				}
+			}
+		}
+	}()
+	res := runJob(t, Config{NP: 2, NATSURL: url, JobID: id}, "-sleep", "1500ms")
+	close(stop)
+	if n := <-attacked; n == 0 {
+		t.Fatal("no forged message was published")
+	}
+	if res.err != nil {
+		t.Fatalf("the job failed under forged aborts and lost reports: %v\n%s", res.err, res.stderr)
+	}
+	wantLine(t, res.stderr, `mpirun: ignoring a message on mpios\.job\.forged-abort-test\.abort: ctlauth: .*`)
 }
 
 func TestRankKilledBySignal(t *testing.T) {

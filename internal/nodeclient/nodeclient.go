@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
@@ -157,6 +159,15 @@ type RemoteConfig struct {
 
 	// NATSAuth authenticates to NATSURL (credentials, TLS); its URL and Name are not used.
 	NATSAuth natsconn.Options
+
+	// Launcher, if not nil, is the launcher's NKey user key pair (mpirun --launcher-key):
+	// spawn and signal requests are signed with it, for nodes that list it in their
+	// authorized launchers. Nil: requests go unsigned, which only open nodes take.
+	Launcher nkeys.KeyPair
+	// KnownNodes, if not nil, are the only nodes ranks may go to, initially or by migration
+	// or resize: a node must present a key card signed by its key there (ErrUntrustedNode).
+	// Nil: each node's own card is believed (its secrets are still sealed for it).
+	KnownNodes *ctlauth.KnownNodes
 }
 
 // Remote is a Starter that runs ranks on pcmd nodes over NATS. Ranks are placed round-robin
@@ -176,6 +187,7 @@ type Remote struct {
 	mu    sync.Mutex
 	nodes map[string]*remoteNode
 	jobs  map[string]bool // job ids to send keepalives for
+	auth  map[string]*jobAuth
 	quit  chan struct{}
 	gone  chan *NodeGoneError // see Gone
 	// watch keeps an outage of r's own connection from counting as the nodes' silence.
@@ -189,6 +201,7 @@ type remoteNode struct {
 	pid      int // pcmd's pid when placement was decided; another means it restarted
 	interval time.Duration
 	last     time.Time
+	card     *ctlauth.NodeCard // its verified key card; nil: an older pcmd, secrets go in clear
 	gone     *NodeGoneError
 	procs    map[*remoteProcess]bool
 }
@@ -220,8 +233,8 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if cfg.KeepAlive <= 0 {
 		cfg.KeepAlive = 10 * time.Second
 	}
-	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), quit: make(chan struct{}),
-		gone: make(chan *NodeGoneError, goneBacklog)}
+	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), auth: make(map[string]*jobAuth),
+		quit: make(chan struct{}), gone: make(chan *NodeGoneError, goneBacklog)}
 	grace, err := ctlplane.GraceFromEnv(nil)
 	if err != nil {
 		return nil, err
@@ -276,7 +289,11 @@ func (r *Remote) setup() error {
 		}
 		names[i] = h.Node
 		r.mu.Lock()
-		r.nodes[h.Node] = &remoteNode{name: h.Node, pid: info.PID, interval: info.Interval,
+		card, err := r.nodeCard(info)
+		if err != nil {
+			return err
+		}
+		r.nodes[h.Node] = &remoteNode{name: h.Node, pid: info.PID, interval: info.Interval, card: card,
 			last: time.Now(), procs: make(map[*remoteProcess]bool)}
 		r.mu.Unlock()
 	}
@@ -407,10 +424,14 @@ func (r *Remote) CheckNode(name string) error {
 	if info.Slots-info.Used <= 0 {
 		return fmt.Errorf("nodeclient: node %s has no free slot (%d of %d in use): %w", name, info.Used, info.Slots, ErrNotEnoughSlots)
 	}
+	card, err := r.nodeCard(info)
+	if err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.nodes[name] == nil {
-		r.nodes[name] = &remoteNode{name: name, pid: info.PID, interval: info.Interval, last: time.Now(), procs: make(map[*remoteProcess]bool)}
+		r.nodes[name] = &remoteNode{name: name, pid: info.PID, interval: info.Interval, card: card, last: time.Now(), procs: make(map[*remoteProcess]bool)}
 	}
 	return nil
 }
@@ -448,7 +469,14 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 		r.mu.Unlock()
 		return nil, &SpawnError{Node: name, Rank: spec.Rank, Reason: node.gone.Reason}
 	}
+	auth, err := r.jobAuthLocked(jobID, env)
+	if err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	card := node.card
 	node.procs[p] = true
+	p.auth, p.keyed = auth, card != nil
 	if !r.jobs[jobID] {
 		r.jobs[jobID] = true
 		_ = r.nc.Publish(job.KeepAliveSubject(jobID), nil) // the lease starts at spawn time anyway
@@ -472,10 +500,16 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 	p.mu.Lock()
 	p.sub = sub
 	p.mu.Unlock()
-	data, err := job.Encode(job.SpawnRequest{
+	req := job.SpawnRequest{
 		Job: jobID, Rank: spec.Rank, Path: spec.Path, Args: spec.Args, Env: env, Dir: dir,
 		Out: outSubj, Exit: exitSubj, KeepAlive: r.cfg.KeepAlive,
-	})
+	}
+	if card != nil {
+		if err := auth.seal(&req, card); err != nil {
+			return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))
+		}
+	}
+	data, err := auth.encode(job.NodeSpawnSubject(name), req)
 	if err != nil {
 		return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))
 	}
@@ -720,6 +754,8 @@ type remoteProcess struct {
 	node   string
 	rank   int
 	job    string
+	auth   *jobAuth // set before the spawn request goes out
+	keyed  bool     // its node relays output and exit under the job key
 	output func(rankproc.Stream, []byte)
 
 	mu       sync.Mutex
@@ -756,7 +792,7 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 		return nil
 	default:
 	}
-	data, err := job.Encode(job.SignalRequest{Job: p.job, Rank: p.rank, Signal: int(sig)})
+	data, err := p.auth.encode(job.NodeSignalSubject(p.node), job.SignalRequest{Job: p.job, Rank: p.rank, Signal: int(sig)})
 	if err != nil {
 		return fmt.Errorf("nodeclient: signal rank %d: %w", p.rank, err)
 	}
@@ -783,10 +819,16 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 // malformed is reported and dropped.
 func (p *remoteProcess) onMsg(m *nats.Msg) {
 	leaf := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	data, err := p.open(m)
+	if err != nil {
+		// Forged or replayed: another client of the server must not fake a rank's exit.
+		p.r.cfg.Logf("ignoring a message on %s: %v", m.Subject, err)
+		return
+	}
 	switch leaf {
 	case "out":
 		var o job.RankOutput
-		if err := job.Decode(m.Data, &o); err != nil || (o.Stream != job.StreamStdout && o.Stream != job.StreamStderr) {
+		if err := job.Decode(data, &o); err != nil || (o.Stream != job.StreamStdout && o.Stream != job.StreamStderr) {
 			p.r.cfg.Logf("ignoring a malformed output message for rank %d", p.rank)
 			return
 		}
@@ -806,7 +848,7 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 		p.output(rankproc.Stream(o.Stream), line)
 	case "exit":
 		var e job.RankExit
-		if err := job.Decode(m.Data, &e); err != nil || e.Signal < 0 || e.Signal > 64 {
+		if err := job.Decode(data, &e); err != nil || e.Signal < 0 || e.Signal > 64 {
 			p.r.cfg.Logf("ignoring a malformed exit message for rank %d", p.rank)
 			return
 		}

@@ -80,7 +80,7 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
-	n1 := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
+	n1 := startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
 	sub := watchRank(t, nc, "j", 0)
 	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 0, Path: prog, Args: []string{"sleep"}}); rep.Error != "" {
 		t.Fatal(rep.Error)
@@ -95,7 +95,7 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 		t.Fatalf("rank 1 not running: %+v", rep)
 	}
 
-	startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, Slots: 2})
+	startNode(t, nc, Config{Node: "n2", InsecureOpen: true, NATS: NATSOptions{URL: url}, Slots: 2})
 	testbin.WaitFor(t, 5*time.Second, "n1 to hear n2", func() bool {
 		m, err := nc.Request(job.NodesDiscoverSubject, nil, time.Second)
 		var v job.NodeView

@@ -20,6 +20,7 @@ import (
 	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
+	"github.com/mpios/mpios/internal/spawner"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/iosbridge"
 	"github.com/mpios/mpios/profiler"
@@ -181,7 +182,7 @@ func TestSpawnOutputExitAndEnv(t *testing.T) {
 	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
 	store := filepath.Join(t.TempDir(), "store")
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"},
+	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"},
 		Slots: 2, Advertise: "127.0.0.2", Store: store})
 	sub := watchRank(t, nc, "j1", 0)
 	rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j1", Rank: 0, Path: prog, Args: []string{"out"}, Dir: dir,
@@ -215,7 +216,7 @@ func TestRankEnvironmentIsMinimal(t *testing.T) { // not parallel: it sets pcmd'
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PassEnv: []string{"SITE_LICENSE"}})
+	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PassEnv: []string{"SITE_LICENSE"}})
 	sub := watchRank(t, nc, "j1", 0)
 	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j1", Rank: 0, Path: prog, Args: []string{"env"},
 		Env: []string{"MPIOS_JOB_ID=j1", "MPIOS_RANK=0"}}); rep.Error != "" {
@@ -251,9 +252,9 @@ func TestSpawnRefusals(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
-	startNode(t, nc, Config{Node: "closed", NATS: NATSOptions{URL: url}, Slots: 2})
-	startNode(t, nc, Config{Node: "pinned", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PinArgs: []string{prog + " out"}})
+	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
+	startNode(t, nc, Config{Node: "closed", InsecureOpen: true, NATS: NATSOptions{URL: url}, Slots: 2})
+	startNode(t, nc, Config{Node: "pinned", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, PinArgs: []string{prog + " out"}})
 	trick := dir + strings.Repeat("/..", strings.Count(dir, "/")) + "/bin/sh"
 	ok := job.SpawnRequest{Job: "j", Rank: 0, Path: prog}
 	with := func(f func(*job.SpawnRequest)) job.SpawnRequest { r := ok; f(&r); return r }
@@ -320,7 +321,7 @@ func TestSlotsDuplicatesAndSignals(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
+	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 2})
 	sleeper := func(rank int) job.SpawnRequest {
 		return job.SpawnRequest{Job: "j2", Rank: rank, Path: prog, Args: []string{"sleep"}}
 	}
@@ -396,7 +397,7 @@ func TestKeepAliveLease(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 4, Lease: 400 * time.Millisecond})
+	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 4, Lease: 400 * time.Millisecond})
 	subs := map[string]*nats.Subscription{}
 	for id, lease := range map[string]time.Duration{"dead": 300 * time.Millisecond, "live": 300 * time.Millisecond, "unleased": 0, "greedy": time.Hour} {
 		subs[id] = watchRank(t, nc, id, 0)
@@ -438,7 +439,7 @@ func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	dir, prog := rankScript(t)
-	n := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 1})
+	n := startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, Slots: 1})
 	beats, err := nc.SubscribeSync(job.NodesHeartbeatSubject)
 	if err != nil {
 		t.Fatal(err)
@@ -476,8 +477,8 @@ func TestNodeNameInUse(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}})
-	err := Serve(context.Background(), Config{Node: "n1", NATS: NATSOptions{URL: url}, Log: log.New(&testbin.Buffer{}, "", 0)})
+	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}})
+	err := Serve(context.Background(), Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Log: log.New(&testbin.Buffer{}, "", 0)})
 	if !errors.Is(err, ErrNodeNameInUse) || !strings.Contains(err.Error(), "node n1 is already served by pcmd pid") {
 		t.Errorf("second pcmd for n1: %v", err)
 	}
@@ -502,9 +503,14 @@ func TestConfigErrors(t *testing.T) {
 		"--pass-env \"A=B\"":               {Node: "n", PassEnv: []string{"A=B"}},
 	}
 	for want, cfg := range cases {
+		cfg.InsecureOpen = true
 		if err := Serve(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Serve error %v, want one containing %q", err, want)
 		}
+	}
+	// A node must say whom it takes spawn requests from.
+	if err := Serve(context.Background(), Config{Node: "n", NATS: NATSOptions{URL: "nats://x"}}); !errors.Is(err, spawner.ErrNoLauncherPolicy) {
+		t.Errorf("Serve without --authorized-launchers or --insecure-open: %v", err)
 	}
 }
 
@@ -512,8 +518,8 @@ func TestDiscoverStatus(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
-	startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Slots: 3})
-	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, Slots: 1})
+	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Slots: 3})
+	n2 := startNode(t, nc, Config{Node: "n2", InsecureOpen: true, NATS: NATSOptions{URL: url}, Slots: 1})
 	time.Sleep(150 * time.Millisecond) // a few heartbeats: the nodes know each other
 	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
 	if err != nil {
@@ -547,9 +553,9 @@ func TestServeIOSAgentsAndStatus(t *testing.T) {
 	ios := agentdriver.Config{Period: 20 * time.Millisecond, Tick: 10 * time.Millisecond, Seed: 7,
 		Protocol: iosbridge.Config{StealTimeout: time.Second, BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
 			HeartbeatInterval: 100 * time.Millisecond, PeerTimeout: 2 * time.Second}}
-	n1 := startNode(t, nc, Config{Node: "n1", NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, IOS: ios})
+	n1 := startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"}, IOS: ios})
 	ios.Policy = "flcras"
-	n2 := startNode(t, nc, Config{Node: "n2", NATS: NATSOptions{URL: url}, IOS: ios})
+	n2 := startNode(t, nc, Config{Node: "n2", InsecureOpen: true, NATS: NATSOptions{URL: url}, IOS: ios})
 	rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j", Rank: 0, Path: prog, Args: []string{"sleep"}})
 	if rep.Error != "" {
 		t.Fatal(rep.Error)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/agentdriver"
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
@@ -71,6 +72,17 @@ type Config struct {
 
 	Log *log.Logger // nil = stderr, prefixed with "pcmd[NODE] "
 
+	// AuthorizedLaunchers is the file listing the launchers' NKey public keys that may start
+	// and signal ranks here (pcmd serve --authorized-launchers; ctlauth.ParseAuthorizedKeys).
+	// Without one, InsecureOpen must be set: anyone who can publish on the node's subjects
+	// may then start allowed programs.
+	AuthorizedLaunchers string
+	InsecureOpen        bool
+	// NodeKey is a file holding the node's NKey server seed (pcmd serve --node-key), which
+	// signs its key card; launchers list its public key in their known-nodes file. "" = a
+	// fresh key at every start, which no known-nodes file can name.
+	NodeKey string
+
 	// IOS configures the node's IOS agent: resource profiling, random stealing, migration
 	// decisions (pcmd serve --policy ...).
 	IOS agentdriver.Config
@@ -108,7 +120,10 @@ func (c *Config) setDefaults() error {
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}
-	if err := (spawner.Config{Slots: c.Slots, Allow: c.Allow, PinArgs: c.PinArgs, KillGrace: c.KillGrace, MaxLease: c.Lease}).Validate(); err != nil {
+	if c.AuthorizedLaunchers == "" && !c.InsecureOpen {
+		return spawner.ErrNoLauncherPolicy
+	}
+	if err := (spawner.Config{Slots: c.Slots, Allow: c.Allow, PinArgs: c.PinArgs, KillGrace: c.KillGrace, MaxLease: c.Lease, Open: true}).Validate(); err != nil {
 		return err
 	}
 	for _, name := range c.PassEnv {
@@ -136,6 +151,7 @@ type server struct {
 	store   string   // absolute store root, or ""
 	baseEnv []string // the variables of pcmd's environment that the ranks inherit
 	ranks   *spawner.Manager
+	card    []byte             // the signed key card, in every NodeInfo
 	agent   *agentdriver.Agent // nil when the IOS agent is disabled
 
 	drained chan struct{} // closed when a drained node runs no rank any more
@@ -181,6 +197,21 @@ func Serve(ctx context.Context, cfg Config) error {
 		s.store = dir
 	}
 
+	var launchers *ctlauth.AuthorizedKeys
+	if cfg.AuthorizedLaunchers != "" {
+		var err error
+		if launchers, err = ctlauth.LoadAuthorizedKeys(cfg.AuthorizedLaunchers); err != nil {
+			return fmt.Errorf("pcmd: --authorized-launchers: %w", err)
+		}
+	}
+	keys, err := nodeKeys(cfg.Node, cfg.NodeKey)
+	if err != nil {
+		return err
+	}
+	if s.card, err = signedCard(keys); err != nil {
+		return err
+	}
+
 	closed := make(chan struct{})
 	var closeOnce sync.Once
 	grace, err := ctlplane.GraceFromEnv(nil)
@@ -200,6 +231,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	s.ranks, err = spawner.Start(nc, spawner.Config{
 		Node: cfg.Node, Allow: cfg.Allow, PinArgs: cfg.PinArgs, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
 		Env: s.baseEnv, NodeEnv: s.nodeEnv, Log: s.log,
+		Launchers: launchers, Open: cfg.InsecureOpen, Curve: keys.Curve,
 	})
 	if err != nil {
 		return err
@@ -364,7 +396,7 @@ func (s *server) info() job.NodeInfo {
 	return job.NodeInfo{
 		Name: s.cfg.Node, Slots: s.cfg.Slots, Used: s.ranks.Used(), Load: loadAvg(),
 		Advertise: s.cfg.Advertise, PID: os.Getpid(), Version: Version(),
-		Interval: s.cfg.Heartbeat, Seq: seq, Draining: draining, Ranks: s.ranks.Ranks(),
+		Interval: s.cfg.Heartbeat, Seq: seq, Draining: draining, Ranks: s.ranks.Ranks(), Card: s.card,
 	}
 }
 

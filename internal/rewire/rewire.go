@@ -27,8 +27,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mpios/mpios/internal/job"
 	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/job"
 )
 
 // Message is an eager message that arrived at the predecessor and was not received yet; it
@@ -91,6 +93,9 @@ type Launched struct {
 	Member Member
 	// Joined is the resize request a joiner joined the job at (job.EnvJoin); 0 for others.
 	Joined uint64
+	// Auth authenticates the process's messages on the job's key-protected subjects (the
+	// reconfiguration log, migration requests and reports); mpi sets it.
+	Auth *ctlauth.JobChannel
 
 	mu        sync.Mutex
 	inherited *Inheritance

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/mpios/mpios/comm"
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rankproc"
 )
@@ -50,6 +52,16 @@ type Config struct {
 	NodeEnv func(req job.SpawnRequest, same, other int) []string
 
 	Log *log.Logger // not nil
+
+	// Launchers, if not nil, are the only launchers the node takes spawn and signal requests
+	// from: each request must be signed by a listed key (pcmd serve --authorized-launchers).
+	// Nil needs Open: unsigned requests are taken from anyone who can publish on the
+	// node's subjects (--insecure-open). Signed requests are verified in both modes.
+	Launchers *ctlauth.AuthorizedKeys
+	Open      bool
+	// Curve is the node's curve key (ctlauth.NodeKeys.Curve): it opens the job secrets
+	// sealed in spawn requests. Nil: the node refuses sealed secrets.
+	Curve nkeys.KeyPair
 }
 
 // Validate checks the configuration; errors name the pcmd flag at fault.
@@ -71,6 +83,9 @@ func (c Config) Validate() error {
 	if c.KillGrace <= 0 {
 		return errors.New("pcmd: kill grace must be positive")
 	}
+	if c.Launchers == nil && !c.Open {
+		return ErrNoLauncherPolicy
+	}
 	if c.MaxLease < job.MinInterval || c.MaxLease > job.MaxInterval {
 		return fmt.Errorf("pcmd: lease %v: want %v to %v", c.MaxLease, job.MinInterval, job.MaxInterval)
 	}
@@ -84,6 +99,7 @@ func (c Config) Validate() error {
 type Manager struct {
 	cfg     Config
 	pins    []argPin
+	auth    *authorizer
 	log     *log.Logger
 	nc      *nats.Conn
 	spawnc  chan spawnOp
@@ -100,7 +116,9 @@ type Manager struct {
 // rank is a rank the node runs, or is starting (proc nil). proc is guarded by Manager.mu.
 type rank struct {
 	key       RankKey
-	out, exit string // subjects
+	out, exit string              // subjects
+	signer    string              // the launcher key that started it; its signals need the same; "": unsigned
+	relay     *ctlauth.JobChannel // output and exit go under the job key; nil: in clear (no secret)
 	proc      rankproc.Process
 	pid       int
 
@@ -125,12 +143,15 @@ func Start(nc *nats.Conn, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	pins, _ := parsePins(cfg.PinArgs) // checked by Validate
+	auth, err := newAuthorizer(cfg, time.Now())
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
-		cfg: cfg, pins: pins, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
+		cfg: cfg, pins: pins, auth: auth, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
 		table: NewTable(cfg.Node, cfg.Slots, cfg.MaxLease), ranks: map[RankKey]*rank{}, leases: map[string]*nats.Subscription{},
 	}
 	go m.spawner()
-	var err error
 	if m.spawnSb, err = nc.Subscribe(job.NodeSpawnSubject(cfg.Node), m.onSpawn); err == nil {
 		m.sigSb, err = nc.Subscribe(job.NodeSignalSubject(cfg.Node), m.onSignal)
 	}
@@ -193,7 +214,7 @@ func (m *Manager) onSpawn(msg *nats.Msg) {
 		m.log.Printf("ignoring a spawn request without a reply subject")
 		return
 	}
-	m.respond(msg, m.spawn(msg.Data))
+	m.respond(msg, m.spawn(msg.Subject, msg.Data))
 }
 
 // refuse builds a refusal reply and logs it.
@@ -204,9 +225,13 @@ func (m *Manager) refuse(code job.SpawnRefusal, format string, args ...any) job.
 }
 
 // spawn handles one spawn request: decode, validate, apply the node's policy, start.
-func (m *Manager) spawn(data []byte) job.SpawnReply {
+func (m *Manager) spawn(subject string, data []byte) job.SpawnReply {
+	in, err := m.auth.open(subject, data, spawnJob, time.Now())
+	if err != nil {
+		return m.refuse(job.RefuseNotAllowed, "%s", job.TrimPrefix(err).Error())
+	}
 	var req job.SpawnRequest
-	if err := job.Decode(data, &req); err != nil {
+	if err := job.Decode(in.body, &req); err != nil {
 		return m.refuse(job.RefuseInvalid, "rejects a malformed spawn request: %s", job.TrimPrefix(err).Error())
 	}
 	if err := req.Validate(); err != nil {
@@ -218,6 +243,13 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 	}
 	if why := checkArgs(m.pins, path, req.Args); why != "" {
 		return m.refuse(job.RefuseNotAllowed, "%s", why)
+	}
+	if err := in.launcher.Permits(req.Job, path); err != nil {
+		return m.refuse(job.RefuseNotAllowed, "%s", err)
+	}
+	secretEnv, err := m.auth.secretEnv(req)
+	if err != nil {
+		return m.refuse(job.RefuseInvalid, "cannot start rank %d of job %s: %v", req.Rank, req.Job, err)
 	}
 	if req.Dir != "" {
 		if fi, err := os.Stat(req.Dir); !filepath.IsAbs(req.Dir) || err != nil || !fi.IsDir() {
@@ -233,7 +265,11 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 	}
 
 	key := RankKey{req.Job, req.Rank}
-	r := &rank{key: key, out: req.Out, exit: req.Exit}
+	relay, err := relayChannel(m.cfg.Node, req, secretEnv)
+	if err != nil {
+		return m.refuse(job.RefuseInvalid, "cannot start rank %d of job %s: %v", req.Rank, req.Job, err)
+	}
+	r := &rank{key: key, out: req.Out, exit: req.Exit, signer: in.signer, relay: relay}
 	if r.out == "" {
 		r.out = job.RankOutSubject(req.Job, req.Rank)
 	}
@@ -254,6 +290,7 @@ func (m *Manager) spawn(data []byte) job.SpawnReply {
 	if m.cfg.NodeEnv != nil {
 		nodeEnv = m.cfg.NodeEnv(req, same, other)
 	}
+	nodeEnv = append(nodeEnv, secretEnv...)
 	res := make(chan spawnResult, 1)
 	m.spawnc <- spawnOp{spec: rankproc.Spec{
 		Rank:   req.Rank,
@@ -350,7 +387,7 @@ func (m *Manager) publishOutput(r *rank, st rankproc.Stream, line []byte) {
 		}
 		// Counted even if publishing fails, so the receiver can tell that it lost some.
 		seq := r.sent.Add(1)
-		data, err := job.Encode(job.RankOutput{Stream: int(st), Seq: seq, Line: piece, Partial: partial})
+		data, err := r.encode(r.out, job.RankOutput{Stream: int(st), Seq: seq, Line: piece, Partial: partial})
 		if err == nil {
 			err = m.nc.Publish(r.out, data)
 		}
@@ -381,7 +418,7 @@ func (m *Manager) watch(r *rank) {
 	}
 	// Published before the slot is freed: a heartbeat that no longer lists the rank then
 	// follows its exit message.
-	data, err := job.Encode(msg)
+	data, err := r.encode(r.exit, msg)
 	if err == nil {
 		err = m.nc.Publish(r.exit, data)
 	}
@@ -517,7 +554,12 @@ func (m *Manager) onSignal(msg *nats.Msg) {
 		}
 		m.respond(msg, rep)
 	}
-	if err := job.Decode(msg.Data, &req); err != nil {
+	in, err := m.auth.open(msg.Subject, msg.Data, signalJob, time.Now())
+	if err != nil {
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s %s", m.cfg.Node, job.TrimPrefix(err).Error())})
+		return
+	}
+	if err := job.Decode(in.body, &req); err != nil {
 		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s rejects a malformed signal request: %s", m.cfg.Node, job.TrimPrefix(err).Error())})
 		return
 	}
@@ -527,10 +569,17 @@ func (m *Manager) onSignal(msg *nats.Msg) {
 	}
 	m.mu.Lock()
 	var proc rankproc.Process
+	signer := in.signer
 	if r := m.ranks[RankKey{req.Job, req.Rank}]; r != nil {
-		proc = r.proc
+		proc, signer = r.proc, r.signer
 	}
 	m.mu.Unlock()
+	if signer != in.signer {
+		// Only the launcher that started a rank may signal it.
+		reply(job.SignalReply{Error: fmt.Sprintf("pcmd: node %s refuses a signal for rank %d of job %s not signed by the launcher that started it",
+			m.cfg.Node, req.Rank, req.Job)})
+		return
+	}
 	if proc == nil {
 		m.respond(msg, job.SignalReply{NotFound: true,
 			Error: fmt.Sprintf("pcmd: node %s does not run rank %d of job %s", m.cfg.Node, req.Rank, req.Job)})
@@ -543,4 +592,12 @@ func (m *Manager) onSignal(msg *nats.Msg) {
 		return
 	}
 	m.respond(msg, job.SignalReply{})
+}
+
+// encode encodes v for publication on subject, under the job key when the rank has one.
+func (r *rank) encode(subject string, v any) ([]byte, error) {
+	if r.relay == nil {
+		return job.Encode(v)
+	}
+	return r.relay.Encode(subject, v, time.Now())
 }

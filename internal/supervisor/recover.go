@@ -344,15 +344,24 @@ func (m *Machine) onRestored(now time.Time, r job.Restored) {
 	if started.IsZero() {
 		started = now
 	}
-	from := ""
-	if r.Seq != a.ckpt.Seq {
-		from = fmt.Sprintf(" (checkpoint %d was unusable)", a.ckpt.Seq)
-		a.lost += a.ckpt.Iteration - r.Iteration
+	note := ""
+	switch {
+	case r.Seq > a.ckpt.Seq:
+		// A newer checkpoint committed before rank 0's report of it arrived: the ranks found
+		// it in the store, and less work was lost than decided.
+		if a.lost >= 0 {
+			a.lost = max(a.lost-(r.Iteration-a.ckpt.Iteration), 0)
+		}
+	case r.Seq < a.ckpt.Seq:
+		note = fmt.Sprintf("; checkpoint %d was unusable", a.ckpt.Seq)
+		if a.lost >= 0 {
+			a.lost += a.ckpt.Iteration - r.Iteration
+		}
 	}
-	m.logf("recovered from the failure of %s: every rank restarted from checkpoint %d (iteration %d)%s%s in %v (detection %v, respawn %v, load %v)",
-		rankText(a.rank), r.Seq, r.Iteration, from, lostText(a.lost), now.Sub(a.failedAt).Round(time.Millisecond),
+	m.logf("recovered from the failure of %s: every rank restarted from checkpoint %d (iteration %d)%s in %v (detection %v, respawn %v, load %v)%s",
+		rankText(a.rank), r.Seq, r.Iteration, lostText(a.lost), now.Sub(a.failedAt).Round(time.Millisecond),
 		a.decidedAt.Sub(a.failedAt).Round(time.Millisecond), started.Sub(a.decidedAt).Round(time.Millisecond),
-		now.Sub(started).Round(time.Millisecond))
+		now.Sub(started).Round(time.Millisecond), note)
 	if e := m.lastRecoverEntry(); e != nil {
 		_ = e.Advance(reconf.Committed, nil)
 		e.Iteration = int(r.Iteration)

@@ -116,6 +116,35 @@ func TestDeadRankRestartsEveryRankFromTheNewestCommittedCheckpoint(t *testing.T)
 	}
 }
 
+// "Work lost per failure is at most one checkpoint interval": a checkpoint that committed
+// just before the failure, whose report had not arrived yet, is the one the ranks restore;
+// the log counts the work lost from it and does not call the older one unusable.
+func TestNewerCheckpointTheRanksFoundCountsTheWorkLostFromIt(t *testing.T) {
+	j := recoveringJob(t, Config{}, "", "", "")
+	j.committed(1, 10)
+	j.beatAll(24)
+	j.killRank(1)
+	j.advance(DefaultFailureWindow)
+	j.wantLog(`.*recovering \(1 of 3\): every rank restarts from checkpoint 1 \(iteration 10\), 14 iterations lost`)
+	j.restarted("", "", "")
+	j.step(Restored{Data: enc(t, job.Restored{From: "j", Seq: 2, Iteration: 20})})
+	j.wantLog(`recovered from the failure of rank 1: every rank restarted from checkpoint 2 \(iteration 20\), 4 iterations lost in .* \(detection .*, respawn .*, load .*\)`)
+}
+
+// An older checkpoint restored because the newest was damaged adds the iterations between
+// them to the work lost, and the log says why.
+func TestOlderCheckpointRestoredSaysTheNewestWasUnusable(t *testing.T) {
+	j := recoveringJob(t, Config{}, "", "", "")
+	j.committed(1, 10)
+	j.committed(2, 20)
+	j.beatAll(24)
+	j.killRank(1)
+	j.advance(DefaultFailureWindow)
+	j.restarted("", "", "")
+	j.step(Restored{Data: enc(t, job.Restored{From: "j", Seq: 1, Iteration: 10})})
+	j.wantLog(`recovered from the failure of rank 1: every rank restarted from checkpoint 1 \(iteration 10\), 14 iterations lost in .*; checkpoint 2 was unusable`)
+}
+
 // The processes of the failed run that still run are killed, and the ranks restart only once
 // all are gone (a node's slot is free again, no old process talks to the new ones).
 func TestSurvivorsAreKilledBeforeTheRestart(t *testing.T) {

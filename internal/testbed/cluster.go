@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -470,6 +471,10 @@ func (c *Cluster) startNode(n *node) error {
 	}
 	args := []string{"serve", "--node", n.name, "--nats", c.natsURL, "--advertise", n.addr,
 		"--slots", strconv.Itoa(o.Slots), "--store", store}
+	if help, _ := exec.Command(o.PCMD, "serve", "--help").CombinedOutput(); bytes.Contains(help, []byte("--insecure-open")) {
+		// The testbed's NATS server is private to it; older pcmds have no such flag.
+		args = append(args, "--insecure-open")
+	}
 	for _, p := range o.Allow {
 		args = append(args, "--allow", p)
 	}

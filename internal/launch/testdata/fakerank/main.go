@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
 )
@@ -99,7 +100,15 @@ func act(env job.Env, nc *nats.Conn) {
 		if nc == nil {
 			fatalf("-abort needs the rendezvous")
 		}
-		data, _ := job.Encode(job.Abort{Rank: env.Rank, Code: *abortCode, Message: "fakerank gives up"})
+		// As mpi.Abort: under the job key, which mpirun checks.
+		auth, err := ctlauth.NewJobChannel(env.JobID, env.Secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: env.Rank}, time.Now())
+		if err != nil {
+			fatalf("abort: %v", err)
+		}
+		data, err := auth.Encode(job.AbortSubject(env.JobID), job.Abort{Rank: env.Rank, Code: *abortCode, Message: "fakerank gives up"}, time.Now())
+		if err != nil {
+			fatalf("abort: %v", err)
+		}
 		if err := nc.Publish(job.AbortSubject(env.JobID), data); err != nil {
 			fatalf("abort: %v", err)
 		}

@@ -1,0 +1,278 @@
+// Command iossim runs the simulations of docs/SIMULATIONS.md with package
+// iosbridge/iossim — the deployed IOS agents (iosbridge.Node and its policies) on a
+// simulated grid — and writes the report, its plots and a CSV of every sample into a
+// directory (docs/ by default):
+//
+//	go run ./bench/iossim -date 2026-11-23
+//	go run ./bench/iossim -sizes 100,1000   # a quicker scaling table
+//
+// Every run is deterministic from -seed; only the wall times in the scaling table vary.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mpios/mpios/iosbridge/iossim"
+)
+
+type options struct {
+	out, date string
+	sizes     []int
+	seed      uint64
+	log       io.Writer
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("iossim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := options{log: stderr}
+	fs.StringVar(&o.out, "out", "docs", "directory for SIMULATIONS.md, the plots and iossim.csv")
+	fs.StringVar(&o.date, "date", time.Now().UTC().Format("2006-01-02"), "date printed in the report")
+	sizes := fs.String("sizes", "100,300,1000,3000,10000", "node counts of the scaling table")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of every run")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 4 {
+			return o, fmt.Errorf("iossim: -sizes: %q is not a node count of at least 4", f)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parse(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err == nil {
+		// The simulation allocates short-lived messages by the million; collecting less
+		// often roughly halves the wall time of the 10,000-node run.
+		debug.SetGCPercent(400)
+		err = run(o)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	var csv strings.Builder
+	csv.WriteString("scenario,policy,start,t_s,throughput,migrations,messages\n")
+	rep := &report{date: o.date, seed: o.seed}
+	files := map[string]string{}
+	bench, err := benchmarks(o, &csv, rep)
+	if err != nil {
+		return err
+	}
+	for name, svg := range bench {
+		files[name] = svg
+	}
+	svg, err := heat(o, &csv, rep)
+	if err != nil {
+		return err
+	}
+	files["iossim-heat.svg"] = svg
+	svg, err = scale(o, rep)
+	if err != nil {
+		return err
+	}
+	files["iossim-scale.svg"] = svg
+	files["iossim.csv"] = csv.String()
+	files["SIMULATIONS.md"] = rep.markdown()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(o.out, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(o.log, "wrote %d files to %s\n", len(files), o.out)
+	return nil
+}
+
+// outcome is one run in a table.
+type outcome struct {
+	Policy, Start string
+	Throughput    float64
+	Migrations    int
+	Last          time.Duration
+	Stable        bool
+	// MostOnANode is the largest number of ranks any node ended with; RemoteEdges the share
+	// of the topology's edges that ended between two nodes.
+	MostOnANode int
+	RemoteEdges float64
+}
+
+func summarize(policy, start string, res iossim.Result) outcome {
+	n := len(res.Samples)
+	// Stable: no migration in the second half of the run.
+	stable := n == 0 || res.Samples[n-1].Migrations == res.Samples[n/2].Migrations
+	count := map[string]int{}
+	most := 0
+	for _, node := range res.Placement {
+		count[node]++
+		most = max(most, count[node])
+	}
+	return outcome{Policy: policy, Start: start, Throughput: res.Throughput(200 * time.Second),
+		Migrations: res.Migrations, Last: res.LastMigration, Stable: stable, MostOnANode: most, RemoteEdges: res.RemoteEdges}
+}
+
+func record(csv *strings.Builder, scenario, policy, start string, res iossim.Result) []point {
+	var pts []point
+	for _, s := range res.Samples {
+		fmt.Fprintf(csv, "%s,%s,%s,%.0f,%.3f,%d,%d\n", scenario, policy, start, s.At.Seconds(), s.Throughput, s.Migrations, s.Messages)
+		pts = append(pts, point{s.At.Seconds(), s.Throughput})
+	}
+	return pts
+}
+
+func runChecked(cfg iossim.Config) (iossim.Result, error) {
+	res, err := iossim.Run(cfg)
+	if err == nil && res.StepErrors > 0 {
+		err = fmt.Errorf("iossim: %d messages rejected, first: %w", res.StepErrors, res.FirstError)
+	}
+	return res, err
+}
+
+var benchPolicies = []string{"sras", "atsras", "flcras", "mpiios"}
+
+// benchmarks runs Figs. 3.4–3.7: round robin, then every policy from a single node.
+func benchmarks(o options, csv *strings.Builder, rep *report) (map[string]string, error) {
+	svgs := map[string]string{}
+	for _, top := range []iossim.Topology{iossim.Unconnected, iossim.Sparse, iossim.Tree, iossim.Hypercube} {
+		var lines []line
+		var rows []outcome
+		for _, pol := range append([]string{"none"}, benchPolicies...) {
+			place, start := iossim.OnFirstNode, "one node"
+			if pol == "none" {
+				place, start = iossim.RoundRobin, "round robin"
+			}
+			cfg, err := iossim.BenchmarkConfig(top, pol, place, o.seed)
+			if err != nil {
+				return nil, err
+			}
+			res, err := runChecked(cfg)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, summarize(pol, start, res))
+			lines = append(lines, line{Label: pol + " (" + start + ")", Points: record(csv, string(top), pol, start, res)})
+		}
+		rep.bench = append(rep.bench, benchTable{Topology: top, Rows: rows})
+		svgs["iossim-"+string(top)+".svg"] = chart(fmt.Sprintf("%s benchmark: 32 actors, 4 dual 0.8 GHz nodes", top), "virtual time (s)", "messages processed per second", lines, false)
+	}
+	return svgs, nil
+}
+
+// heat runs Figs. 3.8–3.9: the optimal placement, the two starts, and the policies.
+func heat(o options, csv *strings.Builder, rep *report) (string, error) {
+	var lines []line
+	type variant struct {
+		policy, start string
+		place         iossim.Placement
+		tuned         bool
+	}
+	vs := []variant{{"none", "optimal blocks", iossim.Blocks, false}}
+	for _, st := range []struct {
+		name  string
+		place iossim.Placement
+	}{{"one node", iossim.OnFirstNode}, {"random", iossim.Random(o.seed + 2)}} {
+		vs = append(vs, variant{"none", st.name, st.place, false}, variant{"atsras", st.name, st.place, false},
+			variant{"flcras", st.name, st.place, true}, variant{"flcras", st.name + ", default cutoffs", st.place, false},
+			variant{"mpiios", st.name, st.place, false}, variant{"sras", st.name, st.place, false})
+	}
+	for _, v := range vs {
+		cfg, err := iossim.HeatConfig(v.policy, v.place, o.seed)
+		if err != nil {
+			return "", err
+		}
+		if v.tuned {
+			if cfg.Tuned, err = iossim.HeatFLCRAS(); err != nil {
+				return "", err
+			}
+		}
+		res, err := runChecked(cfg)
+		if err != nil {
+			return "", err
+		}
+		rep.heat = append(rep.heat, summarize(v.policy, v.start, res))
+		pts := record(csv, "heat", v.policy, v.start, res)
+		if !strings.Contains(v.start, "default") {
+			lines = append(lines, line{Label: v.policy + " (" + v.start + ")", Points: pts})
+		}
+	}
+	return chart("heat: 16 slices, 4 quad 1.7 GHz nodes (bulk-synchronous)", "virtual time (s)", "slice iterations per second", lines, false), nil
+}
+
+// scaleRow is one size of the scaling table.
+type scaleRow struct {
+	Nodes, Ranks                  int
+	Wall, CPU                     time.Duration
+	WideEdges, IdealWide          float64
+	Migrations                    int
+	PerRank                       float64
+	Last, Converged               time.Duration
+	MsgsPerNodeS, HeartbeatShare  float64
+	StealsPerNodeS, ThroughputPct float64
+}
+
+func scale(o options, rep *report) (string, error) {
+	var conv, msgs []point
+	for _, n := range o.sizes {
+		cfg := iossim.ScaleConfig(n, "mpiios", o.seed)
+		began, cpu0 := time.Now(), cpuTime()
+		res, err := runChecked(cfg)
+		if err != nil {
+			return "", err
+		}
+		wall, cpu := time.Since(began), cpuTime()-cpu0
+		ideal := iossim.ScaleIdeal(n, o.seed)
+		ideal.Duration = time.Millisecond // rates are computed at the first sample
+		ref, err := runChecked(ideal)
+		if err != nil {
+			return "", err
+		}
+		row := scaleRow{Nodes: n, Ranks: len(cfg.Ranks), Wall: wall, CPU: cpu, WideEdges: res.WideEdges, IdealWide: ref.WideEdges, Migrations: res.Migrations,
+			PerRank: float64(res.Migrations) / float64(len(cfg.Ranks)), Last: res.LastMigration,
+			Converged: res.Converged(0.05), MsgsPerNodeS: res.MessagesPerNodeSecond()}
+		if res.Messages > 0 {
+			row.HeartbeatShare = float64(res.ByKind["heartbeat"]) / float64(res.Messages)
+		}
+		row.StealsPerNodeS = float64(res.ByKind["steal_request"]) / res.NodeSeconds
+		if t := ref.Throughput(0); t > 0 {
+			row.ThroughputPct = 100 * res.Throughput(250*time.Second) / t
+		}
+		rep.scale = append(rep.scale, row)
+		conv = append(conv, point{float64(n), row.Converged.Seconds()})
+		msgs = append(msgs, point{float64(n), row.MsgsPerNodeS})
+		fmt.Fprintf(o.log, "%d nodes: %v wall, %v CPU, converged at %v, %.1f msgs/node/s\n", n, wall.Round(time.Second), cpu.Round(time.Second), row.Converged, row.MsgsPerNodeS)
+	}
+	return chart("scaling: a quarter of the nodes loaded 4×, policy mpiios", "nodes (log scale)", "seconds / messages per node per second",
+		[]line{{Label: "convergence (s, within 5%)", Points: conv}, {Label: "messages per node per s", Points: msgs}}, true), nil
+}
+
+// cpuTime is the CPU this process used so far: the wall time of a run on a shared 2-core
+// machine says more about the neighbours than about the simulator.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

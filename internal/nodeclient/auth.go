@@ -1,0 +1,131 @@
+package nodeclient
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rankproc"
+)
+
+// ErrUntrustedNode: a node has no key card signed by a key of the known-nodes file
+// (RemoteConfig.KnownNodes). Migration and resize targets are checked the same way.
+var ErrUntrustedNode = errors.New("not a known node")
+
+// jobAuth is what a Remote holds per job to authenticate its spawn and signal requests.
+type jobAuth struct {
+	signer *ctlauth.KeyWrapper // nil: requests are not signed (no RemoteConfig.Launcher)
+	curve  nkeys.KeyPair       // fresh per job: seals the job's secret for each node
+	// relay verifies the ranks' output and exit messages, which nodes with a key card send
+	// under the job key; nil if the job's environment has no secret.
+	relay *ctlauth.JobChannel
+}
+
+// nodeCard checks the key card in info, a node's description: signed by the node's key,
+// which the known-nodes file must list when there is one. It returns nil for a node without
+// a card (an older pcmd) when no known-nodes file is given.
+func (r *Remote) nodeCard(info job.NodeInfo) (*ctlauth.NodeCard, error) {
+	if len(info.Card) == 0 {
+		if r.cfg.KnownNodes != nil {
+			return nil, fmt.Errorf("nodeclient: node %s publishes no signed key card: %w", info.Name, ErrUntrustedNode)
+		}
+		return nil, nil
+	}
+	var keys ctlauth.KeySet = ctlauth.AnyKey{}
+	if r.cfg.KnownNodes != nil {
+		keys = r.cfg.KnownNodes
+	}
+	m, err := ctlauth.VerifyStatement(job.NodeCardSubject(info.Name), info.Card, keys)
+	if err != nil {
+		if errors.Is(err, ctlauth.ErrUntrusted) {
+			return nil, fmt.Errorf("nodeclient: node %s: its key card is not signed by its key in the known-nodes file: %w", info.Name, ErrUntrustedNode)
+		}
+		return nil, fmt.Errorf("nodeclient: node %s: key card: %w", info.Name, err)
+	}
+	card, err := ctlauth.CardFromMessage(m)
+	if err != nil || card.Node != info.Name {
+		return nil, fmt.Errorf("nodeclient: node %s: key card: %v: %w", info.Name, err, ErrUntrustedNode)
+	}
+	return &card, nil
+}
+
+// jobAuth returns the job's signing and sealing keys, made at its first spawn. r.mu held.
+func (r *Remote) jobAuthLocked(jobID string, env []string) (*jobAuth, error) {
+	if a := r.auth[jobID]; a != nil {
+		return a, nil
+	}
+	a := &jobAuth{}
+	var err error
+	if a.curve, err = nkeys.CreateCurveKeys(); err != nil {
+		return nil, fmt.Errorf("nodeclient: job %s: curve key: %w", jobID, err)
+	}
+	if r.cfg.Launcher != nil {
+		// Numbered from the clock: a restarted mpirun, or another one of the same job id,
+		// does not reuse numbers a node has seen.
+		from := ctlauth.Sender{Role: ctlauth.RoleLauncher, Job: jobID}
+		if a.signer, err = ctlauth.NewKeyWrapper(r.cfg.Launcher, from, uint64(time.Now().UnixNano())); err != nil {
+			return nil, fmt.Errorf("nodeclient: launcher key: %w", err)
+		}
+	}
+	if secret, err := hex.DecodeString(rankproc.EnvValue(env, job.EnvSecret)); err == nil && len(secret) > 0 {
+		if a.relay, err = ctlauth.NewJobChannel(jobID, secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now()); err != nil {
+			return nil, fmt.Errorf("nodeclient: job %s: %w", jobID, err)
+		}
+	}
+	r.auth[jobID] = a
+	return a, nil
+}
+
+// seal moves the job's secret out of req.Env into a box only card's node opens.
+func (a *jobAuth) seal(req *job.SpawnRequest, card *ctlauth.NodeCard) error {
+	prefix := job.EnvSecret + "="
+	for i, kv := range req.Env {
+		if !strings.HasPrefix(kv, prefix) {
+			continue
+		}
+		secret, err := hex.DecodeString(kv[len(prefix):])
+		if err != nil {
+			return fmt.Errorf("nodeclient: %s: %w", job.EnvSecret, err)
+		}
+		if req.SealedSecret, err = ctlauth.SealSecret(req.Job, secret, a.curve, *card, rand.Reader); err != nil {
+			return fmt.Errorf("nodeclient: %w", err)
+		}
+		if req.SealedFrom, err = a.curve.PublicKey(); err != nil {
+			return fmt.Errorf("nodeclient: %w", err)
+		}
+		req.Env = append(req.Env[:i:i], req.Env[i+1:]...)
+		return nil
+	}
+	return nil
+}
+
+// encode returns v, a request for the job, as published on subject: signed when the Remote
+// has a launcher key.
+func (a *jobAuth) encode(subject string, v any) ([]byte, error) {
+	data, err := job.Encode(v)
+	if err != nil || a.signer == nil {
+		return data, err
+	}
+	return a.signer.Wrap(subject, data, time.Now())
+}
+
+// open returns the body of a message relayed for the process's rank: verified under the job
+// key when its node has a key card (it relays under that key), else as received.
+func (p *remoteProcess) open(m *nats.Msg) ([]byte, error) {
+	if !p.keyed {
+		return m.Data, nil
+	}
+	if p.auth.relay == nil {
+		return nil, errors.New("no job key to verify it with")
+	}
+	body, _, err := p.auth.relay.Open(m.Subject, m.Data, time.Now())
+	return body, err
+}
