@@ -149,11 +149,11 @@ func TestJoinerDeathBeforeTheCommitAbortsTheResize(t *testing.T) {
 	j.sameDump(dump, want)
 }
 
-// TestResizeOfAJobWithoutDistributedDataIsAborted: heat2d keeps its grid in plain
-// registered values, which a resize cannot redistribute; the resize is aborted with the
-// reason and the job finishes unchanged.
+// TestResizeOfAJobWithoutDistributedDataIsAborted: heat2d's 2-D decomposition keeps its
+// grid in plain registered values, which a resize cannot redistribute; the resize is
+// aborted with the reason and the job finishes unchanged.
 func TestResizeOfAJobWithoutDistributedDataIsAborted(t *testing.T) {
-	args := []string{"heat2d", "-n", "48", "-iters", "800"}
+	args := []string{"heat2d", "-n", "48", "-iters", "800", "-decomp", "2d"}
 	want := referenceDump(t, args...)
 	c := newCluster(t)
 	dump := filepath.Join(t.TempDir(), "out.bin")
