@@ -29,8 +29,9 @@ import (
 
 // flight is the checkpoint in flight; nil when there is none.
 type flight struct {
-	seq  uint64
-	iter int
+	seq     uint64
+	iter    int
+	applied uint64 // log entries acted on when it was taken (reported with its commit)
 
 	piece chan pieceResult // the background write's outcome
 	res   *pieceResult     // once received
@@ -45,7 +46,7 @@ type flight struct {
 
 // startCheckpoint takes checkpoint p.seq of the state after iteration iter: step 1.
 func (p *Process) startCheckpoint(iter int) {
-	f := &flight{seq: p.seq, iter: iter, piece: make(chan pieceResult, 1), blocks: p.dist.layoutMeta()}
+	f := &flight{seq: p.seq, iter: iter, piece: make(chan pieceResult, 1), blocks: p.dist.layoutMeta(), applied: p.applied}
 	p.seq++ // also when abandoned: a number is never reused
 	p.flight = f
 	res := pieceResult{Time: time.Now().UTC(), Store: p.storeID}
@@ -167,7 +168,7 @@ func (p *Process) advance(failed int64) error {
 	}
 	p.flight = nil
 	if failed == 0 {
-		p.reportCommitted(f.manifest)
+		p.reportCommitted(f.manifest, f.applied)
 		return nil
 	}
 	cerr := &CheckpointError{Job: p.opts.JobID, Seq: f.seq, Iteration: f.iter, CommitFailed: true}

@@ -11,8 +11,9 @@ import (
 // checkpoint: rank 0 tells it which checkpoints are committed and, after a restart, that the
 // ranks compute again. Best effort: a lost report costs a recovery precision, never the job.
 
-// reportCommitted tells mpirun that checkpoint m is committed on every store.
-func (p *Process) reportCommitted(m ckptstore.Manifest) {
+// reportCommitted tells mpirun that checkpoint m is committed on every store, and how many
+// log entries the ranks had acted on when it was taken.
+func (p *Process) reportCommitted(m ckptstore.Manifest, applied uint64) {
 	if p.ctl == nil || p.world.Rank() != 0 {
 		return
 	}
@@ -20,7 +21,7 @@ func (p *Process) reportCommitted(m ckptstore.Manifest) {
 	for _, pc := range m.Pieces {
 		bytes += pc.Size
 	}
-	p.publish(job.CommittedSubject(p.opts.JobID), job.Committed{Seq: m.Seq, Iteration: m.Iteration, Bytes: bytes})
+	p.publish(job.CommittedSubject(p.opts.JobID), job.Committed{Seq: m.Seq, Iteration: m.Iteration, Bytes: bytes, Applied: applied})
 }
 
 // reportRestored tells mpirun that every rank restored checkpoint m.

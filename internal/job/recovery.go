@@ -47,6 +47,9 @@ type Committed struct {
 	Seq       uint64 `msgpack:"seq"`
 	Iteration int64  `msgpack:"iter"`
 	Bytes     int64  `msgpack:"bytes"` // state bytes of all ranks
+	// Applied is how many reconfiguration log entries the ranks had acted on when the
+	// checkpoint was taken: every checkpoint entry up to it is done.
+	Applied uint64 `msgpack:"applied,omitempty"`
 }
 
 // RestoredSubject carries Restored reports to mpirun.

@@ -113,6 +113,7 @@ func (m *Machine) onRecoveryEvent(now time.Time, ev Event) {
 		if m.rec.ckpt == nil || c.Seq > m.rec.ckpt.Seq {
 			m.rec.ckpt = &c
 		}
+		m.checkpointsDone(c)
 	case Restored:
 		var r job.Restored
 		if job.Decode(e.Data, &r) != nil {
@@ -460,4 +461,15 @@ func orNone(v []string) string {
 		return "none"
 	}
 	return strings.Join(v, ", ")
+}
+
+// checkpointsDone commits the requested checkpoints that a committed checkpoint covers: those
+// among the first c.Applied log entries, which the ranks had acted on when they took it.
+func (m *Machine) checkpointsDone(c job.Committed) {
+	for seq := uint64(1); seq <= c.Applied; seq++ {
+		if e := m.log.Get(seq); e != nil && e.Kind == reconf.Checkpoint && e.State.CanMoveTo(reconf.Committed) {
+			_ = e.Advance(reconf.Committed, nil)
+			e.Iteration, e.Bytes = int(c.Iteration), c.Bytes
+		}
+	}
 }

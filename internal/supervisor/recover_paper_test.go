@@ -378,3 +378,22 @@ func TestProcessStartingDuringTheFailureIsKilledBeforeTheRestart(t *testing.T) {
 		t.Errorf("migration %+v, want aborted by the recovery", h)
 	}
 }
+
+// A requested checkpoint is committed in the typed log once rank 0 reports a committed
+// checkpoint taken after the ranks acted on it; a later request stays proposed until then.
+func TestRequestedCheckpointCommitsWhenACheckpointCoveringItCommits(t *testing.T) {
+	j := recoveringJob(t, Config{}, "", "", "")
+	for range 2 {
+		if _, to := j.control(job.ControlRequest{Kind: job.ControlCheckpoint}); !j.lastReply(to).OK {
+			t.Fatalf("checkpoint refused: %+v", j.lastReply(to))
+		}
+	}
+	j.step(Committed{Data: enc(t, job.Committed{Seq: 4, Iteration: 40, Bytes: 3 << 20, Applied: 1})})
+	e := j.m.Log().Entries
+	if e[0].State != reconf.Committed || e[0].Iteration != 40 || e[0].Bytes != 3<<20 {
+		t.Errorf("first request %+v, want committed at iteration 40", e[0])
+	}
+	if e[1].State != reconf.Proposed {
+		t.Errorf("second request %+v, want still proposed", e[1])
+	}
+}
