@@ -21,6 +21,12 @@
 // ErrStale). The job's secret itself never travels in clear: SealSecret encrypts it for
 // one node's curve key (nkeys' x25519 box), published in the node's signed NodeCard.
 //
+// A node holds the keys of the jobs it runs ranks of in one JobKeyring: learned from the
+// secrets of verified spawn requests, pinned (another secret for a known job id is refused),
+// and used to verify what those jobs send the node (piece requests, buddy copies, manifest
+// requests) and to authenticate its replies. A one-time offer the node makes (a piece to
+// fetch, a copy to send) is taken with an OfferProof, an HMAC of its token under the job key.
+//
 // Everything here is pure: time and randomness are passed in, no goroutine is started, no
-// I/O is done. The package is not yet wired into the protocol; see docs/security.md.
+// I/O is done. docs/security.md says where each mechanism is used.
 package ctlauth

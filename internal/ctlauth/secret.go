@@ -95,8 +95,9 @@ func CardFromMessage(m Message) (NodeCard, error) {
 // sealed is the plaintext of a sealed secret: binding the job id keeps a secret sealed for
 // one job from being passed off as another's.
 type sealed struct {
-	Job    string `msgpack:"job"`
-	Secret []byte `msgpack:"secret"`
+	Job    string   `msgpack:"job"`
+	Secret []byte   `msgpack:"secret"`
+	Env    []string `msgpack:"env,omitempty"` // SealEnv's boxes; then Secret is empty
 }
 
 // SealSecret encrypts job jobID's secret for node to's curve key, authenticated as coming
@@ -133,5 +134,52 @@ func OpenSecret(jobID string, box []byte, fromCurveKey string, node nkeys.KeyPai
 	if s.Job != jobID {
 		return nil, fmt.Errorf("%w: sealed for job %.64q, not %s", ErrCannotOpen, s.Job, jobID)
 	}
+	if len(s.Env) > 0 {
+		return nil, fmt.Errorf("%w: of job %s: an environment box, not a secret", ErrCannotOpen, jobID)
+	}
 	return s.Secret, nil
+}
+
+// SealEnv encrypts environment entries (KEY=VALUE) of job jobID's ranks that must not travel
+// in clear — NATS credentials — for node to's curve key, from the launcher's per-job curve
+// key pair from, as SealSecret does for the job's secret.
+func SealEnv(jobID string, env []string, from nkeys.KeyPair, to NodeCard, rand io.Reader) ([]byte, error) {
+	if err := job.ValidateID(jobID); err != nil {
+		return nil, fmt.Errorf("ctlauth: %w", err)
+	}
+	if len(env) == 0 {
+		return nil, fmt.Errorf("ctlauth: seal the environment of job %s: nothing to seal", jobID)
+	}
+	if err := to.Validate(); err != nil {
+		return nil, err
+	}
+	plain, err := msgpack.Marshal(&sealed{Job: jobID, Env: env})
+	if err != nil {
+		return nil, fmt.Errorf("ctlauth: seal: %w", err)
+	}
+	box, err := from.SealWithRand(plain, to.CurveKey, rand)
+	if err != nil {
+		return nil, fmt.Errorf("ctlauth: seal the environment of job %s for node %s: %w", jobID, to.Node, err)
+	}
+	return box, nil
+}
+
+// OpenEnv decrypts environment entries of job jobID sealed for node by fromCurveKey
+// (SealEnv). A secret's box does not open as an environment, nor the reverse.
+func OpenEnv(jobID string, box []byte, fromCurveKey string, node nkeys.KeyPair) ([]string, error) {
+	plain, err := node.Open(box, fromCurveKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: environment of job %s from %.60s: %v", ErrCannotOpen, jobID, fromCurveKey, err)
+	}
+	var s sealed
+	if err := job.Decode(plain, &s); err != nil {
+		return nil, fmt.Errorf("%w: environment of job %s: %v", ErrCannotOpen, jobID, err)
+	}
+	if s.Job != jobID {
+		return nil, fmt.Errorf("%w: environment sealed for job %.64q, not %s", ErrCannotOpen, s.Job, jobID)
+	}
+	if len(s.Secret) > 0 || len(s.Env) == 0 {
+		return nil, fmt.Errorf("%w: of job %s: not an environment box", ErrCannotOpen, jobID)
+	}
+	return s.Env, nil
 }

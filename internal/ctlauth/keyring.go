@@ -1,0 +1,195 @@
+package ctlauth
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+)
+
+// Errors of a JobKeyring.
+var (
+	// ErrUnknownJob: the keyring holds no key for the job (the node never opened its secret
+	// since it started, or forgot it).
+	ErrUnknownJob = errors.New("ctlauth: no key known for this job")
+	// ErrKeyConflict: a job id the keyring knows was presented with another secret (someone
+	// reusing another job's id).
+	ErrKeyConflict = errors.New("ctlauth: job already known with another key")
+)
+
+// DefaultKeyringJobs is how many jobs a JobKeyring remembers by default.
+const DefaultKeyringJobs = 4096
+
+// JobKeyring holds the keys of the jobs a node has started ranks of: it learns each from the
+// secret of a verified spawn request (opened from its sealed box) and verifies, under the
+// key of the job a message claims, everything those jobs' processes send the node — piece
+// requests, buddy copies, manifest requests, profiles, keepalives — and authenticates the
+// node's replies to them. A job id, once learned, is pinned to its key: a later spawn of the
+// same id with another secret is refused (ErrKeyConflict). It remembers at most a bounded
+// number of jobs, forgetting the least recently used. Safe for concurrent use.
+type JobKeyring struct {
+	from      Sender // the node's identity in its replies
+	notBefore time.Time
+	max       int
+
+	mu   sync.Mutex
+	jobs map[string]*ringEntry
+	tick uint64 // use counter, for least-recently-used eviction
+}
+
+type ringEntry struct {
+	key   JobKey
+	owner string
+	used  uint64
+	v     *JobVerifier
+	w     *JobWrapper
+}
+
+// NewJobKeyring returns an empty keyring of the process from (a node: RoleNode), started at
+// now (messages sent before it are refused, so nothing it forgot can be replayed to it),
+// remembering at most max jobs (0: DefaultKeyringJobs).
+func NewJobKeyring(from Sender, max int, now time.Time) (*JobKeyring, error) {
+	if err := from.Validate(); err != nil {
+		return nil, err
+	}
+	if max == 0 {
+		max = DefaultKeyringJobs
+	}
+	if max < 0 {
+		return nil, fmt.Errorf("ctlauth: keyring of %d jobs", max)
+	}
+	return &JobKeyring{from: from, notBefore: now.Add(-channelGrace), max: max, jobs: map[string]*ringEntry{}}, nil
+}
+
+// Learn records the key of job jobID, derived from its secret, and who started it (owner:
+// the launcher key that signed the spawn, "" for an unsigned one). A job already known keeps
+// its key and owner: another secret is refused with ErrKeyConflict.
+func (r *JobKeyring) Learn(jobID string, secret []byte, owner string) error {
+	key, err := DeriveJobKey(jobID, secret)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tick++
+	if e := r.jobs[jobID]; e != nil {
+		if !hmac.Equal(e.key.mac, key.mac) {
+			return fmt.Errorf("%w: job %s", ErrKeyConflict, jobID)
+		}
+		e.used = r.tick
+		return nil
+	}
+	v, err := NewJobVerifier(key, ReplayOptions{NotBefore: r.notBefore})
+	if err != nil {
+		return err
+	}
+	w, err := NewJobWrapper(key, r.from, uint64(time.Now().UnixNano()))
+	if err != nil {
+		return err
+	}
+	if len(r.jobs) >= r.max {
+		r.evictLocked()
+	}
+	r.jobs[jobID] = &ringEntry{key: key, owner: owner, used: r.tick, v: v, w: w}
+	return nil
+}
+
+// evictLocked forgets the least recently used job. r.mu held.
+func (r *JobKeyring) evictLocked() {
+	oldest, at := "", uint64(0)
+	for id, e := range r.jobs {
+		if oldest == "" || e.used < at {
+			oldest, at = id, e.used
+		}
+	}
+	delete(r.jobs, oldest)
+}
+
+func (r *JobKeyring) entry(jobID string) (*ringEntry, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.jobs[jobID]
+	if e == nil {
+		return nil, fmt.Errorf("%w: job %.64q", ErrUnknownJob, jobID)
+	}
+	r.tick++
+	e.used = r.tick
+	return e, nil
+}
+
+// Owner returns who started job jobID (Learn's owner) and whether the job is known.
+func (r *JobKeyring) Owner(jobID string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.jobs[jobID]
+	if e == nil {
+		return "", false
+	}
+	return e.owner, true
+}
+
+// Decode verifies data received on subject under the key of job jobID (the error wraps
+// ErrUnknownJob, ErrForged, ErrReplay, ErrStale or ErrMalformed) and decodes its body into
+// v. It returns the verified sender.
+func (r *JobKeyring) Decode(jobID, subject string, data []byte, v any, now time.Time) (Sender, error) {
+	e, err := r.entry(jobID)
+	if err != nil {
+		return Sender{}, err
+	}
+	m, err := e.v.Verify(subject, data, now)
+	if err != nil {
+		return Sender{}, err
+	}
+	if err := job.Decode(m.Body, v); err != nil {
+		return Sender{}, fmt.Errorf("%w: body from %s on %s: %v", ErrMalformed, m.From, subject, err)
+	}
+	return m.From, nil
+}
+
+// Encode returns v encoded and authenticated under job jobID's key for publication on
+// subject, as sent by the keyring's process (a reply to one of the job's processes).
+func (r *JobKeyring) Encode(jobID, subject string, v any, now time.Time) ([]byte, error) {
+	e, err := r.entry(jobID)
+	if err != nil {
+		return nil, err
+	}
+	body, err := job.Encode(v)
+	if err != nil {
+		return nil, err
+	}
+	return e.w.Wrap(subject, body, now)
+}
+
+// CheckOfferProof reports whether proof is job jobID's proof for the offer token token
+// (OfferProof): only a process holding the job's key could compute it.
+func (r *JobKeyring) CheckOfferProof(jobID string, token, proof []byte) bool {
+	e, err := r.entry(jobID)
+	if err != nil {
+		return false
+	}
+	return hmac.Equal(e.key.OfferProof(token), proof)
+}
+
+// OfferProofSize is the length of an OfferProof.
+const OfferProofSize = sha256.Size
+
+// OfferProof is what a job's process presents to take a one-time offer a node made it (a
+// piece to read, a buddy copy to send): an HMAC of the offer's token under the job key. The
+// token itself travels in the node's reply, which other NATS clients may read; the proof
+// shows that whoever connects also holds the key.
+func (k JobKey) OfferProof(token []byte) []byte {
+	m := hmac.New(sha256.New, k.mac)
+	m.Write([]byte("mpios piece offer v1\x00"))
+	m.Write(token)
+	return m.Sum(nil)
+}
+
+// OfferProof returns the proof of the channel's job for the offer token token.
+func (c *JobChannel) OfferProof(token []byte) []byte { return c.w.key.OfferProof(token) }
+
+// Job returns the id of the channel's job.
+func (c *JobChannel) Job() string { return c.w.key.job }
