@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mpios/mpios/internal/mpisuite"
@@ -52,6 +53,12 @@ func run(args []string) (err error) {
 		if err := mpisuite.RunAll(c, only); err != nil {
 			return fmt.Errorf("rank %d: %w", c.Rank(), err)
 		}
+		// The shared-memory rings this rank has mapped tell the test which transport ran.
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("rank %d rings %d\n", c.Rank(), strings.Count(string(maps), "/dev/shm/mpios."))
 		fmt.Printf("rank %d of %d ok\n", c.Rank(), c.Size())
 		return mpi.Finalize()
 	}
