@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -270,6 +271,9 @@ func allreduceImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	}
 	p := c.Size()
 	if p > 1 && len(send)*sizeOf[T]() >= allreduceRingMin && len(send) >= p && op.elementwise() {
+		if err := agreeBeforeRing[T](c, len(send)); err != nil {
+			return collErr("Allreduce", err)
+		}
 		return collErr("Allreduce", ringAllreduce(c, send, recv, op))
 	}
 	copy(recv, send)
@@ -279,17 +283,67 @@ func allreduceImpl[T Number](c *Comm, send, recv []T, op Op) error {
 	return collErr("Allreduce", recursiveDoubling(c, recv, op))
 }
 
+// elemAgree is the element type of the messages of agreeBeforeRing: apart from every data
+// type, so that a rank that reduces a small vector by recursive doubling, and receives one of
+// them where it waits for a partner's vector, sees a misfit (and vice versa).
+const elemAgree uint8 = elemAbort - 1
+
+// agreeBeforeRing makes the ranks agree on the length and element type of a ring Allreduce
+// before it starts. The ring cuts the vector into blocks by its length, so ranks whose lengths
+// (or types) differ would wait for segments that never come; and a rank whose vector is below
+// the ring's threshold takes recursive doubling instead. So every rank that takes the ring
+// first runs recursive doubling on its (length, type) pair, with elemAgree messages: the same
+// tag, partners and abort rules as a small Allreduce, whose messages thus meet the agreement's
+// ones and fail to fit. Any difference anywhere reaches every rank (a rank that saw one sends
+// aborts in its later rounds), and every rank returns ErrCount before any ring message is
+// sent. It costs log2(P) rounds of a 16-byte message, small next to the vector.
+func agreeBeforeRing[T Number](c *Comm, n int) error {
+	desc := [2]int64{int64(n), int64(elemCode[T]())}
+	return doubling(c, desc[:], Op{}, elemAgree, true)
+}
+
 // recursiveDoubling is the small-vector Allreduce. A rank that receives a vector of another
 // length (or word that another rank did) finishes its rounds sending aborts, so that its later
 // partners learn of the misfit instead of waiting for it.
 func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
+	return doubling(c, acc, op, elemCode[T](), false)
+}
+
+// doubling runs recursive doubling on acc, whose messages carry element type elem. It reduces
+// with op, or, with agree set, only compares: a received vector that differs from acc is a
+// misfit (agreeBeforeRing).
+func doubling[T Number](c *Comm, acc []T, op Op, elem uint8, agree bool) error {
 	p, rank := c.Size(), c.Rank()
 	pof2 := 1 << (bits.Len(uint(p)) - 1)
 	rem := p - pof2
 	tmp, tmpBuf := getScratch[T](len(acc))
 	defer putScratch(tmpBuf)
 	s := newCollSender[T](c)
+	s.elem = elem
 	defer s.release()
+	// combine folds tmp, received from rank src, into acc.
+	combine := func(src int) error {
+		switch {
+		case agree:
+			if !slices.Equal(tmp, acc) {
+				return countError("Allreduce", "rank %d reduces %v elements of %s, this rank %v of %s",
+					src, tmp[0], elemName(uint8(tmp[1])), acc[0], elemName(uint8(acc[1])))
+			}
+		case src < rank:
+			apply(op, tmp, acc)
+		default:
+			applyAfter(op, tmp, acc)
+		}
+		return nil
+	}
+	recvFit := func(buf []T, src int) (bad, fatal error) {
+		var r Request
+		if err := cpostAs(c, &r, buf, elem, src, tagAllreduce); err != nil {
+			return nil, err
+		}
+		st, err := r.wait()
+		return fitOutcome("Allreduce", st, err, len(buf))
+	}
 	var bad error
 	// Fold the first 2*rem ranks pairwise so that a power of two takes part in the doubling.
 	newrank := rank - rem
@@ -300,12 +354,12 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 			}
 			newrank = -1
 		} else {
-			b, fatal := crecvFit(c, "Allreduce", tmp, rank-1, tagAllreduce, nil)
+			b, fatal := recvFit(tmp, rank-1)
 			if fatal != nil {
 				return fatal
 			}
 			if bad = b; bad == nil {
-				apply(op, tmp, acc)
+				bad = combine(rank - 1)
 			}
 			newrank = rank / 2
 		}
@@ -322,7 +376,7 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 			// The receive is posted before the send, so the partner's message lands in tmp
 			// directly (never in the unexpected queue).
 			rr := &reqs[i]
-			if err := cpost(c, rr, tmp, dst, tagAllreduce); err != nil {
+			if err := cpostAs(c, rr, tmp, elem, dst, tagAllreduce); err != nil {
 				return err
 			}
 			if err := s.sendFit(acc, bad, dst, tagAllreduce); err != nil {
@@ -337,13 +391,8 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 				}
 				bad = firstErr(bad, b)
 			}
-			if bad != nil {
-				continue
-			}
-			if dst < rank {
-				apply(op, tmp, acc)
-			} else {
-				applyAfter(op, tmp, acc)
+			if bad == nil {
+				bad = combine(dst)
 			}
 		}
 	}
@@ -351,7 +400,7 @@ func recursiveDoubling[T Number](c *Comm, acc []T, op Op) error {
 		if rank%2 == 1 {
 			return firstErr(s.sendFit(acc, bad, rank-1, tagAllreduce), bad)
 		}
-		b, fatal := crecvFit(c, "Allreduce", acc, rank+1, tagAllreduce, nil)
+		b, fatal := recvFit(acc, rank+1)
 		return firstErr(fatal, b)
 	}
 	return bad
@@ -575,8 +624,13 @@ func putScratch(h *[]uint64) {
 // cpost posts a receive of buf from rank src of c on the collective context, into r (a zero
 // Request of the caller's, so that one allocation serves all the receives of a call).
 func cpost[T Elem](c *Comm, r *Request, buf []T, src, tag int) error {
+	return cpostAs(c, r, buf, elemCode[T](), src, tag)
+}
+
+// cpostAs is cpost of a message whose element type on the wire is elem.
+func cpostAs[T Elem](c *Comm, r *Request, buf []T, elem uint8, src, tag int) error {
 	r.e, r.comm, r.ctx, r.done = c.e, c, c.ctx+1, make(chan struct{})
-	r.peer, r.tag, r.buf, r.elem, r.esize = c.group[src], tag, asBytes(buf), elemCode[T](), sizeOf[T]()
+	r.peer, r.tag, r.buf, r.elem, r.esize = c.group[src], tag, asBytes(buf), elem, sizeOf[T]()
 	r.from = r.peer
 	return c.e.post(r)
 }

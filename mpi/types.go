@@ -69,8 +69,13 @@ var elemNames = [...]string{"bytes", "int8", "int16", "int32", "int64", "int", "
 	"uint32", "uint64", "uint", "float32", "float64", "complex64", "complex128", "value"}
 
 func elemName(code uint8) string {
-	if int(code) < len(elemNames) {
+	switch {
+	case int(code) < len(elemNames):
 		return elemNames[code]
+	case code == elemAgree:
+		return "length agreement of a large Allreduce"
+	case code == elemAbort:
+		return "abort"
 	}
 	return fmt.Sprintf("elem(%d)", code)
 }
