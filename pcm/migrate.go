@@ -130,6 +130,16 @@ func (d predecessor) SendFinal(f rewire.Final) error { return d.pred.SendFinal(f
 // writeBlob writes the hand-over blob: a length-prefixed msgpack migrationMeta, then the
 // registered state stream.
 func (p *Process) writeBlob(w io.Writer, iter int) error {
+	if err := p.writeMeta(w, iter); err != nil {
+		return err
+	}
+	_, err := p.reg.WriteTo(w)
+	return err
+}
+
+// writeMeta writes pcm's own bookkeeping (a length-prefixed msgpack migrationMeta), which a
+// successor or a process that joins at a resize takes over.
+func (p *Process) writeMeta(w io.Writer, iter int) error {
 	meta, err := msgpack.Marshal(&migrationMeta{
 		Seq: p.seq, Applied: p.applied, Calls: p.calls, NextPoll: p.nextPoll, PollEvery: p.pollEvery,
 		CallsAtSync: p.callsAtSync, LastIter: iter, CostNanos: int64(p.lastSyncCost), Names: p.reg.Names(),
@@ -140,10 +150,7 @@ func (p *Process) writeBlob(w io.Writer, iter int) error {
 	if _, err := w.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(meta)))); err != nil {
 		return err
 	}
-	if _, err := w.Write(meta); err != nil {
-		return err
-	}
-	_, err = p.reg.WriteTo(w)
+	_, err = w.Write(meta)
 	return err
 }
 
@@ -151,26 +158,36 @@ func (p *Process) writeBlob(w io.Writer, iter int) error {
 func (p *Process) loadInherited() error {
 	blob := p.inherited
 	p.inherited = nil
+	n, err := p.loadMeta(blob)
+	if err != nil {
+		return err
+	}
+	if err := p.readInherited(bytes.NewReader(blob[n:])); err != nil {
+		return fmt.Errorf("pcm: Load: hand-over state: %w", err)
+	}
+	return nil
+}
+
+// loadMeta takes over the bookkeeping writeMeta wrote at the start of blob and returns its
+// length.
+func (p *Process) loadMeta(blob []byte) (int, error) {
 	if len(blob) < 4 {
-		return fmt.Errorf("pcm: Load: hand-over state of %d bytes: %w", len(blob), state.ErrCorrupt)
+		return 0, fmt.Errorf("pcm: Load: hand-over state of %d bytes: %w", len(blob), state.ErrCorrupt)
 	}
 	n := int(binary.LittleEndian.Uint32(blob))
 	if n > len(blob)-4 {
-		return fmt.Errorf("pcm: Load: hand-over state header of %d bytes in %d: %w", n, len(blob), state.ErrCorrupt)
+		return 0, fmt.Errorf("pcm: Load: hand-over state header of %d bytes in %d: %w", n, len(blob), state.ErrCorrupt)
 	}
 	var meta migrationMeta
 	if err := msgpack.Unmarshal(blob[4:4+n], &meta); err != nil {
-		return fmt.Errorf("pcm: Load: hand-over state header: %v: %w", err, state.ErrCorrupt)
+		return 0, fmt.Errorf("pcm: Load: hand-over state header: %v: %w", err, state.ErrCorrupt)
 	}
 	if !slices.Equal(meta.Names, p.reg.Names()) {
-		return fmt.Errorf("pcm: Load: the predecessor registered %v, this process %v: %w", meta.Names, p.reg.Names(), ErrCallOrder)
-	}
-	if err := p.readInherited(bytes.NewReader(blob[4+n:])); err != nil {
-		return fmt.Errorf("pcm: Load: hand-over state: %w", err)
+		return 0, fmt.Errorf("pcm: Load: the predecessor registered %v, this process %v: %w", meta.Names, p.reg.Names(), ErrCallOrder)
 	}
 	p.seq = max(p.seq, meta.Seq)
 	p.applied, p.calls, p.nextPoll, p.pollEvery = meta.Applied, meta.Calls, meta.NextPoll, meta.PollEvery
 	p.callsAtSync, p.lastSyncCost = meta.CallsAtSync, time.Duration(meta.CostNanos)
 	p.lastIter, p.haveIter = meta.LastIter, true
-	return nil
+	return 4 + n, nil
 }

@@ -96,15 +96,27 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 			err = mpi.AgreeContexts(nw, old)
 		}
 	}
-	if err == nil {
-		err = mpi.Quiesce(old, rs.NewRank)
-	}
-	if bad, why, aerr = firstFailure(old, err); aerr != nil || bad >= 0 {
+	// The old ranks agree on the new world before any of them quiesces the old one: a joiner
+	// lost during AgreeContexts fails it on some old ranks only (those whose part of the
+	// Allreduce waited for it), and those must not enter firstFailure's collective over old
+	// while the others enter Quiesce's.
+	agreed := func(err error) (bool, Action, error) {
+		bad, why, aerr := firstFailure(old, err)
+		if aerr == nil && bad < 0 {
+			return true, Continue, nil
+		}
 		mpi.Abandon(nw)
 		if aerr != nil {
-			return Continue, fmt.Errorf("pcm: Reconfigure(%d): resize: %w", iter, aerr)
+			return false, Continue, fmt.Errorf("pcm: Reconfigure(%d): resize: %w", iter, aerr)
 		}
-		return abort(fmt.Sprintf("rank %d: %s", bad, why))
+		act, err := abort(fmt.Sprintf("rank %d: %s", bad, why))
+		return false, act, err
+	}
+	if ok, act, err := agreed(err); !ok {
+		return act, err
+	}
+	if ok, act, err := agreed(mpi.Quiesce(old, rs.NewRank)); !ok {
+		return act, err
 	}
 
 	var commit bool
@@ -150,8 +162,9 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 	return Resized, nil
 }
 
-// growData sends the joiners the replicated state and moves the distributed data over the
-// new world; it returns the verdict of the new world's commit point and the bytes moved.
+// growData sends the joiners pcm's bookkeeping and moves the distributed data over the new
+// world (resizeData gives the joiners the replicated values); it returns the verdict of the
+// new world's commit point and the bytes moved.
 func (p *Process) growData(nw *mpi.Comm, iter int, rs rankreconf.Resize) (bool, int64, error) {
 	var blob []byte
 	if nw.Rank() == 0 {
@@ -160,7 +173,9 @@ func (p *Process) growData(nw *mpi.Comm, iter int, rs rankreconf.Resize) (bool, 
 		if err == nil {
 			buf.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(hdr))))
 			buf.Write(hdr)
-			err = p.writeBlob(&buf, iter)
+			// Only the bookkeeping: rank 0's registry holds its own rows too, which a joiner
+			// has no use for.
+			err = p.writeMeta(&buf, iter)
 		}
 		if err != nil {
 			return false, 0, err
@@ -175,8 +190,9 @@ func (p *Process) growData(nw *mpi.Comm, iter int, rs rankreconf.Resize) (bool, 
 	return commit, total, err
 }
 
-// join is a joiner's part of the resize it joined at, in Load: it takes the replicated state
-// from rank 0, receives its part of the distributed data and waits for the commit.
+// join is a joiner's part of the resize it joined at, in Load: it takes pcm's bookkeeping
+// and the replicated values from rank 0, receives its part of the distributed data and
+// waits for the commit.
 func (p *Process) join() error {
 	w := p.watchResize(p.launched.Joined)
 	defer w.stop()
@@ -193,9 +209,11 @@ func (p *Process) join() error {
 	if err := msgpack.Unmarshal(blob[4:4+n], &hdr); err != nil || hdr.NewSize != p.world.Size() || hdr.OldSize < 1 {
 		return fmt.Errorf("pcm: Load: resize state header for a world of %d: %v", p.world.Size(), err)
 	}
-	p.inherited = blob[4+n:]
-	if err := p.loadInherited(); err != nil {
+	if _, err := p.loadMeta(blob[4+n:]); err != nil {
 		return err
+	}
+	for _, o := range p.dist.objects {
+		o.release() // NewBlock's even share of the new world: resizeData gives the real one
 	}
 	moved, derr := p.resizeData(p.world, hdr.OldSize, identity(hdr.NewSize), hdr.NewSize, nil)
 	commit, failed, _, err := exchangeOutcomes(p.world, derr, moved)

@@ -52,9 +52,8 @@ func (s wholeSink) Window(length int64) (int64, []byte, error) {
 }
 
 // readInherited restores the state a predecessor handed over: the rank is the same, so are
-// the rows; the layout comes with the replicated values. State handed over from a world of
-// another size is a resize's (rank 0's state given to a process that joins): the process
-// takes the replicated values and holds no rows until resizeData gives it its part.
+// the rows; the layout comes with the replicated values. (A process that joins at a resize
+// takes no such state: see join.)
 func (p *Process) readInherited(r io.Reader) error {
 	sinks := make(map[string]state.SliceSink, len(p.dist.objects))
 	for _, o := range p.dist.objects {
@@ -62,13 +61,6 @@ func (p *Process) readInherited(r io.Reader) error {
 		sinks[l.Name] = wholeSink{o, l}
 	}
 	_, err := p.reg.ReadFromWith(r, state.ReadOptions{Slices: sinks})
-	if err == nil && len(p.dist.objects) > 0 && len(p.dist.objects[0].layout().Bounds) != p.world.Size()+1 {
-		for _, o := range p.dist.objects {
-			o.discard()
-			o.release()
-		}
-		return nil
-	}
 	if err == nil {
 		err = p.installLoaded(p.world.Rank(), p.world.Size())
 	}
