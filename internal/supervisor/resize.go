@@ -3,7 +3,9 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/reconf"
@@ -130,11 +132,12 @@ func (m *Machine) migrating() int {
 	return -1
 }
 
-// growNodes places k new ranks on the named nodes, in order, K each (all remaining for K 0).
+// growNodes places k new ranks on the named nodes, in order, K each (all remaining for K 0);
+// without names, in the job's free slots.
 func (m *Machine) growNodes(k int, on []job.NodeSlots) ([]string, error) {
 	nodes := make([]string, 0, k)
 	if len(on) == 0 {
-		return make([]string, k), nil
+		return m.freeSlots(k)
 	}
 	for i, ns := range on {
 		if why, gone := m.gone[ns.Node]; gone {
@@ -153,6 +156,41 @@ func (m *Machine) growNodes(k int, on []job.NodeSlots) ([]string, error) {
 	}
 	if len(nodes) < k {
 		return nil, fmt.Errorf("%d new ranks but only %d slots named (%s)", k, len(nodes), nodeSlotsText(on))
+	}
+	return nodes, nil
+}
+
+// freeSlots places k new ranks in the job's free slots (Config.Slots less the ranks there),
+// nodes in name order; a job whose ranks run on this machine starts them here. Too few free
+// slots refuse the request at once, listing them: the starter would only fail later.
+func (m *Machine) freeSlots(k int) ([]string, error) {
+	if len(m.cfg.Slots) == 0 {
+		return make([]string, k), nil
+	}
+	used := map[string]int{}
+	for _, st := range m.ranks {
+		if p := m.procs[st.proc]; p != nil {
+			used[p.node]++
+		}
+	}
+	names := slices.Sorted(maps.Keys(m.cfg.Slots))
+	var nodes []string
+	var free []string
+	for _, n := range names {
+		f := 0
+		if _, gone := m.gone[n]; !gone {
+			f = max(m.cfg.Slots[n]-used[n], 0)
+		}
+		free = append(free, fmt.Sprintf("%s:%d", n, f))
+		for range f {
+			if len(nodes) < k {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	if len(nodes) < k {
+		return nil, fmt.Errorf("%d new ranks but the job's nodes have %d free slots (%s); name nodes with --on",
+			k, len(nodes), strings.Join(free, ","))
 	}
 	return nodes, nil
 }
@@ -351,13 +389,20 @@ func (m *Machine) killJoiners(rs *resizing) {
 }
 
 // onResizeExit handles the exit of a joiner not yet part of the job or of a process whose
-// rank left; false for any other process.
+// rank left; false for any other process. A rank's process that fails while a resize is
+// under way aborts the resize first (its exit is then the job's failure as usual).
 func (m *Machine) onResizeExit(id ProcID, p *proc, e Exited) bool {
 	if !p.joiner && !p.leaving {
+		if m.rs != nil && e.failed() && m.ranks[p.rank].proc == id {
+			m.resizeRankLost(p, e)
+		}
 		return false
 	}
 	p.running = false
 	m.live--
+	if m.rec.killing {
+		defer m.respawnIfClear() // a joiner of the failed run may be the last to go
+	}
 	if p.leaving {
 		m.leaverExit(p, e)
 		return true
@@ -372,6 +417,34 @@ func (m *Machine) onResizeExit(id ProcID, p *proc, e Exited) bool {
 		m.abortResize(why)
 	}
 	return true
+}
+
+// resizeRankLost gives the resize under way up because a process of the old world failed
+// before rank 0 reported the commit: the new world cannot be complete, nor can the old
+// one finish moving its data. The entry is aborted naming the process; the new world's
+// members that hold the table are told (they would wait for it in vain), the hellos
+// pending and to come are refused, and the joiners are killed. The failure itself then
+// follows the job's failure path (recovery, or the job's exit).
+func (m *Machine) resizeRankLost(p *proc, e Exited) {
+	rs := m.rs
+	m.rs = nil
+	why := fmt.Sprintf("%s ended: %s", describeProc(p.rank, p), exitText(e))
+	if rs.seq == 0 {
+		// Not published yet (its nodes are being checked): refuse the request.
+		m.ctlError(rs.reply, "cannot resize job %s from %d to %d ranks: %s", m.cfg.JobID, rs.old, rs.np, why)
+		return
+	}
+	if rs.tableSent {
+		m.emit(Publish{Subject: job.ResizeGoneSubject(m.cfg.JobID), Msg: job.ResizeGone{Seq: rs.seq, Reason: why}, Flush: true})
+	}
+	for _, h := range rs.hellos {
+		m.reply(h.reply, job.Table{Error: fmt.Sprintf("mpirun: resize %d -> %d aborted: %s", rs.old, rs.np, why)})
+	}
+	m.killJoiners(rs)
+	if le := m.log.Get(rs.seq); le != nil && le.State.CanMoveTo(reconf.Aborted) {
+		_ = le.Advance(reconf.Aborted, errors.New(why))
+	}
+	m.logf("resize %d -> %d ranks aborted: %s", rs.old, rs.np, why)
 }
 
 // onResizeReport takes rank 0's account of a resize and commits or aborts it.

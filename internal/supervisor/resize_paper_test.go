@@ -6,6 +6,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -363,5 +364,134 @@ func TestResizeAndMigrationExcludeEachOther(t *testing.T) {
 	j2.resize(3)
 	if rep := j2.migrate("n3", nil, 1); !strings.Contains(rep.Error, "is being resized (request 1)") {
 		t.Errorf("migration during a resize: %+v", rep)
+	}
+}
+
+// growToSix takes j to a grow to 6 ranks whose new world has its table: the joiners run.
+func (j *fakeJob) growToSix() []ProcID {
+	j.t.Helper()
+	j.resize(6)
+	var joiners []ProcID
+	for r := range 4 {
+		j.resizeHello(1, r, r)
+		if r == 0 {
+			for i := range 2 {
+				s := j.takeStart()
+				j.step(Started{Proc: s.Proc, PID: 3000 + i})
+				joiners = append(joiners, s.Proc)
+			}
+		}
+	}
+	j.resizeHello(1, 4, -1)
+	j.resizeHello(1, 5, -1)
+	if tab, ok := j.resizeTable(5); !ok || tab.Error != "" {
+		j.t.Fatalf("table %+v", tab)
+	}
+	return joiners
+}
+
+// "A process that dies mid-redistribution before the commit: the resize aborts": an old
+// rank that fails while the new world moves the data aborts the resize, naming it; the new
+// world's members are told, the joiners killed, and the failure is the job's as any other
+// (here without recovery: the job fails with the rank's status). A late report of the
+// commit changes nothing.
+func TestOldRankDeathBeforeTheCommitAbortsTheResizeThenFailsTheJob(t *testing.T) {
+	j := fourRanks(t)
+	joiners := j.growToSix()
+	acts := j.exit(j.proc[2], 9)
+	why := "rank 2 (pid 1002 on n2) ended: exited with status 9"
+	gone := j.sent[job.ResizeGoneSubject("j")]
+	if len(gone) != 1 || !strings.Contains(gone[0].(job.ResizeGone).Reason, why) {
+		t.Errorf("published to the new world %+v, want %q", gone, why)
+	}
+	if k := signalled(acts, syscall.SIGKILL); !slices.Equal(k, joiners) {
+		t.Errorf("killed %v, want the joiners %v", k, joiners)
+	}
+	if e := j.m.Log().Entries[0]; e.State != reconf.Aborted || !strings.Contains(e.Error, why) {
+		t.Errorf("entry %+v, want aborted naming %q", e, why)
+	}
+	j.wantLog(`resize 4 -> 6 ranks aborted: ` + regexp.QuoteMeta(why))
+	for _, p := range joiners {
+		j.exit(p, 137)
+	}
+	j.resizeReport(job.ResizeReport{Seq: 1, OK: true, Iteration: 10})
+	j.advance(time.Second)
+	j.wantFailure(RankFailed, 2, 9)
+	if n := j.m.Info().Size; n != 4 {
+		t.Errorf("size %d after the aborted resize, want 4", n)
+	}
+}
+
+// The same loss in a job that recovers: the resize is aborted first, then the job restarts
+// from its checkpoint at its old size, and may be resized again.
+func TestOldRankDeathBeforeTheCommitAbortsTheResizeThenRecovers(t *testing.T) {
+	j := recoveringJob(t, Config{Migrations: true, Slots: map[string]int{"n1": 2, "n2": 4}}, "n1", "n1", "n2", "n2")
+	j.committed(1, 5)
+	// Two slots left on n2: the joiners go there.
+	_, acts := j.resize(6)
+	for _, c := range only[CheckNode](acts) {
+		j.step(NodeChecked{Check: c.Check})
+	}
+	for r := range 4 {
+		j.resizeHello(1, r, r)
+	}
+	var joiners []ProcID
+	for i := range 2 {
+		s := j.takeStart()
+		if s.Node != "n2" {
+			t.Fatalf("joiner %+v, want it in n2's free slots", s)
+		}
+		j.step(Started{Proc: s.Proc, PID: 3000 + i, Node: "n2"})
+		joiners = append(joiners, s.Proc)
+	}
+	j.killRank(1)
+	j.wantLog(`resize 4 -> 6 ranks aborted: rank 1 \(pid 1001 on n1\) ended: was killed by signal killed`)
+	if tab, _ := j.resizeTable(0); !strings.Contains(tab.Error, "aborted: rank 1") {
+		t.Errorf("pending hello answered %+v, want the abort", tab)
+	}
+	j.advance(time.Second)
+	for _, p := range joiners {
+		j.exit(p, 137)
+	}
+	j.wantLog(`rank 1 .*killed; recovering \(1 of \d+\).*`)
+	j.restarted("n1", "n1", "n2", "n2")
+	if f := j.m.Failure(); f != nil || j.m.Info().Size != 4 {
+		t.Fatalf("failure %+v, size %d", f, j.m.Info().Size)
+	}
+	if to, _ := j.resize(3); !j.lastReply(to).OK {
+		t.Errorf("resize after the recovery refused: %+v", j.lastReply(to))
+	}
+}
+
+// "More ranks than free slots" is refused at once: a grow without named nodes takes the
+// job's free slots (its nodes' slots less its ranks there), or is refused listing them.
+func TestGrowWithoutNodesTakesTheJobsFreeSlotsOrIsRefusedAtOnce(t *testing.T) {
+	j := newFakeJob(t, Config{Migrations: true, Slots: map[string]int{"n1": 3, "n2": 2}}, "n1", "n1", "n2", "n2")
+	j.launch()
+	to, _ := j.resize(7)
+	if rep := j.lastReply(to); rep.OK || !strings.Contains(rep.Error, "3 new ranks but the job's nodes have 1 free slots (n1:1,n2:0); name nodes with --on") {
+		t.Errorf("reply %+v, want a refusal listing the free slots", rep)
+	}
+	if len(j.published()) != 0 {
+		t.Error("a refused request was published")
+	}
+	j.step(NodeGone{Node: "n1", Reason: "node n1 shut down"})
+	to, _ = j.resize(5)
+	if rep := j.lastReply(to); rep.OK || !strings.Contains(rep.Error, "(n1:0,n2:0)") {
+		t.Errorf("reply %+v, want no free slot on a gone node", rep)
+	}
+	j = newFakeJob(t, Config{Migrations: true, Slots: map[string]int{"n1": 3, "n2": 2}}, "n1", "n1", "n2", "n2")
+	j.launch()
+	to, acts := j.resize(5)
+	checks := only[CheckNode](acts)
+	if len(checks) != 1 || checks[0].Node != "n1" {
+		t.Fatalf("actions %+v, want a check of n1", acts)
+	}
+	j.step(NodeChecked{Check: checks[0].Check})
+	if rep := j.lastReply(to); !rep.OK {
+		t.Fatalf("refused: %+v", rep)
+	}
+	if e := j.published()[0].Entries[0]; !slices.Equal(e.Nodes, []string{"n1"}) {
+		t.Errorf("entry %+v, want the new rank on n1", e)
 	}
 }
