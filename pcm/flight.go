@@ -67,10 +67,10 @@ func (p *Process) startCheckpoint(iter int) {
 		// Straight from the registered values to disk: no second copy of the state in memory.
 		info, err := p.store.PutPieceFrom(jobID, f.seq, rank, p.reg)
 		if err == nil {
-			info = p.replicate(buddy, f.seq, info, func(w io.Writer) error {
+			info = p.replicate(buddy, f.seq, info, pieceSource{dense: func(w io.Writer) error {
 				_, err := p.reg.WriteTo(w)
 				return err
-			})
+			}})
 		}
 		f.piece <- res.with(info, err)
 		return
@@ -92,9 +92,16 @@ func (p *Process) startCheckpoint(iter int) {
 		}
 		info, err := p.store.PutPieceBuffer(jobID, f.seq, rank, snap)
 		if err == nil {
-			info = p.replicate(buddy, f.seq, info, func(w io.Writer) error {
-				_, err := w.Write(snap.Bytes())
-				return err
+			info = p.replicate(buddy, f.seq, info, pieceSource{
+				dense: func(w io.Writer) error {
+					_, err := w.Write(snap.Bytes())
+					return err
+				},
+				// The snapshot knows its zero blocks: the buddy gets only the others.
+				sparse: func(w io.Writer) error {
+					_, err := snap.WriteSparseTo(w)
+					return err
+				},
 			})
 		}
 		f.piece <- res.with(info, err)

@@ -59,13 +59,20 @@ func (p *Process) chooseBuddy() (string, error) {
 	return nodes[(i+1)%len(nodes)], nil
 }
 
+// pieceSource writes a piece's bytes for a copy: dense writes them all; sparse, if not nil,
+// writes them as a sparse stream without the zero blocks (ckptstore.PieceBuffer.WriteSparseTo),
+// which the buddy takes if it says so.
+type pieceSource struct {
+	dense, sparse func(io.Writer) error
+}
+
 // copyToBuddy sends a copy of this rank's piece of checkpoint seq (info, as the local store
-// recorded it; write writes its bytes) to buddy's pcmd and returns once the buddy holds it
+// recorded it; src writes its bytes) to buddy's pcmd and returns once the buddy holds it
 // durably.
-func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo, write func(io.Writer) error) error {
+func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo, src pieceSource) error {
 	req := job.PieceCopyRequest{
 		PieceRequest: job.PieceRequest{Job: p.opts.JobID, Seq: seq, Rank: info.Rank},
-		Size:         info.Size, Checksum: info.Checksum,
+		Size:         info.Size, Checksum: info.Checksum, Sparse: src.sparse != nil,
 	}
 	data, err := job.Encode(req)
 	if err != nil {
@@ -91,6 +98,10 @@ func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo
 	if _, err := w.Write(rep.Token); err != nil {
 		return fmt.Errorf("copy to node %s: %w", buddy, err)
 	}
+	write := src.dense
+	if rep.Sparse && src.sparse != nil {
+		write = src.sparse
+	}
 	if err := write(w); err != nil {
 		return fmt.Errorf("copy to node %s: send: %w", buddy, err)
 	}
@@ -111,11 +122,11 @@ func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo
 
 // replicate copies a freshly written piece to the buddy, if there is one, and records the
 // copy in info. A failed copy is reported and leaves the piece with its own node only.
-func (p *Process) replicate(buddy string, seq uint64, info ckptstore.PieceInfo, write func(io.Writer) error) ckptstore.PieceInfo {
+func (p *Process) replicate(buddy string, seq uint64, info ckptstore.PieceInfo, src pieceSource) ckptstore.PieceInfo {
 	if buddy == "" {
 		return info
 	}
-	if err := p.copyToBuddy(buddy, seq, info, write); err != nil {
+	if err := p.copyToBuddy(buddy, seq, info, src); err != nil {
 		fmt.Fprintf(p.opts.Log, "pcm: warning: rank %d: checkpoint %d has no buddy copy: %v\n", info.Rank, seq, err)
 		return info
 	}

@@ -139,3 +139,38 @@ func removeMemStores(t *testing.T, node string) {
 		os.RemoveAll(d)
 	}
 }
+
+// TestDoubleCheckpointInMemoryKeepsSparseCopiesOfBackgroundCheckpoints: background
+// checkpoints (the default) send their buddy copies as sparse streams, without the zero
+// blocks of heat2d's grid that the heat has not reached; the copies are whole all the same:
+// with n1 lost, a restart of the finished job from its last checkpoint reads n1's pieces
+// from n2's memory and ends with the undisturbed result.
+func TestDoubleCheckpointInMemoryKeepsSparseCopiesOfBackgroundCheckpoints(t *testing.T) {
+	args := []string{"heat2d", "-n", "200", "-iters", "30"}
+	want := referenceDump(t, args...)
+	c := newCluster(t)
+	mem := []string{"--allow", bin + "/*", "--ckpt-store", "mem", "--ckpt-mem-cap", "64"}
+	n1 := c.startNode("n1", mem...)
+	t.Cleanup(func() { removeMemStores(t, "n1") }) // killed, n1 cannot remove its own
+	c.startNode("n2", mem...)
+	c.startNode("n3", mem...)
+	first := c.start(t, "ds1", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "10", prog("heat2d"), "-n", "200", "-iters", "30")
+	if code := first.wait(60 * time.Second); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, first.stderr.String())
+	}
+	if errs := first.stderr.String(); strings.Contains(errs, "no buddy copy") {
+		t.Fatalf("a buddy copy failed:\n%s", errs)
+	}
+	if err := n1.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "ds2", nil, "--hosts", "n3:2,n2:2", "--restart", "ds1", prog("heat2d"), "-n", "200", "-iters", "30", "-dump", dump)
+	if code := j.wait(60 * time.Second); code != 0 {
+		t.Fatalf("restart: exit %d\n%s", code, j.stderr.String())
+	}
+	if errs := j.stderr.String(); !strings.Contains(errs, "from node n2") {
+		t.Errorf("the pieces of n1's ranks should come from their copies on n2:\n%s", errs)
+	}
+	j.sameDump(dump, want)
+}

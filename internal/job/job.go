@@ -792,6 +792,9 @@ type PieceReply struct {
 	Token []byte `msgpack:"token"`
 	Size  int64  `msgpack:"size"`
 	Error string `msgpack:"error,omitempty"`
+	// Sparse: the copy is to be sent as a sparse stream (ckptstore.PieceBuffer.WriteSparseTo),
+	// as PieceCopyRequest.Sparse offered. A node that does not say so takes the plain bytes.
+	Sparse bool `msgpack:"sparse,omitempty"`
 }
 
 // PieceOfferTTL is how long a PieceReply's address waits for its connection.
@@ -799,8 +802,9 @@ const PieceOfferTTL = 30 * time.Second
 
 // PieceCopySubject: request PieceCopyRequest, reply PieceReply, answered by node's pcmd,
 // which keeps a buddy copy of another node's piece. The reply names a one-time TCP address:
-// connect, send Token, then the piece's Size bytes, and read one line, "ok" once the copy
-// is verified and durable, or the reason it is not.
+// connect, send Token, then the piece's Size bytes (or, if the reply says Sparse, the piece
+// as a sparse stream without its zero blocks), and read one line, "ok" once the copy is
+// verified and durable, or the reason it is not.
 func PieceCopySubject(node string) string { return "mpios.node." + node + ".piececopy" }
 
 // PieceCopyRequest offers a copy of a piece: its size and checksum as the owning node's
@@ -809,6 +813,9 @@ type PieceCopyRequest struct {
 	PieceRequest `msgpack:",inline"`
 	Size         int64  `msgpack:"size"`
 	Checksum     string `msgpack:"checksum"`
+	// Sparse offers to send the piece as a sparse stream; the reply says whether the node
+	// takes it.
+	Sparse bool `msgpack:"sparse,omitempty"`
 }
 
 // ManifestsSubject: request ManifestsRequest; every pcmd whose store has committed

@@ -18,8 +18,15 @@ import (
 // want (size and checksum), to node n2, and returns the refusal or the node's answer line.
 func offerCopy(t *testing.T, url string, want ckptstore.PieceInfo, data []byte) string {
 	t.Helper()
+	return offerCopyAs(t, url, want, false, data)
+}
+
+// offerCopyAs is offerCopy, offering a sparse stream if sparse (data is then the stream),
+// and failing unless the node takes the copy in the form offered.
+func offerCopyAs(t *testing.T, url string, want ckptstore.PieceInfo, sparse bool, data []byte) string {
+	t.Helper()
 	nc := testbin.Connect(t, url)
-	req, _ := job.Encode(job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum})
+	req, _ := job.Encode(job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum, Sparse: sparse})
 	msg, err := nc.Request(job.PieceCopySubject("n2"), req, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +37,9 @@ func offerCopy(t *testing.T, url string, want ckptstore.PieceInfo, data []byte) 
 	}
 	if rep.Error != "" {
 		return rep.Error
+	}
+	if rep.Sparse != sparse {
+		t.Fatalf("offered a sparse copy: %v; the node takes it sparse: %v", sparse, rep.Sparse)
 	}
 	c, err := net.Dial("tcp", rep.Addr)
 	if err != nil {
@@ -82,5 +92,50 @@ func TestBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
 	big.Size = 2 << 20
 	if got := offerCopy(t, url, big, nil); !strings.Contains(got, "store full") {
 		t.Errorf("a copy beyond the cap: %q, want it refused as store full", got)
+	}
+}
+
+// A buddy copy offered as a sparse stream (the zero blocks left out) is taken as one,
+// verified against the owner's size and checksum, and reads back as the whole piece.
+func TestSparseBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	dir := filepath.Join(t.TempDir(), "store")
+	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	data := make([]byte, 100*ckptstore.DirectAlign)
+	copy(data[50*ckptstore.DirectAlign:], bytes.Repeat([]byte("piece"), 1000))
+	var pb ckptstore.PieceBuffer
+	pb.Write(data)
+	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := src.PutPieceBuffer("j", 2, 0, &pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if _, err := pb.WriteSparseTo(&stream); err != nil {
+		t.Fatal(err)
+	}
+	damaged := bytes.Clone(stream.Bytes())
+	damaged[100] ^= 1
+	if got := offerCopyAs(t, url, want, true, damaged); !strings.Contains(got, "checksum mismatch") {
+		t.Errorf("a damaged sparse copy: answer %q, want a checksum mismatch", got)
+	}
+	if got := offerCopyAs(t, url, want, true, stream.Bytes()); got != "ok" {
+		t.Fatalf("a good sparse copy: answer %q, want ok", got)
+	}
+	st, _ := ckptstore.Open(dir, &ckptstore.Options{Node: "n2"})
+	want.Copies = []string{"n2"}
+	if err := st.CommitManifest(ckptstore.Manifest{Job: "j", Seq: 2, Size: 1, Pieces: []ckptstore.PieceInfo{want}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.VerifyPiece("j", 2, 0); err != nil {
+		t.Errorf("the acknowledged sparse copy does not verify: %v", err)
 	}
 }

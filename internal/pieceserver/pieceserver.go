@@ -117,7 +117,7 @@ func (s *Server) onRequest(m *nats.Msg) {
 		s.refuse(m, ": %v", err)
 		return
 	}
-	s.offer(m, fmt.Sprintf("piece %s/%d/rank %d", req.Job, req.Seq, req.Rank),
+	s.offer(m, fmt.Sprintf("piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), false,
 		func() (int64, func(net.Conn) error, func(), error) {
 			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
 			if err != nil {
@@ -156,7 +156,7 @@ func (s *Server) onCopy(m *nats.Msg) {
 		return
 	}
 	want := ckptstore.PieceInfo{Rank: req.Rank, Node: s.node, Size: req.Size, Checksum: req.Checksum}
-	s.offer(m, fmt.Sprintf("copy of piece %s/%d/rank %d", req.Job, req.Seq, req.Rank),
+	s.offer(m, fmt.Sprintf("copy of piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), req.Sparse,
 		func() (int64, func(net.Conn) error, func(), error) {
 			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
 			if err != nil {
@@ -166,7 +166,12 @@ func (s *Server) onCopy(m *nats.Msg) {
 				return 0, nil, nil, err
 			}
 			take := func(c net.Conn) error {
-				err := store.PutCopy(req.Job, req.Seq, want, io.LimitReader(c, req.Size))
+				var err error
+				if req.Sparse {
+					err = store.PutSparseCopy(req.Job, req.Seq, want, c)
+				} else {
+					err = store.PutCopy(req.Job, req.Seq, want, io.LimitReader(c, req.Size))
+				}
 				answer := "ok\n"
 				if err != nil {
 					answer = strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
@@ -188,11 +193,12 @@ func (s *Server) refuse(m *nats.Msg, format string, args ...any) {
 	}
 }
 
-// offer makes a one-time offer for the requester of m: prepare opens what it is about
+// offer makes a one-time offer for the requester of m (a copy taken as a sparse stream if
+// sparse): prepare opens what it is about
 // (its size, the handler of the connection that presents the token, and the release of what
 // it opened), a listener waits for that connection, and the reply names it (or says why
 // the node makes no offer).
-func (s *Server) offer(m *nats.Msg, what string, prepare func() (int64, func(net.Conn) error, func(), error)) {
+func (s *Server) offer(m *nats.Msg, what string, sparse bool, prepare func() (int64, func(net.Conn) error, func(), error)) {
 	refuse := func(format string, args ...any) { s.refuse(m, format, args...) }
 	if s.dir == "" {
 		refuse(" has no checkpoint store (--store)")
@@ -253,7 +259,7 @@ func (s *Server) offer(m *nats.Msg, what string, prepare func() (int64, func(net
 			s.logf("%s: %v", what, err)
 		}
 	}()
-	if data, err := job.Encode(job.PieceReply{Addr: ln.Addr().String(), Token: token, Size: size}); err == nil {
+	if data, err := job.Encode(job.PieceReply{Addr: ln.Addr().String(), Token: token, Size: size, Sparse: sparse}); err == nil {
 		m.Respond(data)
 	}
 }
