@@ -28,6 +28,13 @@
 //     reconfigurable scientific computing on large-scale heterogeneous grids"): RS/ARS random stealing over a peer network, steal packets
 //     with a time to live, joining through peer servers, no central coordination.
 //
+//   - the grid strategies (grid.go): the IO paper's RS, ARS (eq. 1–3) and NRS with its latency
+//     locales ("rs", "ars", "nrs", "nrs-ars"; round trips timed by echoed heartbeats),
+//     Satin's cluster-aware random stealing ("crs": steals inside Config.Cluster plus at
+//     most one asynchronous wide-area steal), and Bustos' Robin-Hood push from overloaded
+//     nodes, Nottingham-Sheriff ranked stealing and both ("robinhood", "sheriff", "rhns").
+//     A policy that needs another protocol than RAS says so through ProtocolPolicy.
+//
 //   - Desell's thesis §2.2.2, the hierarchical malleability policy (hierarchy.go): processing
 //     power (eq. 2.4), managers elected per cluster and for the grid (ElectManager,
 //     Aggregate), the data split of eq. 2.5–2.15 (DistributeData), the granularity of eq.

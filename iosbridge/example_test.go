@@ -62,7 +62,7 @@ func ExamplePolicyByName() {
 	fmt.Println(err)
 	// Output:
 	// flcras <nil>
-	// iosbridge: unknown policy "roundrobin" (valid: atsras, flcras, mpiios, none, sras)
+	// iosbridge: unknown policy "roundrobin" (valid: ars, atsras, crs, flcras, mpiios, none, nrs, nrs-ars, rhns, robinhood, rs, sheriff, sras)
 }
 
 func ExampleMPIIOSGain() {

@@ -24,6 +24,16 @@ const (
 	KindStealAccept Kind = "steal_accept"
 	// KindStealFail tells Origin its request died (TTL 0 or no peer left to try).
 	KindStealFail Kind = "steal_fail"
+	// KindPong echoes a heartbeat that carried an ID (a ping): the pinger times the round
+	// trip, from which NRS classifies its neighbours into latency locales.
+	KindPong Kind = "pong"
+	// KindBalanceRequest is Robin-Hood's: an overloaded node (From, its profile attached)
+	// asks a few neighbours for room.
+	KindBalanceRequest Kind = "balance_request"
+	// KindBalanceOffer answers a balance request: an underloaded node of similar or better
+	// rank offers room (its profile attached). The pusher takes the first offer it likes
+	// and sends that node a StealAccept with ID 0 (an unsolicited rank).
+	KindBalanceOffer Kind = "balance_offer"
 )
 
 // MaxTTL bounds the TTL accepted from the network so a forged packet cannot circulate long.
@@ -52,6 +62,14 @@ type Message struct {
 	Reason string  `msgpack:"reason,omitempty"`
 	// Peers is the neighbour list shared by announce.
 	Peers []string `msgpack:"peers,omitempty"`
+	// Locale, if set, keeps a steal request inside that NRS latency locale of every node it
+	// is forwarded by (seed 003 §3.3).
+	Locale Locale `msgpack:"locale,omitempty"`
+	// InCluster keeps a steal request inside cluster Cluster (Satin's CRS): forwarded only
+	// to neighbours of that cluster. Wide marks CRS's one asynchronous wide-area steal.
+	InCluster bool   `msgpack:"in_cluster,omitempty"`
+	Cluster   string `msgpack:"cluster,omitempty"`
+	Wide      bool   `msgpack:"wide,omitempty"`
 }
 
 // Validate rejects malformed messages; everything Step receives went through it.
@@ -69,6 +87,9 @@ func (m Message) Validate() error {
 		if err := m.Profile.Validate(); err != nil {
 			return fmt.Errorf("iosbridge: %s message from %s: %w", m.Kind, m.From, err)
 		}
+	}
+	if m.Locale > LocaleUnknown || len(m.Cluster) > MaxClusterName {
+		return fmt.Errorf("iosbridge: %s message from %s: locale %d or cluster name of %d bytes out of range", m.Kind, m.From, m.Locale, len(m.Cluster))
 	}
 	if !finite(m.Gain) || !finite(m.CPUUse) || m.CPUUse < 0 {
 		return fmt.Errorf("iosbridge: %s message from %s: non-finite gain or bad CPU use", m.Kind, m.From)
@@ -95,6 +116,14 @@ func (m Message) Validate() error {
 	case KindStealFail:
 		if m.Origin != m.To {
 			return fmt.Errorf("iosbridge: steal fail from %s: to %q is not origin %q", m.From, m.To, m.Origin)
+		}
+	case KindPong:
+		if m.ID == 0 {
+			return fmt.Errorf("iosbridge: pong from %s: needs the ping's ID", m.From)
+		}
+	case KindBalanceRequest, KindBalanceOffer:
+		if m.ID == 0 || m.Profile == nil || m.Profile.Node != m.From {
+			return fmt.Errorf("iosbridge: %s from %s: needs an ID and the sender's profile", m.Kind, m.From)
 		}
 	default:
 		return fmt.Errorf("iosbridge: unknown message kind %q from %s", m.Kind, m.From)

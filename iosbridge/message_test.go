@@ -22,6 +22,13 @@ func TestMessageValidate(t *testing.T) {
 		{Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, TTL: 0, Profile: &prof},
 		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}},
 		{Kind: KindStealFail, From: "B", To: "A", Origin: "A", ID: 1},
+		{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, TTL: 3, Profile: &prof, Locale: LocaleRegional},
+		{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, TTL: 3, Profile: &prof, InCluster: true, Cluster: "x", Wide: true},
+		{Kind: KindHeartbeat, From: "A", To: "B", ID: 4},
+		{Kind: KindPong, From: "B", To: "A", ID: 4},
+		{Kind: KindBalanceRequest, From: "A", To: "B", Origin: "A", ID: 2, Profile: &prof},
+		{Kind: KindBalanceOffer, From: "A", To: "B", Origin: "B", ID: 2, Profile: &prof},
+		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}}, // a push
 	}
 	for _, m := range ok {
 		if err := m.Validate(); err != nil {
@@ -45,6 +52,12 @@ func TestMessageValidate(t *testing.T) {
 		"accept not to orig":  {Kind: KindStealAccept, From: "B", To: "C", Origin: "A", Rank: RankID{"j", 0}},
 		"fail not to origin":  {Kind: KindStealFail, From: "B", To: "C", Origin: "A"},
 		"announce empty peer": {Kind: KindAnnounce, From: "A", To: "B", Peers: []string{""}},
+		"pong without ID":     {Kind: KindPong, From: "B", To: "A"},
+		"bad locale":          {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Locale: LocaleUnknown + 1},
+		"huge cluster":        {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Cluster: strings.Repeat("x", MaxClusterName+1)},
+		"balance no profile":  {Kind: KindBalanceRequest, From: "A", To: "B", ID: 2},
+		"balance no ID":       {Kind: KindBalanceRequest, From: "A", To: "B", Profile: &prof},
+		"offer of another":    {Kind: KindBalanceOffer, From: "C", To: "B", ID: 2, Profile: &prof},
 		"NaN gain":            {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Gain: math.NaN()},
 	}
 	for name, m := range bad {

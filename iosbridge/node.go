@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -38,6 +39,12 @@ type Config struct {
 	// PendingTimeout bounds how long a given or promised rank is booked while the migration
 	// is in flight and the profile has not caught up (default 2m).
 	PendingTimeout time.Duration
+	// Cluster names this node's cluster; it travels in the node's profile and CRS (the
+	// policy's Protocol, see ProtocolPolicy) steals inside it.
+	Cluster string
+	// MeasureLatency makes the node time round trips to its neighbours (heartbeats carry a
+	// ping ID and are echoed) even when its policy does not need them (NRS does).
+	MeasureLatency bool
 }
 
 func (c *Config) defaults() error {
@@ -82,6 +89,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("iosbridge: node %s: steal threshold %v not in [0,1]", c.ID, c.StealThreshold)
 	case c.TTL < 0 || c.TTL > MaxTTL:
 		return fmt.Errorf("iosbridge: node %s: TTL %d not in [0,%d]", c.ID, c.TTL, MaxTTL)
+	case len(c.Cluster) > MaxClusterName:
+		return fmt.Errorf("iosbridge: node %s: cluster name of %d bytes (at most %d)", c.ID, len(c.Cluster), MaxClusterName)
 	case c.StealTimeout < 0 || c.BackoffMin < 0 || c.BackoffMax < c.BackoffMin || c.HeartbeatInterval < 0 || c.PeerTimeout < 0 || c.PendingTimeout < 0:
 		return fmt.Errorf("iosbridge: node %s: negative duration or BackoffMax < BackoffMin", c.ID)
 	}
@@ -134,6 +143,11 @@ type Stats struct {
 	StealsSent, StealsAccepted, StealsFailed, StealsTimedOut, LateAccepts uint64
 	// Other nodes' requests this node forwarded, answered with a fail, or granted.
 	RequestsForwarded, RequestsFailed, RanksGiven uint64
+	// CRS's asynchronous wide-area steals, and how many brought a rank.
+	WideStealsSent, WideStealsAccepted uint64
+	// Robin-Hood: balance requests this node sent (one per round, to several neighbours),
+	// ranks it pushed, offers it made to others and ranks pushed to it.
+	PushRounds, RanksPushed, OffersMade, PushesReceived uint64
 }
 
 // ErrLeft is returned by Step after Leave: the node is no longer part of the network.
@@ -142,6 +156,11 @@ var ErrLeft = errors.New("iosbridge: node has left the network")
 type peerState struct {
 	lastSeen time.Time
 	profile  *NodeProfile
+	// The last ping sent (heartbeat ID) and the smoothed round trip of the answered ones.
+	pingID     uint64
+	pingAt     time.Time
+	rtt        time.Duration
+	rttSamples int
 }
 
 type pending struct {
@@ -154,6 +173,7 @@ type steal struct {
 	id     uint64
 	target string
 	sentAt time.Time
+	locale Locale // NRS: the locale it travels in
 }
 
 // Node is one IOS agent's protocol component (thesis §2.2.1) as a deterministic state
@@ -166,6 +186,7 @@ type steal struct {
 type Node struct {
 	cfg    Config
 	policy Policy
+	proto  Protocol
 
 	left  bool
 	peers map[string]*peerState
@@ -181,10 +202,16 @@ type Node struct {
 	arrived  map[RankID]time.Time
 
 	steal         *steal
+	wide          *steal // CRS: the one asynchronous wide-area steal
+	locale        Locale // NRS: the locale of the next steal
 	seq           uint64
 	backoff       time.Duration
 	nextSteal     time.Time
 	lastHeartbeat time.Time
+	push          *steal // Robin-Hood: the balance request waiting for an offer
+	pushBackoff   time.Duration
+	nextPush      time.Time
+	pingSeq       uint64
 
 	out   Ready
 	stats Stats
@@ -195,8 +222,15 @@ func NewNode(cfg Config) (*Node, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	proto := protocolOf(cfg.Policy)
+	proto.Ping = proto.Ping || cfg.MeasureLatency
+	if proto.Push && proto.PushFanout < 1 {
+		proto.PushFanout = 1
+	}
 	return &Node{
 		cfg:      cfg,
+		proto:    proto,
+		locale:   LocaleLocal,
 		policy:   Stabilize(PerRank(cfg.Policy), cfg.Stability),
 		peers:    map[string]*peerState{},
 		outgoing: map[RankID]pending{},
@@ -249,6 +283,36 @@ func (n *Node) PeerProfile(name string) (NodeProfile, bool) {
 	}
 	return *ps.profile, true
 }
+
+// Latency is the smoothed round trip time to a neighbour, from the pings of its heartbeats
+// (Protocol.Ping or Config.MeasureLatency); ok is false until one was answered.
+func (n *Node) Latency(peer string) (rtt time.Duration, ok bool) {
+	ps := n.peers[peer]
+	if ps == nil || ps.rttSamples == 0 {
+		return 0, false
+	}
+	return ps.rtt, true
+}
+
+// LocaleOf is the NRS locale of a neighbour, from its measured round trip time.
+func (n *Node) LocaleOf(peer string) Locale {
+	if rtt, ok := n.Latency(peer); ok {
+		return NRSLocale(rtt)
+	}
+	return LocaleUnknown
+}
+
+// clusterOf is a neighbour's cluster as its last profile says; ok is false if none came.
+func (n *Node) clusterOf(peer string) (string, bool) {
+	ps := n.peers[peer]
+	if ps == nil || ps.profile == nil {
+		return "", false
+	}
+	return ps.profile.Cluster, true
+}
+
+// rttAlpha is the weight of a new round trip in the smoothed one: as for TCP's SRTT.
+const rttAlpha = 0.125
 
 // Local returns this node's profile as the protocol currently sees it: the last Update,
 // corrected for migrations in flight (see effectiveLocal).
@@ -372,15 +436,31 @@ func (n *Node) Tick(now time.Time) {
 		n.lastHeartbeat = now
 		prof := n.profilePtr() // one snapshot for all: nothing changes between the sends
 		for _, p := range n.sortedPeers() {
-			n.send(Message{Kind: KindHeartbeat, To: p, Profile: prof})
+			m := Message{Kind: KindHeartbeat, To: p, Profile: prof}
+			if n.proto.Ping {
+				// The heartbeat is the ping: its echo times the round trip. An unanswered
+				// ping is replaced by the next one.
+				n.pingSeq++
+				ps := n.peers[p]
+				ps.pingID, ps.pingAt, m.ID = n.pingSeq, now, n.pingSeq
+			}
+			n.send(m)
 		}
 	}
 	if n.steal != nil && now.Sub(n.steal.sentAt) >= n.cfg.StealTimeout {
-		n.steal = nil
 		n.stats.StealsTimedOut++
-		n.backOff(now)
+		n.stealEnded(now, n.steal.id, true)
+	}
+	if n.wide != nil && now.Sub(n.wide.sentAt) >= n.cfg.StealTimeout {
+		n.wide = nil // Satin resets the flag when the answer comes; a lost one must not block
+	}
+	if n.push != nil && now.Sub(n.push.sentAt) >= n.cfg.StealTimeout {
+		n.push = nil
+		n.pushBackoff = n.nextBackoff(n.pushBackoff)
+		n.nextPush = now.Add(n.jitter(n.pushBackoff))
 	}
 	n.maybeSteal(now)
+	n.maybePush(now)
 }
 
 // Step processes one message from the network. Invalid messages, or messages for another
@@ -417,22 +497,133 @@ func (n *Node) Step(now time.Time, m Message) error {
 			}
 		}
 	case KindHeartbeat:
+		if m.ID != 0 {
+			n.send(Message{Kind: KindPong, To: m.From, ID: m.ID})
+		}
+	case KindPong:
+		if ps := n.peers[m.From]; ps != nil && ps.pingID == m.ID && !now.Before(ps.pingAt) {
+			rtt := now.Sub(ps.pingAt)
+			if ps.rttSamples == 0 {
+				ps.rtt = rtt
+			} else {
+				ps.rtt = time.Duration(rttAlpha*float64(rtt) + (1-rttAlpha)*float64(ps.rtt))
+			}
+			ps.rttSamples++
+			ps.pingID = 0
+		}
 	case KindStealRequest:
 		n.onStealRequest(now, m)
 	case KindStealAccept:
 		n.incoming[m.Rank] = pending{peer: m.From, at: now, cpu: m.CPUUse}
-		if n.steal != nil && n.steal.id == m.ID {
+		switch {
+		case m.ID == 0:
+			n.stats.PushesReceived++ // Robin-Hood: pushed to us after our offer
+		case n.steal != nil && n.steal.id == m.ID:
 			n.steal = nil
 			n.backoff = 0
+			n.locale = LocaleLocal
 			n.nextSteal = now
 			n.stats.StealsAccepted++
-		} else {
+		case n.wide != nil && n.wide.id == m.ID:
+			n.wide = nil
+			n.stats.WideStealsAccepted++
+		default:
 			n.stats.LateAccepts++ // the rank comes anyway; it is booked above
 		}
 	case KindStealFail:
 		n.stealFailed(now, m.ID)
+	case KindBalanceRequest:
+		n.onBalanceRequest(m)
+	case KindBalanceOffer:
+		n.onBalanceOffer(now, m)
 	}
 	return nil
+}
+
+// onBalanceRequest answers Robin-Hood's request (seed 001 §5.4.2 step 2): "B checks if
+// load(B, T) < UT and rank(B) ≥ RB × rank(A); if true, then B sends a response to A". UT is
+// this node's steal threshold (underloaded = it would steal), RB the pusher's policy's,
+// applied by the pusher again when it decides.
+func (n *Node) onBalanceRequest(m Message) {
+	if !n.hasLocal {
+		return
+	}
+	eff := n.effectiveLocal()
+	if eff.EffectiveCPUs <= 0 || eff.Availability < n.cfg.StealThreshold {
+		return // not underloaded: silence, as in the paper (the pusher takes the first answer)
+	}
+	if NodeRank(eff) < n.proto.PushRank*NodeRank(*m.Profile) {
+		return // rank(B) < RB × rank(A)
+	}
+	n.stats.OffersMade++
+	n.send(Message{Kind: KindBalanceOffer, To: m.From, Origin: m.From, ID: m.ID, Profile: &eff})
+}
+
+// onBalanceOffer is Robin-Hood's step 3: "when A receives the first response (from B), it
+// migrates an active object to B. Further responses for the same balance request can be
+// discarded." The policy decides which rank (and may still decline, e.g. in cooldown).
+func (n *Node) onBalanceOffer(now time.Time, m Message) {
+	if n.push == nil || n.push.id != m.ID {
+		return // a later offer for a request already served
+	}
+	in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand}
+	d := n.policy.Decide(in)
+	n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.From, From: m.From,
+		RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
+	if !d.Migrate {
+		return // wait for another offer or the timeout
+	}
+	n.push = nil
+	n.pushBackoff = 0
+	n.stats.RanksPushed++
+	n.give(now, m.From, 0, d, in)
+}
+
+// maybePush is Robin-Hood's step 1: "if a processor A is overloaded, it sends a balance
+// request and the value of rank(A) to a subset of n of its acquaintances".
+func (n *Node) maybePush(now time.Time) {
+	if !n.proto.Push || n.push != nil || !n.hasLocal || len(n.peers) == 0 || now.Before(n.nextPush) {
+		return
+	}
+	eff := n.effectiveLocal()
+	if len(eff.Ranks) == 0 || eff.Availability > n.proto.overload() || len(n.candidates()) == 0 {
+		return
+	}
+	var sent []string
+	for len(sent) < n.proto.PushFanout {
+		p, ok := n.pickPeer(n.cfg.ID, "", func(p string) bool { return !slices.Contains(sent, p) })
+		if !ok {
+			break
+		}
+		sent = append(sent, p)
+	}
+	if len(sent) == 0 {
+		return
+	}
+	n.seq++
+	n.push = &steal{id: n.seq, target: sent[0], sentAt: now}
+	n.stats.PushRounds++
+	for _, p := range sent {
+		n.send(Message{Kind: KindBalanceRequest, To: p, Origin: n.cfg.ID, ID: n.seq, Profile: &eff})
+	}
+}
+
+// inScope says whether a neighbour may receive the steal request m: inside its NRS locale
+// (as this node measures it) and its CRS cluster, when it names them.
+func (n *Node) inScope(m Message) func(string) bool {
+	if m.Locale == 0 && !m.InCluster {
+		return nil
+	}
+	return func(p string) bool {
+		if m.Locale != 0 && n.LocaleOf(p) != m.Locale {
+			return false
+		}
+		if m.InCluster {
+			c, ok := n.clusterOf(p)
+			return ok && c == m.Cluster
+		}
+		return true
+	}
 }
 
 func (n *Node) onStealRequest(now time.Time, m Message) {
@@ -442,7 +633,7 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
 			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
 		if d.Migrate {
-			n.give(now, m, d, in)
+			n.give(now, m.Origin, m.ID, d, in)
 			return
 		}
 		m.Reason = d.Reason
@@ -451,7 +642,7 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 		n.failSteal(now, m, "TTL exhausted: "+m.Reason)
 		return
 	}
-	target, ok := n.pickPeer(m.Origin, m.From)
+	target, ok := n.pickPeer(m.Origin, m.From, n.inScope(m))
 	if !ok {
 		n.failSteal(now, m, "no peer to forward to")
 		return
@@ -465,17 +656,19 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 	n.send(fwd)
 }
 
-func (n *Node) give(now time.Time, m Message, d Decision, in DecisionInput) {
+// give books rank d.Rank as leaving for node to, tells to (a steal accept answering its
+// request id; id 0 for a push) and orders the migration.
+func (n *Node) give(now time.Time, to string, id uint64, d Decision, in DecisionInput) {
 	cpu := 0.0
 	for _, r := range in.Ranks {
 		if r.ID() == d.Rank {
 			cpu = r.cpuUse(in.Local)
 		}
 	}
-	n.outgoing[d.Rank] = pending{peer: m.Origin, at: now, cpu: cpu}
+	n.outgoing[d.Rank] = pending{peer: to, at: now, cpu: cpu}
 	n.stats.RanksGiven++
-	n.send(Message{Kind: KindStealAccept, To: m.Origin, Origin: m.Origin, ID: m.ID, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason})
-	n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Rank, To: m.Origin, RequestID: m.ID, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
+	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason})
+	n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Rank, To: to, RequestID: id, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
 }
 
 func (n *Node) failSteal(now time.Time, m Message, reason string) {
@@ -487,54 +680,128 @@ func (n *Node) failSteal(now time.Time, m Message, reason string) {
 	n.send(Message{Kind: KindStealFail, To: m.Origin, Origin: m.Origin, ID: m.ID, Reason: reason})
 }
 
-func (n *Node) stealFailed(now time.Time, id uint64) {
+func (n *Node) stealFailed(now time.Time, id uint64) { n.stealEnded(now, id, false) }
+
+// stealEnded ends steal id without a rank: it failed, or timed out.
+func (n *Node) stealEnded(now time.Time, id uint64, timedOut bool) {
+	if n.wide != nil && n.wide.id == id {
+		n.wide = nil // CRS: the flag is reset; the next idle tick may send another
+		return
+	}
 	if n.steal == nil || n.steal.id != id {
 		return // late answer to a request that already timed out
 	}
+	failed := n.steal
 	n.steal = nil
-	n.stats.StealsFailed++
+	if !timedOut {
+		n.stats.StealsFailed++
+	}
+	if n.proto.Steal == ScopeLocales {
+		// NRS: "if a local random steal packet fails ..., the theater will then attempt a
+		// regional random steal, and so on"; after the farthest locale, back off.
+		if next, ok := n.nextLocale(failed.locale + 1); ok {
+			n.locale = next
+			return
+		}
+		n.locale = LocaleLocal
+	}
 	n.backOff(now)
 }
 
+// nextLocale is the nearest locale from l on that has a neighbour to steal from.
+func (n *Node) nextLocale(l Locale) (Locale, bool) {
+	for ; l <= LocaleUnknown; l++ {
+		for _, p := range n.sortedPeers() {
+			if n.LocaleOf(p) == l {
+				return l, true
+			}
+		}
+	}
+	return 0, false
+}
+
 func (n *Node) backOff(now time.Time) {
-	if n.backoff == 0 {
-		n.backoff = n.cfg.BackoffMin
-	} else {
-		n.backoff = min(2*n.backoff, n.cfg.BackoffMax)
+	n.backoff = n.nextBackoff(n.backoff)
+	n.nextSteal = now.Add(n.jitter(n.backoff))
+}
+
+// nextBackoff doubles b, from BackoffMin up to BackoffMax.
+func (n *Node) nextBackoff(b time.Duration) time.Duration {
+	if b == 0 {
+		return n.cfg.BackoffMin
 	}
-	wait := n.backoff
-	if half := int(n.backoff / 2); half > 0 {
-		wait = n.backoff/2 + time.Duration(pick(n.cfg.Rand, half+1))
+	return min(2*b, n.cfg.BackoffMax)
+}
+
+// jitter is a random wait in [b/2, b].
+func (n *Node) jitter(b time.Duration) time.Duration {
+	if half := int(b / 2); half > 0 {
+		return b/2 + time.Duration(pick(n.cfg.Rand, half+1))
 	}
-	n.nextSteal = now.Add(wait)
+	return b
 }
 
 func (n *Node) maybeSteal(now time.Time) {
-	if n.steal != nil || !n.hasLocal || len(n.peers) == 0 || now.Before(n.nextSteal) {
+	if n.proto.Steal == ScopeNone || n.steal != nil || !n.hasLocal || len(n.peers) == 0 || now.Before(n.nextSteal) {
 		return
 	}
 	eff := n.effectiveLocal()
 	if eff.EffectiveCPUs <= 0 || eff.Availability < n.cfg.StealThreshold {
 		return
 	}
-	target, ok := n.pickPeer(n.cfg.ID, "")
+	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff}
+	switch n.proto.Steal {
+	case ScopeLocales:
+		l, ok := n.nextLocale(n.locale)
+		if !ok {
+			return
+		}
+		n.locale, req.Locale = l, l
+	case ScopeClusters:
+		if n.wide == nil {
+			n.stealWide(now, req)
+		}
+		req.InCluster, req.Cluster = true, n.cfg.Cluster
+	}
+	target, ok := n.pickPeer(n.cfg.ID, "", n.inScope(req))
 	if !ok {
 		return
 	}
 	n.seq++
-	n.steal = &steal{id: n.seq, target: target, sentAt: now}
+	n.steal = &steal{id: n.seq, target: target, sentAt: now, locale: req.Locale}
 	n.stats.StealsSent++
-	n.send(Message{Kind: KindStealRequest, To: target, Origin: n.cfg.ID, ID: n.seq, TTL: n.cfg.TTL, Profile: &eff})
+	req.To, req.ID = target, n.seq
+	n.send(req)
 }
 
-// pickPeer chooses a random neighbour other than origin, preferring one other than avoid.
-func (n *Node) pickPeer(origin, avoid string) (string, bool) {
+// stealWide is CRS's wide-area steal (seed 002): "whenever a node becomes idle, it first
+// attempts to steal from a node in a remote cluster. This wide-area steal request is sent
+// asynchronously": to a random neighbour of another cluster, forwarded only inside that one.
+func (n *Node) stealWide(now time.Time, req Message) {
+	target, ok := n.pickPeer(n.cfg.ID, "", func(p string) bool {
+		c, known := n.clusterOf(p)
+		return known && c != n.cfg.Cluster
+	})
+	if !ok {
+		return
+	}
+	c, _ := n.clusterOf(target)
+	n.seq++
+	n.wide = &steal{id: n.seq, target: target, sentAt: now}
+	n.stats.WideStealsSent++
+	req.To, req.ID, req.InCluster, req.Cluster, req.Wide = target, n.seq, true, c, true
+	n.send(req)
+}
+
+// pickPeer chooses a random neighbour other than origin, preferring one other than avoid,
+// among those ok accepts (all if ok is nil).
+func (n *Node) pickPeer(origin, avoid string, ok func(string) bool) (string, bool) {
 	// Two passes over the sorted list instead of building the candidate lists: this runs
 	// for every steal forwarded, and the choice (the k-th eligible peer in sorted order) is
 	// the same.
 	peers := n.sortedPeers()
 	eligible := func(p string, skipAvoid bool) bool {
-		return p != origin && p != n.cfg.ID && (!skipAvoid || p != avoid)
+		return p != origin && p != n.cfg.ID && (!skipAvoid || p != avoid) && (ok == nil || ok(p))
 	}
 	all, pref := 0, 0
 	for _, p := range peers {
@@ -571,6 +838,7 @@ func (n *Node) pickPeer(origin, avoid string) (string, bool) {
 func (n *Node) effectiveLocal() NodeProfile {
 	p := n.local
 	p.Node = n.cfg.ID
+	p.Cluster = n.cfg.Cluster
 	p.Ranks = nil
 	free := p.FreeCPUs()
 	for _, r := range n.local.Ranks {

@@ -83,7 +83,8 @@ const (
 
 // PolicyNames lists the valid names, sorted, for flags and error messages.
 func PolicyNames() []string {
-	n := []string{PolicyNone, PolicySRAS, PolicyATSRAS, PolicyFLCRAS, PolicyMPIIOS}
+	n := []string{PolicyNone, PolicySRAS, PolicyATSRAS, PolicyFLCRAS, PolicyMPIIOS,
+		PolicyRS, PolicyARS, PolicyNRS, PolicyNRSARS, PolicyCRS, PolicyRobinHood, PolicySheriff, PolicyRHNS}
 	sort.Strings(n)
 	return n
 }
@@ -104,6 +105,12 @@ func PolicyByName(name string) (Policy, error) {
 		return NewFLCRAS(DefaultFLCRASConfig())
 	case PolicyMPIIOS:
 		return NewMPIIOS(DefaultMPIIOSConfig())
+	case PolicyRS, PolicyNRS, PolicyCRS:
+		return RS{name: strings.ToLower(strings.TrimSpace(name)), cfg: DefaultSRASConfig()}, nil
+	case PolicyARS, PolicyNRSARS:
+		return ARS{name: strings.ToLower(strings.TrimSpace(name))}, nil
+	case PolicyRobinHood, PolicySheriff, PolicyRHNS:
+		return NewBalancer(strings.ToLower(strings.TrimSpace(name)), DefaultRobinHoodConfig())
 	}
 	return nil, fmt.Errorf("iosbridge: unknown policy %q (valid: %s)", name, strings.Join(PolicyNames(), ", "))
 }
@@ -209,6 +216,15 @@ type perRank struct {
 
 // Name is the node's default policy: per-rank choice is not a policy of its own.
 func (pr perRank) Name() string { return pr.def.Name() }
+
+// Protocol is the node's default policy's: the protocol belongs to the node.
+func (pr perRank) Protocol() Protocol { return protocolOf(pr.def) }
+
+// rankOrdered is the default policy's (see Balancer).
+func (pr perRank) rankOrdered(in DecisionInput) bool {
+	ro, ok := pr.def.(rankOrderedPolicy)
+	return ok && ro.rankOrdered(in)
+}
 
 // Decide splits the candidates by policy and asks each policy about its own ranks.
 func (pr perRank) Decide(in DecisionInput) Decision {

@@ -320,7 +320,7 @@ func TestPolicyByNameListsValidNames(t *testing.T) {
 		t.Errorf("default policy = %q", p.Name())
 	}
 	_, err := PolicyByName("greedy")
-	if err == nil || !strings.Contains(err.Error(), "atsras, flcras, mpiios, none, sras") {
+	if err == nil || !strings.Contains(err.Error(), "ars, atsras, crs, flcras, mpiios, none, nrs, nrs-ars, rhns, robinhood, rs, sheriff, sras") {
 		t.Fatalf("error should list valid names: %v", err)
 	}
 }

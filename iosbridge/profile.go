@@ -40,6 +40,12 @@ type NodeProfile struct {
 	// LoadSource names the counter Availability was measured with (nodecpu.Source: the
 	// whole machine's /proc/stat, a cgroup's usage or throttling counters), for status pages.
 	LoadSource string `msgpack:"load_source,omitempty"`
+	// Speed is the speed of one of its cores relative to a reference core (Bustos' rank and
+	// the IO paper's processing power weigh CPUs by it); 0 means unknown, taken as 1.
+	Speed float64 `msgpack:"speed,omitempty"`
+	// Cluster names the node's cluster (pcmd serve --cluster): Satin's cluster-aware
+	// stealing (PolicyCRS) tells local from wide-area steals by it. "" is a cluster too.
+	Cluster string `msgpack:"cluster,omitempty"`
 	// Ranks lists the ranks hosted here. A stealer's list lets the giver compute how much a
 	// rank talks to the stealer (S(A,R) in eq. 2.3, c_f in table 2.2).
 	Ranks []RankID `msgpack:"ranks"`
@@ -51,6 +57,14 @@ type NodeProfile struct {
 // make heterogeneous nodes comparable (a 50% idle 16-core node beats an idle 2-core one).
 func (p NodeProfile) FreeCPUs() float64 {
 	return p.EffectiveCPUs * p.Availability
+}
+
+// speed is Speed, or 1 when unknown.
+func (p NodeProfile) speed() float64 {
+	if p.Speed > 0 {
+		return p.Speed
+	}
+	return 1
 }
 
 // Hosts reports whether r is in p.Ranks.
@@ -79,6 +93,10 @@ func (p NodeProfile) Validate() error {
 		return fmt.Errorf("iosbridge: node profile %s: free memory %d exceeds total %d", p.Node, p.MemFreeBytes, p.MemTotalBytes)
 	case !finite(p.Load1) || p.Load1 < 0:
 		return fmt.Errorf("iosbridge: node profile %s: load %v out of range", p.Node, p.Load1)
+	case !finite(p.Speed) || p.Speed < 0:
+		return fmt.Errorf("iosbridge: node profile %s: speed %v out of range", p.Node, p.Speed)
+	case len(p.Cluster) > MaxClusterName:
+		return fmt.Errorf("iosbridge: node profile %s: cluster name of %d bytes (at most %d)", p.Node, len(p.Cluster), MaxClusterName)
 	}
 	for _, r := range p.Ranks {
 		if r.Job == "" || r.Rank < 0 {
@@ -274,5 +292,8 @@ func (l LinkProfile) Validate() error {
 	}
 	return nil
 }
+
+// MaxClusterName bounds a cluster name received from the network.
+const MaxClusterName = 128
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

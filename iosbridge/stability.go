@@ -69,6 +69,9 @@ type stable struct {
 // Name is the wrapped policy's name: stability is not a policy of its own.
 func (st stable) Name() string { return st.inner.Name() }
 
+// Protocol is the wrapped policy's.
+func (st stable) Protocol() Protocol { return protocolOf(st.inner) }
+
 // Decide filters candidates, delegates, then vetoes gainless or inconsistent decisions.
 func (st stable) Decide(in DecisionInput) Decision {
 	no := func(reason string) Decision { return Decision{Policy: st.inner.Name(), Reason: reason} }
@@ -82,12 +85,14 @@ func (st stable) Decide(in DecisionInput) Decision {
 	var cooling, flip int
 	diff := in.Remote.FreeCPUs() - in.Local.FreeCPUs()
 	margin := st.s.margin(in.Local, in.Remote)
+	ro, _ := st.inner.(rankOrderedPolicy)
+	ordered := ro != nil && ro.rankOrdered(in) // moves up a strict order cannot flip back
 	for _, r := range in.Ranks {
 		if !r.LastMigration.IsZero() && in.Now.Sub(r.LastMigration) < st.s.Cooldown {
 			cooling++
 			continue
 		}
-		if diff < r.cpuUse(in.Local)+margin {
+		if !ordered && diff < r.cpuUse(in.Local)+margin {
 			flip++
 			continue
 		}

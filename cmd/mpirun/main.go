@@ -116,9 +116,14 @@ OPTIONS:
                         this long, e.g. when stopped or frozen (default 10s;
                         0 turns hang detection off)
    --policy NAME        how the IOS agents of the pcmd nodes decide to move this
-                        job's ranks: mpiios (MPI/IOS gain), sras, atsras, flcras,
-                        or none (never move them; profile only). Default: each
-                        node's own "pcmd serve --policy" (mpiios unless changed)
+                        job's ranks: mpiios (MPI/IOS gain), sras, atsras, flcras
+                        (Desell's RAS), rs, ars, nrs, nrs-ars (the IO paper's
+                        stealing), crs (Satin's), robinhood, sheriff, rhns
+                        (Bustos'), or none (never move them; profile only).
+                        Default: each node's own "pcmd serve --policy" (mpiios
+                        unless changed). How nodes look for work (locales,
+                        clusters, pushing) follows the node's policy; the job's
+                        decides which of its ranks go
    --profile-out FILE   write every profile the ranks publish (once a second:
                         messages and bytes per peer, communication and
                         computation time, iteration times) to FILE as JSON lines
@@ -370,7 +375,7 @@ func config(c *cli.Context) (launch.Config, error) {
 	if c.IsSet("policy") {
 		name := c.String("policy")
 		if _, err := iosbridge.PolicyByName(name); err != nil {
-			return cfg, &usageError{fmt.Sprintf("--policy %q: want one of mpiios, sras, atsras, flcras, none", name)}
+			return cfg, &usageError{fmt.Sprintf("--policy %q: want one of %s", name, strings.Join(iosbridge.PolicyNames(), ", "))}
 		}
 		ckptEnv = append(ckptEnv, job.EnvPolicy+"="+name)
 	}

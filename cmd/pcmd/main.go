@@ -32,7 +32,7 @@ import (
 )
 
 // policyHelp describes the policies for --policy.
-const policyHelp = "mpiios (the MPI/IOS gain), sras, atsras, flcras (Desell's RAS policies) or none (never migrate)"
+const policyHelp = "mpiios (the MPI/IOS gain), sras, atsras, flcras (Desell's RAS policies), rs, ars, nrs, nrs-ars (the IO paper's random stealing: load-sensitive, actor-topology, within latency locales), crs (Satin's cluster-aware stealing, see --cluster), robinhood, sheriff, rhns (Bustos' push from overloaded nodes, ranked stealing, both) or none (never migrate)"
 
 // statusUsage is the exit status for command-line mistakes.
 const statusUsage = 2
@@ -122,6 +122,13 @@ receives one asks its decision policy (--policy) whether moving one of its ranks
 to the stealer pays, never moving a rank again within --ios-cooldown, and if so
 asks the rank's job to migrate it (mpios.job.JOB.ctl). A job started with
 "mpirun --policy P" is decided by P on every node; "none" never migrates.
+The agent times the round trip of its heartbeats to every peer (an echo):
+nrs and nrs-ars steal within the nearest latency locale first (local <= 10 ms,
+regional <= 100 ms, national <= 250 ms, then international). With --policy crs
+steals stay inside the node's --cluster, but for one asynchronous steal in
+another cluster at a time; robinhood makes an overloaded node offer a rank to
+the first of 3 peers with room that answers, sheriff makes a node with room
+steal from peers with fewer (or slower) CPUs, rhns does both.
 "pcmd status" shows each agent's state and recent decisions.`
 
 // natsFlags are the connection options common to all commands.
@@ -249,6 +256,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.DurationFlag{Name: "lease", Value: pcmd.DefaultLease, Usage: "stop a job's ranks when its launcher sent no keepalive for `DURATION` (a request's own lease is capped to it)"},
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
 					&cli.StringFlag{Name: "policy", Value: iosbridge.DefaultPolicy, Usage: "IOS decision `POLICY` for this node's ranks: " + policyHelp + "; a job's own (mpirun --policy) overrides it"},
+					&cli.StringFlag{Name: "cluster", Usage: "this node's cluster `NAME`: with --policy crs its steals stay inside the cluster, but for one asynchronous wide-area steal at a time"},
 					&cli.DurationFlag{Name: "ios-period", Value: agentdriver.DefaultPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
 					&cli.Float64Flag{Name: "steal-threshold", Value: 0.25, Usage: "send steal requests while at least this `FRACTION` (0 to 1) of the node's CPUs is idle"},
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
@@ -274,7 +282,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
 							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),
-							QuotaOnly: c.Bool("cpu-quota-only"),
+							QuotaOnly: c.Bool("cpu-quota-only"), Cluster: c.String("cluster"),
 						},
 					}
 					if _, err := iosbridge.PolicyByName(cfg.IOS.Policy); err != nil {

@@ -57,6 +57,8 @@ type Config struct {
 	// Cooldown: a rank that arrived less than Cooldown ago is not moved again;
 	// 0 = iosbridge.DefaultStability's (one minute).
 	Cooldown time.Duration
+	// Cluster is the node's cluster (pcmd serve --cluster), for cluster-aware stealing.
+	Cluster string
 	// QuotaOnly measures the node's spare CPU from its cgroup quota and usage only, not from
 	// the host's idle CPUs (see iosbridge.Sampler.QuotaOnly): for nodes sharing a machine.
 	QuotaOnly bool
@@ -111,6 +113,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("pcmd: --policy: %s", strings.TrimPrefix(err.Error(), "iosbridge: "))
 	}
 	c.Policy = name
+	if len(c.Cluster) > iosbridge.MaxClusterName {
+		return fmt.Errorf("pcmd: --cluster: %d bytes, want at most %d", len(c.Cluster), iosbridge.MaxClusterName)
+	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -238,6 +243,9 @@ func Start(cfg Config, node string, nc *nats.Conn, logger *log.Logger, ranks fun
 	nodeCfg := cfg.Protocol
 	nodeCfg.ID, nodeCfg.Policy, nodeCfg.Rand = node, policy, rand.New(rand.NewPCG(seed, h.Sum64()))
 	nodeCfg.StealThreshold, nodeCfg.TTL, nodeCfg.Stability = cfg.StealThreshold, cfg.TTL, stab
+	// Heartbeats are echoed and timed, so NRS (a node's or a job's) and status see the
+	// latencies between the nodes: one small echo per heartbeat.
+	nodeCfg.Cluster, nodeCfg.MeasureLatency = cfg.Cluster, true
 	n, err := iosbridge.NewNode(nodeCfg)
 	if err != nil {
 		return nil, fmt.Errorf("pcmd: IOS agent: %s", strings.TrimPrefix(err.Error(), "iosbridge: "))
@@ -729,6 +737,15 @@ func (a *Agent) state() job.IOSState {
 		SampledAt: a.sample.SampledAt, CPUs: a.sample.CPUs, EffectiveCPUs: a.sample.EffectiveCPUs,
 		Availability: a.sample.Availability, MemFreeBytes: a.sample.MemFreeBytes, MemTotalBytes: a.sample.MemTotalBytes,
 		Load1: a.sample.Load1, SampleError: a.sampleErr, Peers: a.n.Peers(), LoadSource: a.sample.LoadSource,
+		Cluster: a.cfg.Cluster,
+	}
+	for _, p := range st.Peers {
+		if rtt, ok := a.n.Latency(p); ok {
+			if st.PeerRTT == nil {
+				st.PeerRTT = map[string]time.Duration{}
+			}
+			st.PeerRTT[p] = rtt
+		}
 	}
 	if len(a.jobPolicies) > 0 {
 		st.JobPolicies = maps.Clone(a.jobPolicies)
@@ -740,7 +757,7 @@ func (a *Agent) state() job.IOSState {
 	st.Stats = job.IOSStats{
 		StealsSent: ns.StealsSent, StealsAccepted: ns.StealsAccepted, StealsFailed: ns.StealsFailed,
 		StealsTimedOut: ns.StealsTimedOut, RequestsForwarded: ns.RequestsForwarded, RequestsFailed: ns.RequestsFailed,
-		RanksGiven: ns.RanksGiven, MigrationsOK: a.migOK, MigrationsFailed: a.migFailed,
+		RanksGiven: ns.RanksGiven, RanksPushed: ns.RanksPushed, WideStealsSent: ns.WideStealsSent, MigrationsOK: a.migOK, MigrationsFailed: a.migFailed,
 		BadMessages: a.badMessages.Load(), BadProfiles: a.badProfiles.Load(),
 	}
 	st.Events = append(slices.Clone(a.key), a.minor...)

@@ -64,6 +64,10 @@ type IOSState struct {
 	Steal *IOSSteal `msgpack:"steal,omitempty" json:"steal,omitempty"`
 	// Peers are the agents this one exchanges protocol messages with.
 	Peers []string `msgpack:"peers" json:"peers"`
+	// PeerRTT is the smoothed round trip time of the heartbeats to each peer that answered.
+	PeerRTT map[string]time.Duration `msgpack:"peer_rtt,omitempty" json:"peer_rtt_ns,omitempty"`
+	// Cluster is the node's cluster (pcmd serve --cluster); "" if none.
+	Cluster string `msgpack:"cluster,omitempty" json:"cluster,omitempty"`
 	// Counters of the protocol and of dropped input.
 	Stats IOSStats `msgpack:"stats" json:"stats"`
 	// Events are the most recent decisions and their outcomes, oldest first.
@@ -90,6 +94,10 @@ type IOSStats struct {
 	RequestsForwarded uint64 `msgpack:"requests_forwarded" json:"requests_forwarded"`
 	RequestsFailed    uint64 `msgpack:"requests_failed" json:"requests_failed"`
 	RanksGiven        uint64 `msgpack:"ranks_given" json:"ranks_given"`
+	// RanksPushed counts ranks given by Robin-Hood pushes, WideStealsSent CRS's
+	// wide-area steals.
+	RanksPushed    uint64 `msgpack:"ranks_pushed,omitempty" json:"ranks_pushed,omitempty"`
+	WideStealsSent uint64 `msgpack:"wide_steals_sent,omitempty" json:"wide_steals_sent,omitempty"`
 	// MigrationsOK and MigrationsFailed count the ControlRequests the jobs accepted and
 	// refused (or left unanswered).
 	MigrationsOK     uint64 `msgpack:"migrations_ok" json:"migrations_ok"`
@@ -132,7 +140,7 @@ func (s IOSState) Validate() error {
 		return fmt.Errorf("job: ios state of %s: %d events, want at most %d", s.Node, len(s.Events), MaxIOSEvents)
 	case len(s.Profiles) > MaxIOSProfiles:
 		return fmt.Errorf("job: ios state of %s: %d profiles, want at most %d", s.Node, len(s.Profiles), MaxIOSProfiles)
-	case len(s.Peers) > MaxIOSPeers || len(s.JobPolicies) > MaxIOSProfiles:
+	case len(s.Peers) > MaxIOSPeers || len(s.PeerRTT) > MaxIOSPeers || len(s.JobPolicies) > MaxIOSProfiles:
 		return fmt.Errorf("job: ios state of %s: %d peers, %d job policies", s.Node, len(s.Peers), len(s.JobPolicies))
 	case !(s.Availability >= 0 && s.Availability <= 1) || !(s.EffectiveCPUs >= 0) || s.CPUs < 0:
 		return fmt.Errorf("job: ios state of %s: availability %v of %v CPUs", s.Node, s.Availability, s.EffectiveCPUs)

@@ -1,0 +1,442 @@
+package iosbridge
+
+import (
+	"testing"
+	"time"
+)
+
+// Tests of the grid strategies: the IO paper's RS, ARS and NRS (seed 003), Satin's CRS
+// (seed 002) and Bustos' Robin-Hood and Nottingham Sheriff (seed 001).
+
+func ofKind(r Ready, k Kind) (out []Message) {
+	for _, m := range r.Messages {
+		if m.Kind == k {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// gridNode is a node with policy name whose neighbours are peers, each with the cluster
+// given in clusters (missing: ""), learned from their heartbeats.
+func gridNode(t *testing.T, id, policy, cluster string, avail float64, ranks []RankProfile, peers map[string]string) *Node {
+	t.Helper()
+	n := mustNode(t, Config{ID: id, Policy: mustPolicy(t, policy), Cluster: cluster})
+	var hosted []RankID
+	for _, r := range ranks {
+		hosted = append(hosted, r.ID())
+	}
+	if err := n.Update(t0, node(id, 2, avail, hosted...), ranks); err != nil {
+		t.Fatal(err)
+	}
+	for p, c := range peers {
+		prof := node(p, 2, 0.5)
+		prof.Cluster = c
+		if err := n.Step(t0, Message{Kind: KindHeartbeat, From: p, To: id, Profile: &prof}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Ready()
+	return n
+}
+
+func TestARSEquations1To3(t *testing.T) {
+	// Δp = (P(f) − P(l))/(P(f) + P(l)) = (3 − 1)/(3 + 1) = 0.5.
+	approx(t, "Δp eq.2", ARSProcessing(1, 3), 0.5)
+	// Δc = (M(f,a) − M(l,a))/M(a) = (10 − 30)/50 = −0.4.
+	approx(t, "Δc eq.3", ARSCommunication(30, 10, 50), -0.4)
+	approx(t, "Δ eq.1", ARSGain(0.5, -0.4), 0.1)
+	approx(t, "Δp of two idle theaters", ARSProcessing(0, 0), 0)
+	approx(t, "Δc of an actor that sends nothing", ARSCommunication(0, 0, 0), 0)
+	// "Both ... have been normalized to a value between −1 and 1."
+	for _, c := range [][3]float64{{0, 5, 5}, {5, 0, 5}, {2, 3, 10}} {
+		if v := ARSCommunication(c[0], c[1], c[2]); v < -1 || v > 1 {
+			t.Fatalf("Δc%v = %v not in [-1,1]", c, v)
+		}
+	}
+}
+
+// arsInput: local has 1 free CPU of 2 and hosts ranks 0 and 1 of job j; the remote (the
+// stealer) has freeRemote free CPUs and hosts rank 2. Rank 0 sends toLocal messages to rank
+// 1 and toRemote to rank 2.
+func arsInput(freeRemote float64, toLocal, toRemote int64) DecisionInput {
+	r := rankProfile("j", 0, 1)
+	r.Peers = []PeerComm{{Rank: 1, Messages: toLocal}, {Rank: 2, Messages: toRemote}}
+	return DecisionInput{
+		Local:  node("L", 2, 0.5, ids("j", 0, 1)...),
+		Remote: node("R", 2, freeRemote/2, ids("j", 2)...),
+		Ranks:  []RankProfile{r},
+	}
+}
+
+func TestARSMigratesOnlyWhenEstimatedChangeIsPositive(t *testing.T) {
+	ars := mustPolicy(t, PolicyARS)
+	// P(l)=1, P(f)=2: Δp = 1/3; Δc = (10 − 10)/20 = 0: Δ = 1/3 > 0, migrate.
+	d := ars.Decide(arsInput(2, 10, 10))
+	if !d.Migrate || d.Rank != (RankID{"j", 0}) {
+		t.Fatalf("Δ=1/3 must migrate: %+v", d)
+	}
+	approx(t, "gain", d.Gain, 1.0/3)
+	// Same processing, but the actor talks to its local peer 3 times as much:
+	// Δc = (5 − 15)/20 = −0.5, Δ = 1/3 − 1/2 < 0: "migration only happens when ... Δ > 0".
+	if d := ars.Decide(arsInput(2, 15, 5)); d.Migrate {
+		t.Fatalf("Δ<0 must not migrate: %+v", d)
+	}
+}
+
+func TestARSCoLocatesTightlyCoupledActors(t *testing.T) {
+	// Equal processing power (Δp = 0); the actor sends all its messages to the remote
+	// theater: Δc = (20 − 0)/20 = 1, so it moves to its peer ("tries to colocate tightly
+	// coupled actors").
+	d := mustPolicy(t, PolicyARS).Decide(arsInput(1, 0, 20))
+	if !d.Migrate {
+		t.Fatalf("%+v", d)
+	}
+	approx(t, "Δ", d.Gain, 1)
+}
+
+func TestRSGivesFirstUnsatisfiedActorOfAHeavilyLoadedTheater(t *testing.T) {
+	rs := mustPolicy(t, PolicyRS)
+	in := DecisionInput{Local: node("L", 2, 0, ids("j", 0, 1, 2)...), Remote: node("R", 2, 1),
+		Ranks: []RankProfile{rankProfile("j", 1, .6), rankProfile("j", 2, .6)}}
+	if d := rs.Decide(in); !d.Migrate || d.Rank != (RankID{"j", 1}) {
+		t.Fatalf("heavily loaded theater must give its first candidate: %+v", d)
+	}
+	// "since only lightly loaded theaters send steal packets" and a lightly loaded one has
+	// only satisfied actors, it gives nothing.
+	in.Local.Availability = 0.5
+	if d := rs.Decide(in); d.Migrate {
+		t.Fatalf("lightly loaded theater gave %+v", d)
+	}
+}
+
+func TestNRSLocalesByPingTime(t *testing.T) {
+	for _, c := range []struct {
+		rtt  time.Duration
+		want Locale
+	}{
+		{0, LocaleLocal}, {10 * time.Millisecond, LocaleLocal},
+		{11 * time.Millisecond, LocaleRegional}, {100 * time.Millisecond, LocaleRegional},
+		{101 * time.Millisecond, LocaleNational}, {250 * time.Millisecond, LocaleNational},
+		{251 * time.Millisecond, LocaleInternational}, {3 * time.Second, LocaleInternational},
+	} {
+		if got := NRSLocale(c.rtt); got != c.want {
+			t.Errorf("NRSLocale(%v) = %v, want %v", c.rtt, got, c.want)
+		}
+	}
+}
+
+// pinged makes n time a round trip of rtt[p] to each neighbour p: n pings with its
+// heartbeats at t0 and each neighbour's pong arrives rtt later.
+func pinged(t *testing.T, n *Node, rtt map[string]time.Duration) {
+	t.Helper()
+	n.Tick(t0)
+	for _, hb := range ofKind(n.Ready(), KindHeartbeat) {
+		if hb.ID == 0 {
+			t.Fatalf("heartbeat without a ping ID: %+v", hb)
+		}
+		d, ok := rtt[hb.To]
+		if !ok {
+			continue
+		}
+		if err := n.Step(t0.Add(d), Message{Kind: KindPong, From: hb.To, To: n.ID(), ID: hb.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.Ready()
+}
+
+func TestPingsTimeRoundTripsToNeighbours(t *testing.T) {
+	n := mustNode(t, Config{ID: "A", Policy: mustPolicy(t, PolicyMPIIOS), MeasureLatency: true})
+	connect(t, t0, n, "B", "C")
+	pinged(t, n, map[string]time.Duration{"B": 7 * time.Millisecond})
+	if rtt, ok := n.Latency("B"); !ok || rtt != 7*time.Millisecond {
+		t.Fatalf("B: %v %v", rtt, ok)
+	}
+	if _, ok := n.Latency("C"); ok || n.LocaleOf("C") != LocaleUnknown {
+		t.Fatal("C never answered but has a latency")
+	}
+	// A pong that answers no ping of ours (forged, or duplicated) changes nothing.
+	if err := n.Step(t0.Add(time.Second), Message{Kind: KindPong, From: "B", To: "A", ID: 999}); err != nil {
+		t.Fatal(err)
+	}
+	if rtt, _ := n.Latency("B"); rtt != 7*time.Millisecond {
+		t.Fatalf("forged pong moved the latency to %v", rtt)
+	}
+	// The other side echoes a ping and only a ping.
+	b := mustNode(t, Config{ID: "B"})
+	if err := b.Step(t0, Message{Kind: KindHeartbeat, From: "A", To: "B", ID: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if p := only(t, b.Ready(), KindPong); p.To != "A" || p.ID != 5 {
+		t.Fatalf("%+v", p)
+	}
+	if err := b.Step(t0, Message{Kind: KindHeartbeat, From: "A", To: "B"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.Ready(); len(r.Messages) != 0 {
+		t.Fatalf("a plain heartbeat was answered: %+v", r.Messages)
+	}
+}
+
+func TestNRSStealsLocalFirstThenRegionalAndSoOn(t *testing.T) {
+	a := gridNode(t, "A", PolicyNRS, "", 0, nil, map[string]string{"B": "", "C": "", "D": ""})
+	pinged(t, a, map[string]time.Duration{"B": 2 * time.Millisecond, "C": 40 * time.Millisecond, "D": 300 * time.Millisecond})
+	if err := a.Update(t0, node("A", 2, 1), nil); err != nil { // now idle: it steals
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Second)
+	want := []struct {
+		to     string
+		locale Locale
+	}{{"B", LocaleLocal}, {"C", LocaleRegional}, {"D", LocaleInternational}}
+	for i, w := range want {
+		a.Tick(now)
+		s := stealsIn(a.Ready())
+		if len(s) != 1 || s[0].To != w.to || s[0].Locale != w.locale {
+			t.Fatalf("steal %d: want one to %s in locale %v, got %+v", i, w.to, w.locale, s)
+		}
+		// "If a local random steal packet fails ..., the theater will then attempt a
+		// regional random steal, and so on" (national is empty here: skipped).
+		if err := a.Step(now, Message{Kind: KindStealFail, From: w.to, To: "A", Origin: "A", ID: s[0].ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// After the farthest locale failed the node backs off, then starts local again.
+	a.Tick(now)
+	if s := stealsIn(a.Ready()); len(s) != 0 {
+		t.Fatalf("stole again without backing off: %+v", s)
+	}
+	a.Tick(now.Add(time.Second)) // BackoffMin, within the neighbours' timeout
+	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].Locale != LocaleLocal {
+		t.Fatalf("after the back-off: %+v", s)
+	}
+}
+
+func TestNRSPropagatesOnlyWithinTheSpecifiedLocale(t *testing.T) {
+	// B is fully used but gives nothing (policy none decides); its neighbours: C is local
+	// to it, D regional. A local packet from A may only go on to C.
+	b2 := mustNode(t, Config{ID: "B", Policy: mustPolicy(t, PolicyNone), MeasureLatency: true})
+	if err := b2.Update(t0, node("B", 2, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, t0, b2, "C", "D")
+	pinged(t, b2, map[string]time.Duration{"C": time.Millisecond, "D": 50 * time.Millisecond})
+	prof := node("A", 2, 1)
+	for i := 0; i < 20; i++ {
+		if err := b2.Step(t0.Add(time.Second), Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: uint64(i + 1), TTL: 2, Profile: &prof, Locale: LocaleLocal}); err != nil {
+			t.Fatal(err)
+		}
+		f := stealsIn(b2.Ready())
+		if len(f) != 1 || f[0].To != "C" || f[0].Locale != LocaleLocal {
+			t.Fatalf("local packet forwarded as %+v", f)
+		}
+	}
+	// A national packet has no neighbour of B to go to: it fails back to A.
+	if err := b2.Step(t0.Add(time.Second), Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 99, TTL: 2, Profile: &prof, Locale: LocaleNational}); err != nil {
+		t.Fatal(err)
+	}
+	only(t, b2.Ready(), KindStealFail)
+}
+
+func TestCRSAtMostOneAsynchronousWideAreaSteal(t *testing.T) {
+	a := gridNode(t, "A", PolicyCRS, "x", 1, nil, map[string]string{"B": "x", "C": "y", "D": "y"})
+	a.Tick(t0)
+	s := stealsIn(a.Ready())
+	if len(s) != 2 {
+		t.Fatalf("want a wide-area and a local steal, got %+v", s)
+	}
+	wide, local := s[0], s[1]
+	if !wide.Wide || wide.Cluster != "y" || !wide.InCluster || (wide.To != "C" && wide.To != "D") {
+		t.Fatalf("wide-area steal: %+v", wide)
+	}
+	if local.Wide || local.To != "B" || local.Cluster != "x" || !local.InCluster {
+		t.Fatalf("local steal: %+v", local)
+	}
+	// The local steal fails: more local steals follow ("as long as the flag is set, only
+	// local stealing will be performed"), none wide.
+	for i, at := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} { // within the steal timeout
+		if err := a.Step(t0, Message{Kind: KindStealFail, From: local.To, To: "A", Origin: "A", ID: local.ID}); err != nil {
+			t.Fatal(err)
+		}
+		a.Tick(t0.Add(at))
+		s = stealsIn(a.Ready())
+		if len(s) != 1 || s[0].Wide || s[0].To != "B" {
+			t.Fatalf("round %d: want one local steal, got %+v", i, s)
+		}
+		local = s[0]
+	}
+	if st := a.Stats(); st.WideStealsSent != 1 {
+		t.Fatalf("wide steals sent: %d", st.WideStealsSent)
+	}
+	// "When a reply for a wide-area steal arrives, CRS simply resets the flag and, if the
+	// request was successful, puts the new job into the work queue."
+	if err := a.Step(t0, Message{Kind: KindStealAccept, From: wide.To, To: "A", Origin: "A", ID: wide.ID, Rank: RankID{"j", 4}, CPUUse: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.WideStealsAccepted != 1 || !a.Local().Hosts(RankID{"j", 4}) {
+		t.Fatalf("wide accept not booked: %+v", st)
+	}
+}
+
+func TestCRSLocalStealsStayInTheCluster(t *testing.T) {
+	b := gridNode(t, "B", PolicyNone, "x", 0, nil, map[string]string{"E": "x", "C": "y", "D": "y"})
+	prof := node("A", 2, 1)
+	for i := 0; i < 20; i++ {
+		if err := b.Step(t0, Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: uint64(i + 1), TTL: 2, Profile: &prof, InCluster: true, Cluster: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		if f := stealsIn(b.Ready()); len(f) != 1 || f[0].To != "E" {
+			t.Fatalf("local packet left the cluster: %+v", f)
+		}
+	}
+}
+
+func TestCRSWithoutClustersIsRandomStealing(t *testing.T) {
+	a := gridNode(t, "A", PolicyCRS, "", 1, nil, map[string]string{"B": "", "C": ""})
+	a.Tick(t0)
+	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].Wide {
+		t.Fatalf("one cluster: want one ordinary steal, got %+v", s)
+	}
+}
+
+// overloaded hosts three ranks on two CPUs with nothing idle.
+func overloadedRanks() []RankProfile {
+	return []RankProfile{rankProfile("j", 0, .7), rankProfile("j", 1, .6), rankProfile("j", 2, .7)}
+}
+
+func TestRobinHoodOverloadedNodeAsksNAcquaintances(t *testing.T) {
+	peers := map[string]string{"B": "", "C": "", "D": "", "E": "", "F": ""}
+	a := gridNode(t, "A", PolicyRobinHood, "", 0, overloadedRanks(), peers)
+	a.Tick(t0)
+	r := a.Ready()
+	reqs := ofKind(r, KindBalanceRequest)
+	if len(reqs) != 3 {
+		t.Fatalf("want balance requests to 3 acquaintances, got %+v", r.Messages)
+	}
+	seen := map[string]bool{}
+	for _, m := range reqs {
+		if seen[m.To] || m.Profile == nil || m.Profile.Node != "A" || m.ID != reqs[0].ID {
+			t.Fatalf("bad request set %+v", reqs)
+		}
+		seen[m.To] = true
+	}
+	if len(stealsIn(r)) != 0 {
+		t.Fatal("Robin-Hood alone does not steal")
+	}
+	// Not overloaded: no request.
+	calm := gridNode(t, "A", PolicyRobinHood, "", 0.5, overloadedRanks()[:1], peers)
+	calm.Tick(t0)
+	if m := ofKind(calm.Ready(), KindBalanceRequest); len(m) != 0 {
+		t.Fatalf("calm node pushed: %+v", m)
+	}
+}
+
+func TestRobinHoodUnderloadedNodeOfSimilarRankAnswers(t *testing.T) {
+	req := func(b *Node, cpusA int) []Message {
+		prof := node("A", cpusA, 0, ids("j", 0, 1, 2)...)
+		if err := b.Step(t0, Message{Kind: KindBalanceRequest, From: "A", To: "B", Origin: "A", ID: 7, Profile: &prof}); err != nil {
+			t.Fatal(err)
+		}
+		return ofKind(b.Ready(), KindBalanceOffer)
+	}
+	idle := gridNode(t, "B", PolicyRobinHood, "", 1, nil, nil)
+	// rank(B)=2 ≥ RB × rank(A) = 0.7 × 2: "B sends a response to A".
+	if o := req(idle, 2); len(o) != 1 || o[0].To != "A" || o[0].ID != 7 || o[0].Profile.Node != "B" {
+		t.Fatalf("offer: %+v", o)
+	}
+	// rank(B)=2 < 0.7 × rank(A)=0.7 × 4: silence.
+	if o := req(idle, 4); len(o) != 0 {
+		t.Fatalf("weaker node offered: %+v", o)
+	}
+	// load(B) ≥ UT: silence.
+	busy := gridNode(t, "B", PolicyRobinHood, "", 0.1, nil, nil)
+	if o := req(busy, 2); len(o) != 0 {
+		t.Fatalf("loaded node offered: %+v", o)
+	}
+}
+
+func TestRobinHoodMigratesToTheFirstResponder(t *testing.T) {
+	a := gridNode(t, "A", PolicyRobinHood, "", 0, overloadedRanks(), map[string]string{"B": "", "C": "", "D": ""})
+	a.Tick(t0)
+	id := ofKind(a.Ready(), KindBalanceRequest)[0].ID
+	offer := func(from string) Ready {
+		prof := node(from, 2, 1)
+		if err := a.Step(t0, Message{Kind: KindBalanceOffer, From: from, To: "A", Origin: "A", ID: id, Profile: &prof}); err != nil {
+			t.Fatal(err)
+		}
+		return a.Ready()
+	}
+	r := offer("C")
+	if len(r.Migrations) != 1 || r.Migrations[0].To != "C" {
+		t.Fatalf("want a migration to the first responder C: %+v", r)
+	}
+	// The rank with the least CPU use (j/1), the one "with shortest service queue".
+	if r.Migrations[0].Rank != (RankID{"j", 1}) {
+		t.Fatalf("pushed %v", r.Migrations[0].Rank)
+	}
+	acc := only(t, Ready{Messages: r.Messages}, KindStealAccept)
+	if acc.To != "C" || acc.ID != 0 || acc.Rank != (RankID{"j", 1}) {
+		t.Fatalf("accept: %+v", acc)
+	}
+	// "Further responses for the same balance request can be discarded."
+	if r := offer("B"); len(r.Migrations) != 0 {
+		t.Fatalf("second offer used: %+v", r)
+	}
+	// The receiver books the pushed rank.
+	c := gridNode(t, "C", PolicyRobinHood, "", 1, nil, nil)
+	if err := c.Step(t0, acc); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Local().Hosts(RankID{"j", 1}) || c.Stats().PushesReceived != 1 {
+		t.Fatalf("push not booked: %+v", c.Stats())
+	}
+}
+
+func TestNottinghamSheriffStealsOnlyTowardsHigherRank(t *testing.T) {
+	sheriff := mustPolicy(t, PolicySheriff)
+	in := func(rankLocal, rankRemote int) DecisionInput {
+		return DecisionInput{Now: t0, Local: node("L", rankLocal, 0.6, ids("j", 0)...), Remote: node("R", rankRemote, 0.9),
+			Ranks: []RankProfile{rankProfile("j", 0, 1)}}
+	}
+	// "If rank(A) > RS × rank(B), B migrates an active-object to A" (RS = 1): even from a
+	// node that is not loaded, through the stability guard, which knows such moves never
+	// flip back.
+	stable := Stabilize(PerRank(sheriff), DefaultStability())
+	if d := stable.Decide(in(2, 4)); !d.Migrate {
+		t.Fatalf("ranked steal refused: %+v", d)
+	}
+	for _, c := range [][2]int{{4, 4}, {4, 2}} {
+		if d := stable.Decide(in(c[0], c[1])); d.Migrate {
+			t.Fatalf("rank %d -> %d migrated: %+v", c[0], c[1], d)
+		}
+	}
+	// The cooldown still holds.
+	moved := in(2, 4)
+	moved.Ranks[0].LastMigration = t0.Add(-time.Second)
+	if d := stable.Decide(moved); d.Migrate {
+		t.Fatalf("cooling rank moved: %+v", d)
+	}
+}
+
+func TestRHNSPushesWhenOverloadedAndStealsByRank(t *testing.T) {
+	rhns := mustPolicy(t, PolicyRHNS)
+	over := DecisionInput{Local: node("L", 2, 0, ids("j", 0, 1, 2)...), Remote: node("R", 2, 1), Ranks: overloadedRanks()}
+	if d := rhns.Decide(over); !d.Migrate {
+		t.Fatalf("overloaded, similar underloaded remote: %+v", d)
+	}
+	calm := DecisionInput{Local: node("L", 2, .5, ids("j", 0)...), Remote: node("R", 4, 1), Ranks: overloadedRanks()[:1]}
+	if d := rhns.Decide(calm); !d.Migrate {
+		t.Fatalf("calm node, better remote: Sheriff must give: %+v", d)
+	}
+	calm.Remote = node("R", 2, 1)
+	if d := rhns.Decide(calm); d.Migrate {
+		t.Fatalf("calm node, equal remote: %+v", d)
+	}
+	if p := protocolOf(rhns); !p.Push || p.Steal != ScopeAnywhere || p.PushFanout != 3 {
+		t.Fatalf("protocol %+v", p)
+	}
+	if p := protocolOf(mustPolicy(t, PolicyRobinHood)); p.Steal != ScopeNone {
+		t.Fatalf("robin-hood protocol %+v", p)
+	}
+}
