@@ -1,0 +1,86 @@
+package agentdriver
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/testbin"
+	"github.com/mpios/mpios/iosbridge"
+)
+
+// The agents time their heartbeats' echoes over NATS, so NRS sees real latencies: an idle
+// NRS node steals from a loaded one once it has measured it (here a local peer: the NATS
+// server is on this machine), and both report the round trip in their state.
+func TestAgentNRSStealsAfterTimingItsPeer(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving"})
+	table := loadedRanks("j", 4)
+	startAgentT(t, url, "B", fastIOS(iosbridge.PolicyNRS), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyNRS), 1, nil, "B")
+	publishProfiles(t, nc, "B", "", table)
+
+	select {
+	case req := <-ctl.got:
+		if req.To != "A" || !strings.HasPrefix(req.Reason, "ios nrs: ") {
+			t.Fatalf("control request %+v", req)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no migration request; A's state %+v", iosState(t, nc, "A"))
+	}
+	for _, n := range []string{"A", "B"} {
+		st := iosState(t, nc, n)
+		other := map[string]string{"A": "B", "B": "A"}[n]
+		if rtt, ok := st.PeerRTT[other]; !ok || rtt <= 0 || rtt > 10*time.Second {
+			t.Errorf("%s: round trip to %s %v (%v)", n, other, rtt, ok)
+		}
+	}
+}
+
+// Robin-Hood over NATS: the overloaded node pushes a rank to the idle one, which never
+// steals (robinhood alone only pushes).
+func TestAgentRobinHoodPushesFromAnOverloadedNode(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving"})
+	table := loadedRanks("j", 4)
+	startAgentT(t, url, "B", fastIOS(iosbridge.PolicyRobinHood), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyRobinHood), 1, nil, "B")
+	publishProfiles(t, nc, "B", "", table)
+
+	select {
+	case req := <-ctl.got:
+		if req.To != "A" || !strings.Contains(req.Reason, "robin-hood: overloaded") {
+			t.Fatalf("control request %+v", req)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no migration request; B's state %+v", iosState(t, nc, "B"))
+	}
+	testbin.WaitFor(t, 5*time.Second, "B to count its push", func() bool {
+		return iosState(t, nc, "B").Stats.RanksPushed > 0
+	})
+	if sa := iosState(t, nc, "A"); sa.Stats.StealsSent != 0 {
+		t.Errorf("robinhood node A stole: %+v", sa.Stats)
+	}
+}
+
+// CRS over NATS: the node's --cluster travels in its profile and its state.
+func TestAgentReportsItsCluster(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	cfg := fastIOS(iosbridge.PolicyCRS)
+	cfg.Cluster = "east"
+	startAgentT(t, url, "A", cfg, 1, nil)
+	if st := iosState(t, nc, "A"); st.Cluster != "east" || st.Policy != "crs" {
+		t.Fatalf("state %+v", st)
+	}
+	cfg.Cluster = strings.Repeat("x", iosbridge.MaxClusterName+1)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--cluster") {
+		t.Fatalf("long cluster name: %v", err)
+	}
+}
