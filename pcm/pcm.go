@@ -344,6 +344,7 @@ func (p *Process) Load() error {
 	if p.status == Restarted {
 		m, err := p.restore()
 		if err != nil {
+			p.reportUnrestorable(err)
 			return err
 		}
 		p.restored = m

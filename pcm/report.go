@@ -1,6 +1,7 @@
 package pcm
 
 import (
+	"errors"
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
@@ -30,6 +31,15 @@ func (p *Process) reportRestored(m ckptstore.Manifest) {
 		return
 	}
 	p.publish(job.RestoredSubject(p.opts.JobID), job.Restored{From: m.Job, Seq: m.Seq, Iteration: m.Iteration})
+}
+
+// reportUnrestorable tells mpirun that the ranks found no checkpoint to restart from (err
+// matches ErrNoCheckpoint): recovering the job again would find none either.
+func (p *Process) reportUnrestorable(err error) {
+	if p.ctl == nil || p.world.Rank() != 0 || !errors.Is(err, ErrNoCheckpoint) {
+		return
+	}
+	p.publish(job.RestoredSubject(p.opts.JobID), job.Restored{From: p.opts.Restart, Error: err.Error()})
 }
 
 func (p *Process) publish(subject string, msg any) {

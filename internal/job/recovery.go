@@ -61,6 +61,9 @@ type Restored struct {
 	From      string `msgpack:"from"`
 	Seq       uint64 `msgpack:"seq"`
 	Iteration int64  `msgpack:"iter"`
+	// Error, instead, says the ranks found no checkpoint to restore (every copy of a piece
+	// of each lost): recovering again is pointless.
+	Error string `msgpack:"error,omitempty"`
 }
 
 // EnvReconfBase is set for the ranks restarted by a recovery: the number of entries of the

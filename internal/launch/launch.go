@@ -564,6 +564,9 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 	env := r.env
 	env.Rank = a.Rank
+	if a.Size > 0 {
+		env.Size = a.Size // a restart after a resize, or into fewer ranks
+	}
 	if a.Join != 0 {
 		return r.startJoiner(a, env)
 	}

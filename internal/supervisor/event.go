@@ -135,6 +135,8 @@ type StartRank struct {
 	Handover    string
 	// Join, for a process joining at a resize, is the resize's request number and Size the
 	// new world's size; the process is started where Node says ("" where the starter places it).
+	// For a restart Size is the job's size now (a resize or a shrinking recovery changed
+	// it); 0 means the size the job started with.
 	Join uint64
 	Size int
 	// Restart, set when the job is recovered, is the job whose newest committed checkpoint

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,6 +28,9 @@ import (
 // the loop reports its NATS connection down (ControlPlaneDown), silence proves nothing and
 // nobody is declared hung; when it is back (ControlPlaneUp) every rank gets a whole timeout
 // again to be heard.
+
+// maxReportedError bounds the ranks' own words quoted in mpirun's messages.
+const maxReportedError = 1024
 
 // DefaultMaxRecoveries is how many times a job is recovered when Config.MaxRecoveries is 0.
 const DefaultMaxRecoveries = 3
@@ -65,6 +69,9 @@ type recovery struct {
 	killing   bool            // the processes of the failed run are being killed
 	active    *attempt        // the recovery in progress, until the ranks compute again
 	placement []string        // node of each rank in the restarted run
+	// unrestorable says why the ranks of a recovery found no checkpoint to restore (every
+	// copy of its pieces lost): recovering again would find none either.
+	unrestorable string
 }
 
 // beat is what the Machine heard last from a process.
@@ -82,6 +89,7 @@ type attempt struct {
 	failedAt  time.Time
 	decidedAt time.Time
 	startedAt time.Time // every rank started again
+	oldNP, np int       // ranks before and after: fewer after when the job shrinks
 }
 
 func (m *Machine) maxRecoveries() int {
@@ -210,6 +218,8 @@ func (m *Machine) recoverable(f *Failure) bool {
 // refusal says why the job cannot be recovered now, "" if it can.
 func (m *Machine) refusal() string {
 	switch {
+	case m.rec.unrestorable != "":
+		return m.rec.unrestorable
 	case m.rec.ckpt == nil:
 		return fmt.Sprintf("no checkpoint of job %s is committed yet", m.cfg.JobID)
 	case m.rec.used >= m.maxRecoveries():
@@ -229,13 +239,17 @@ func (m *Machine) recover(now time.Time, f *Failure) bool {
 		f.Reason += "; cannot recover: " + why
 		return false
 	}
-	placement, err := m.place()
-	if err != "" {
-		// Hook for malleability: a job that can shrink would go on with fewer ranks here
-		// instead of ending (issue 16: "shrunk through malleability otherwise").
-		f.Reason += "; cannot recover: " + err
-		return false
+	old := m.cfg.NP
+	np, placement, err := old, []string(nil), ""
+	if placement, err = m.place(old); err != "" {
+		// Too few slots survive: a malleable job goes on with fewer ranks, restarted from
+		// the checkpoint into the slots there are.
+		if np, placement, err = m.shrunkPlacement(err); err != "" {
+			f.Reason += "; cannot recover: " + err
+			return false
+		}
 	}
+	m.dropResize()
 	m.rec.used++
 	ck := *m.rec.ckpt
 	lost := int64(-1)
@@ -246,11 +260,18 @@ func (m *Machine) recover(now time.Time, f *Failure) bool {
 	if failedAt.IsZero() {
 		failedAt = now
 	}
-	m.rec.active = &attempt{cause: f.Reason, rank: f.Rank, ckpt: ck, lost: lost, failedAt: failedAt, decidedAt: now}
+	m.rec.active = &attempt{cause: f.Reason, rank: f.Rank, ckpt: ck, lost: lost, failedAt: failedAt, decidedAt: now, oldNP: old, np: np}
 	m.rec.placement = placement
-	m.logf("%s; recovering (%d of %d): every rank restarts from checkpoint %d (iteration %d)%s",
-		f.Reason, m.rec.used, m.maxRecoveries(), ck.Seq, ck.Iteration, lostText(lost))
-	m.propose(reconf.Reconfiguration{Kind: reconf.Recover, Reason: f.Reason, Iteration: int(ck.Iteration)})
+	entry := reconf.Reconfiguration{Kind: reconf.Recover, Reason: f.Reason, Iteration: int(ck.Iteration)}
+	if np < old {
+		entry.NP, entry.OldNP = np, old
+		m.logf("%s; recovering (%d of %d): the job shrinks from %d to %d ranks (%d slot(s) missing) and every rank restarts from checkpoint %d (iteration %d)%s",
+			f.Reason, m.rec.used, m.maxRecoveries(), old, np, old-np, ck.Seq, ck.Iteration, lostText(lost))
+	} else {
+		m.logf("%s; recovering (%d of %d): every rank restarts from checkpoint %d (iteration %d)%s",
+			f.Reason, m.rec.used, m.maxRecoveries(), ck.Seq, ck.Iteration, lostText(lost))
+	}
+	m.propose(entry)
 	// Whatever still runs belongs to the failed run: it computes nothing useful any more,
 	// and its state is in the checkpoint.
 	m.rec.killing = true
@@ -313,6 +334,9 @@ func (m *Machine) respawnIfClear() {
 		}
 		*st = rank{incarnation: st.incarnation + 1}
 	}
+	if a := m.rec.active; a != nil && a.np < len(m.ranks) {
+		m.ranks, m.cfg.NP = m.ranks[:a.np], a.np
+	}
 	m.nextRank = 0
 	m.startNext()
 }
@@ -322,6 +346,7 @@ func (m *Machine) initialStart(r int) StartRank {
 	s := StartRank{Proc: m.newProc(r), Rank: r}
 	if m.rec.active != nil {
 		s.Node, s.Incarnation, s.Restart = m.rec.placement[r], m.ranks[r].incarnation, m.cfg.JobID
+		s.Size = m.cfg.NP // the job's size now: a resize or a shrinking recovery changed it
 		s.ReconfBase = uint64(len(m.log.Entries))
 	}
 	return s
@@ -338,6 +363,18 @@ func (m *Machine) allStarted() {
 func (m *Machine) onRestored(now time.Time, r job.Restored) {
 	a := m.rec.active
 	if a == nil || m.stopping {
+		return
+	}
+	if r.Error != "" {
+		// The ranks fail next; their failure ends the job with this reason.
+		why := r.Error
+		if len(why) > maxReportedError {
+			why = why[:maxReportedError] + "..."
+		}
+		m.rec.unrestorable = fmt.Sprintf("no copy of checkpoint %d or an older one can be restored (every copy of a piece is lost): %s", a.ckpt.Seq, why)
+		if e := m.lastRecoverEntry(); e != nil {
+			_ = e.Advance(reconf.Aborted, errors.New(m.rec.unrestorable))
+		}
 		return
 	}
 	m.rec.active = nil
@@ -358,6 +395,9 @@ func (m *Machine) onRestored(now time.Time, r job.Restored) {
 		if a.lost >= 0 {
 			a.lost += a.ckpt.Iteration - r.Iteration
 		}
+	}
+	if a.np < a.oldNP {
+		note += fmt.Sprintf("; the job shrank from %d to %d ranks", a.oldNP, a.np)
 	}
 	m.logf("recovered from the failure of %s: every rank restarted from checkpoint %d (iteration %d)%s in %v (detection %v, respawn %v, load %v)%s",
 		rankText(a.rank), r.Seq, r.Iteration, lostText(a.lost), now.Sub(a.failedAt).Round(time.Millisecond),
@@ -385,14 +425,15 @@ func (m *Machine) lastRecoverEntry() *reconf.Reconfiguration {
 	return nil
 }
 
-// place decides where each rank restarts: on its node if the node is alive and has room
-// within the job's slots, else on a surviving node with a free slot. For ranks that ran on
-// this machine (node "") it is this machine. It returns why not, if the ranks do not fit.
-func (m *Machine) place() ([]string, string) {
-	placement := make([]string, m.cfg.NP)
+// place decides where ranks 0..np-1 restart: each on its node if the node is alive and
+// has room within the job's slots, else on a surviving node with a free slot. For ranks that
+// ran on this machine (node "") it is this machine. It returns why not, if the ranks do not
+// fit.
+func (m *Machine) place(np int) ([]string, string) {
+	placement := make([]string, np)
 	used := make(map[string]int)
 	var homeless []int
-	for r := range m.ranks {
+	for r := range np {
 		node := ""
 		if p := m.procs[m.ranks[r].proc]; p != nil {
 			node = p.node
@@ -437,6 +478,47 @@ func (m *Machine) place() ([]string, string) {
 	slices.Sort(lost)
 	return nil, fmt.Sprintf("no surviving node has room for rank %s (%d slot(s) missing; lost: %s; surviving: %s)",
 		joinInts(homeless), len(homeless), orNone(lost), orNone(nodes))
+}
+
+// shrunkPlacement is the recovery of a job whose ranks do not all fit on the surviving nodes
+// (why): a malleable job restarts into as many ranks as there are slots, its checkpoint
+// redistributed over them (pcm restarts a checkpoint into another size). It returns the new
+// size and placement, or why the job cannot go on.
+func (m *Machine) shrunkPlacement(why string) (int, []string, string) {
+	if !m.malleable {
+		return 0, nil, why + "; the job cannot shrink: its ranks registered no distributed data (pcm.NewBlock)"
+	}
+	room := 0
+	var lost []string
+	for n := range m.cfg.Slots {
+		if m.nodeLost(n) {
+			lost = append(lost, n)
+		} else {
+			room += m.slots(n)
+		}
+	}
+	if room == 0 {
+		slices.Sort(lost)
+		return 0, nil, fmt.Sprintf("no surviving node has room for any rank (lost: %s; surviving: none)", orNone(lost))
+	}
+	placement, err := m.place(room)
+	return room, placement, err
+}
+
+// dropResize gives up the resize under way when the job is recovered: its processes are
+// killed with the others, and the restarted ranks do not act on it.
+func (m *Machine) dropResize() {
+	rs := m.rs
+	if rs == nil {
+		return
+	}
+	m.rs = nil
+	if len(rs.checks) > 0 { // not answered yet
+		m.ctlError(rs.reply, "cannot resize job %s: it is being recovered", m.cfg.JobID)
+	}
+	if le := m.log.Get(rs.seq); le != nil && le.State.CanMoveTo(reconf.Aborted) {
+		_ = le.Advance(reconf.Aborted, errors.New("the job is being recovered"))
+	}
 }
 
 // nodeLost reports whether node is gone (NodeGone) or lost a process with it.

@@ -63,8 +63,8 @@ func (j *fakeJob) restarted(nodes ...string) []ProcID {
 	var procs []ProcID
 	for i := range j.m.cfg.NP {
 		s := j.takeStart()
-		if s.Rank != i || s.Restart != j.m.cfg.JobID || s.Node != nodes[i] || s.Incarnation < 1 {
-			j.t.Fatalf("restart of rank %d: %+v, want a restart from job %s on %q", i, s, j.m.cfg.JobID, nodes[i])
+		if s.Rank != i || s.Restart != j.m.cfg.JobID || s.Node != nodes[i] || s.Incarnation < 1 || s.Size != len(nodes) {
+			j.t.Fatalf("restart of rank %d: %+v, want a restart from job %s on %q into %d ranks", i, s, j.m.cfg.JobID, nodes[i], len(nodes))
 		}
 		j.pid[s.Proc] = 3000 + i
 		procs = append(procs, s.Proc)
@@ -182,15 +182,15 @@ func TestRanksOfALostNodeRestartOnSurvivorsWithRoom(t *testing.T) {
 	j.wantLog(`rank 1 .*recovering \(1 of 3\).*`)
 }
 
-// Dead end: no surviving node has room: the job ends at once, naming the ranks and the
-// missing slots (a malleable job would shrink here instead).
+// Dead end: no surviving node has room and the job cannot shrink: it ends at once, naming
+// the ranks and the missing slots (a malleable job shrinks here instead: join_paper_test.go).
 func TestNoSurvivingNodeWithRoomEndsTheJobNamingTheMissingSlots(t *testing.T) {
 	j := recoveringJob(t, Config{Slots: map[string]int{"n1": 1, "n2": 1}}, "n1", "n2")
 	j.committed(1, 10)
 	j.step(NodeGone{Node: "n2", Reason: "node n2 stopped responding"})
 	j.step(Exited{Proc: j.proc[1], Err: errors.New("node n2 stopped responding"), NodeGone: true, At: j.now})
 	f := j.wantFailure(RankFailed, 1, StatusFailed)
-	if !strings.HasSuffix(f.Reason, "; cannot recover: no surviving node has room for rank 1 (1 slot(s) missing; lost: n2; surviving: n1)") {
+	if !strings.HasSuffix(f.Reason, "; cannot recover: no surviving node has room for rank 1 (1 slot(s) missing; lost: n2; surviving: n1); the job cannot shrink: its ranks registered no distributed data (pcm.NewBlock)") {
 		t.Errorf("reason %q", f.Reason)
 	}
 	if len(j.pend) != 0 {

@@ -44,7 +44,7 @@ func (Malleable) event()    {}
 func (m *Machine) onMalleable(e Malleable) {
 	var ml job.Malleable
 	if job.Decode(e.Data, &ml) == nil {
-		m.rigid = !ml.Distributed
+		m.rigid, m.malleable = !ml.Distributed, ml.Distributed
 	}
 }
 
@@ -135,10 +135,10 @@ func (m *Machine) migrating() int {
 // growNodes places k new ranks on the named nodes, in order, K each (all remaining for K 0);
 // without names, in the job's free slots.
 func (m *Machine) growNodes(k int, on []job.NodeSlots) ([]string, error) {
-	nodes := make([]string, 0, k)
 	if len(on) == 0 {
 		return m.freeSlots(k)
 	}
+	nodes := make([]string, 0, k)
 	for i, ns := range on {
 		if why, gone := m.gone[ns.Node]; gone {
 			return nil, fmt.Errorf("node %s", why)

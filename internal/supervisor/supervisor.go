@@ -23,6 +23,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,7 +69,8 @@ type Config struct {
 	// 0 turns hang detection off.
 	HangTimeout time.Duration
 	// Slots is how many ranks the job may run on each of its nodes, where recovery may
-	// restart ranks; nil for ranks on this machine.
+	// restart ranks and a resize that names no node may grow; nil for ranks on this
+	// machine. Nodes that join (NodeJoined) add theirs.
 	Slots map[string]int
 }
 
@@ -193,6 +195,7 @@ type Machine struct {
 	gone      map[string]string // nodes gone, and why
 	rs        *resizing         // the resize under way (resize.go)
 	rigid     bool              // the ranks registered no distributed data (resize.go)
+	malleable bool              // they registered some: the job can shrink when recovered (recover.go)
 
 	now time.Time // of the event being stepped
 	out []Action
@@ -205,6 +208,7 @@ func New(cfg Config) (*Machine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg.Slots = maps.Clone(cfg.Slots) // nodes that join add theirs
 	return &Machine{
 		cfg:       cfg,
 		procs:     make(map[ProcID]*proc),
@@ -261,6 +265,8 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		if _, seen := m.gone[e.Node]; !seen {
 			m.gone[e.Node] = e.Reason
 		}
+	case NodeJoined:
+		m.onNodeJoined(e)
 	case Alive, Committed, Restored, ControlPlaneDown, ControlPlaneUp:
 		m.onRecoveryEvent(now, e)
 	case Tick:
