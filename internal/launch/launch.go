@@ -391,9 +391,9 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 	r.exits = make(chan supervisor.Exited, 2*r.cfg.NP+8)
 	r.inbox = make(chan func() supervisor.Event, 16)
 
-	var goneC <-chan *nodeclient.NodeGoneError
+	var nodeC <-chan nodeclient.NodeEvent
 	if w, ok := r.cfg.Starter.(nodeWatcher); ok {
-		goneC = w.Gone()
+		nodeC = w.Events()
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -414,8 +414,12 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 			r.step(r.event(m))
 		case f := <-r.inbox:
 			r.step(f())
-		case g := <-goneC:
-			r.step(supervisor.NodeGone{Node: g.Node, Reason: g.Reason})
+		case ev := <-nodeC:
+			if g := ev.Gone; g != nil {
+				r.step(supervisor.NodeGone{Node: g.Node, Reason: g.Reason})
+			} else if j := ev.Joined; j != nil {
+				r.step(supervisor.NodeJoined{Node: j.Node, Free: j.Free, Why: j.Reason})
+			}
 		case <-r.cp.changed:
 			r.step(r.cp.event())
 		case sig := <-r.cfg.Signals:
@@ -449,9 +453,10 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 // errNoNodes answers a request for a node when the ranks run on this machine.
 var errNoNodes = errors.New("the ranks run on this machine, not on pcmd nodes")
 
-// nodeWatcher is a Starter that reports the nodes it lost (nodeclient.Remote).
+// nodeWatcher is a Starter that reports the nodes it lost and those that joined
+// (nodeclient.Remote).
 type nodeWatcher interface {
-	Gone() <-chan *nodeclient.NodeGoneError
+	Events() <-chan nodeclient.NodeEvent
 }
 
 // event turns a message on one of the job's subjects into the Machine's Event.

@@ -177,7 +177,8 @@ type RemoteConfig struct {
 //
 // A Remote watches the heartbeats of its nodes; when one stops beating (job.MissedBeats
 // intervals), restarts or shuts down, the Wait of each of its ranks returns a
-// *NodeGoneError. Close it once the job is over.
+// *NodeGoneError. Nodes also join the job (join.go); Events tells both. Close it once the
+// job is over.
 type Remote struct {
 	cfg   RemoteConfig
 	nc    *nats.Conn
@@ -189,7 +190,13 @@ type Remote struct {
 	jobs  map[string]bool // job ids to send keepalives for
 	auth  map[string]*jobAuth
 	quit  chan struct{}
-	gone  chan *NodeGoneError // see Gone
+	// events: nodes gone and joined, in order (see Events)
+	events  chan NodeEvent
+	started time.Time // heartbeats of unknown nodes begun later are of pcmds started after the job
+	// bystanders are the nodes (and their pcmd's pid) that were there before the job and
+	// are not its; refused, the pcmds whose join was refused (their key card).
+	bystanders map[string]int
+	refused    map[string]int
 	// watch keeps an outage of r's own connection from counting as the nodes' silence.
 	watch ctlplane.Watch
 	wg    sync.WaitGroup
@@ -203,6 +210,7 @@ type remoteNode struct {
 	last     time.Time
 	card     *ctlauth.NodeCard // its verified key card; nil: an older pcmd, secrets go in clear
 	gone     *NodeGoneError
+	joined   bool // it joined after the start: watched even while it runs no rank
 	procs    map[*remoteProcess]bool
 }
 
@@ -234,7 +242,8 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		cfg.KeepAlive = 10 * time.Second
 	}
 	r := &Remote{cfg: cfg, nodes: make(map[string]*remoteNode), jobs: make(map[string]bool), auth: make(map[string]*jobAuth),
-		quit: make(chan struct{}), gone: make(chan *NodeGoneError, goneBacklog)}
+		quit: make(chan struct{}), events: make(chan NodeEvent, eventBacklog), started: time.Now(),
+		bystanders: make(map[string]int), refused: make(map[string]int)}
 	grace, err := ctlplane.GraceFromEnv(nil)
 	if err != nil {
 		return nil, err
@@ -379,13 +388,6 @@ func Place(nodes []string, caps []int, np int) ([]string, error) {
 	}
 	return out, nil
 }
-
-// goneBacklog bounds the node losses Gone holds for a slow reader.
-const goneBacklog = 64
-
-// Gone delivers each node the Remote declares gone, once. Reading it is optional: a gone
-// node is refused when asked for anyway.
-func (r *Remote) Gone() <-chan *NodeGoneError { return r.gone }
 
 // NP returns the number of ranks placed.
 func (r *Remote) NP() int { return len(r.place) }
@@ -556,7 +558,8 @@ func mpiosEnv(env []string) []string {
 	return out
 }
 
-// onHeartbeat refreshes a node's liveness; a node that restarted or is leaving is gone.
+// onHeartbeat refreshes a node's liveness; a node that restarted or is leaving is gone, one
+// that is not the job's may join it (join.go).
 func (r *Remote) onHeartbeat(m *nats.Msg) {
 	var info job.NodeInfo
 	if job.Decode(m.Data, &info) != nil || info.Validate() != nil {
@@ -566,6 +569,7 @@ func (r *Remote) onHeartbeat(m *nats.Msg) {
 	node := r.nodes[info.Name]
 	if node == nil || node.gone != nil {
 		r.mu.Unlock()
+		r.maybeJoin(info, node)
 		return
 	}
 	switch {
@@ -614,7 +618,7 @@ func (r *Remote) monitor() {
 			var reasons []string
 			r.mu.Lock()
 			for _, n := range r.nodes {
-				if n.gone == nil && len(n.procs) > 0 {
+				if n.gone == nil && (len(n.procs) > 0 || n.joined) {
 					if silent := r.watch.Silence(now, n.last); silent > job.MissedBeats*n.interval {
 						gone = append(gone, n.name)
 						reasons = append(reasons, fmt.Sprintf("node %s stopped responding (no heartbeat for %v)",
@@ -639,11 +643,7 @@ func (r *Remote) nodeGone(name, reason string) {
 		return
 	}
 	node.gone = &NodeGoneError{Node: name, Reason: reason}
-	select {
-	case r.gone <- node.gone:
-	default:
-		// Nobody reads Gone: the node is refused anyway when it is next asked for.
-	}
+	r.sendEvent(NodeEvent{Gone: node.gone})
 	var procs []*remoteProcess
 	var ranks []int
 	for p := range node.procs {

@@ -100,8 +100,11 @@ type fakeNode struct {
 	name     string
 	slots    int
 	interval time.Duration
+	pid      int    // its pcmd's
+	card     []byte // its signed key card, nil for none
 
 	mu      sync.Mutex
+	seq     uint64 // heartbeats sent
 	subs    []*nats.Subscription
 	ranks   map[int]job.SpawnRequest
 	stopped chan struct{}
@@ -110,12 +113,18 @@ type fakeNode struct {
 
 func startFakeNode(t *testing.T, url, name string, slots int, interval time.Duration) *fakeNode {
 	t.Helper()
+	return startFakeNodeAs(t, url, name, slots, interval, 4242, nil)
+}
+
+// startFakeNodeAs starts a fake node whose pcmd has pid and presents card.
+func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Duration, pid int, card []byte) *fakeNode {
+	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	n := &fakeNode{t: t, nc: nc, name: name, slots: slots, interval: interval,
+	n := &fakeNode{t: t, nc: nc, name: name, slots: slots, interval: interval, pid: pid, card: card,
 		ranks: make(map[int]job.SpawnRequest), stopped: make(chan struct{})}
 	sub := func(subj string, fn nats.MsgHandler) {
 		s, err := nc.Subscribe(subj, fn)
@@ -170,6 +179,9 @@ func startFakeNode(t *testing.T, url, name string, slots int, interval time.Dura
 			case <-n.stopped:
 				return
 			case <-tick.C:
+				n.mu.Lock()
+				n.seq++
+				n.mu.Unlock()
 				n.publish(job.NodesHeartbeatSubject, n.info())
 			}
 		}
@@ -180,7 +192,7 @@ func startFakeNode(t *testing.T, url, name string, slots int, interval time.Dura
 func (n *fakeNode) info() job.NodeInfo {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	info := job.NodeInfo{Name: n.name, Slots: n.slots, Used: len(n.ranks), PID: 4242, Interval: n.interval}
+	info := job.NodeInfo{Name: n.name, Slots: n.slots, Used: len(n.ranks), PID: n.pid, Interval: n.interval, Seq: n.seq, Card: n.card}
 	for r, req := range n.ranks {
 		info.Ranks = append(info.Ranks, job.RankInfo{Job: req.Job, Rank: r, PID: 1000 + r})
 	}
@@ -411,12 +423,12 @@ func TestRemoteNodeGone(t *testing.T) {
 		t.Errorf("log: %s", logs)
 	}
 	select {
-	case g := <-r.Gone():
-		if g.Node != "n1" || !strings.Contains(g.Reason, "node n1 stopped responding") {
-			t.Errorf("Gone delivered %+v", g)
+	case ev := <-r.Events():
+		if g := ev.Gone; g == nil || g.Node != "n1" || !strings.Contains(g.Reason, "node n1 stopped responding") {
+			t.Errorf("Events delivered %+v, want n1 gone", ev)
 		}
 	default:
-		t.Error("Gone did not deliver the lost node")
+		t.Error("Events did not deliver the lost node")
 	}
 	select {
 	case <-nodeclient.Finished(p1):
