@@ -66,6 +66,11 @@ func (c *Comm) valid(op string) error {
 	if c.freed.Load() {
 		return fmt.Errorf("mpi: %s: %w: freed", op, ErrComm)
 	}
+	if c.e.revoked.Load() {
+		// Checked here, not only when a message is sent: a communicator of one rank sends
+		// none, and its calls must fail after a resize all the same.
+		return &StaleCommError{Op: op}
+	}
 	return nil
 }
 

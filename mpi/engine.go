@@ -51,16 +51,18 @@ type engine struct {
 
 	nextID atomic.Uint64
 
-	mu        sync.Mutex
-	ctxs      map[uint32]*queues
-	sends     map[uint64]*Request // rendezvous sends waiting for CTS
-	recvs     map[uint64]*Request // rendezvous receives waiting for data
-	inflight  []*Request          // per peer: the receive its eager payload is being read into
-	peerErr   []error             // set once a peer failed or finalized
-	broken    error               // job-wide failure: every operation fails with it
-	closed    bool
-	retired   bool    // the rank moved to a successor process (see migrate.go)
-	revoked   bool    // a resize replaced this world (see resize.go)
+	mu       sync.Mutex
+	ctxs     map[uint32]*queues
+	sends    map[uint64]*Request // rendezvous sends waiting for CTS
+	recvs    map[uint64]*Request // rendezvous receives waiting for data
+	inflight []*Request          // per peer: the receive its eager payload is being read into
+	peerErr  []error             // set once a peer failed or finalized
+	broken   error               // job-wide failure: every operation fails with it
+	closed   bool
+	retired  bool // the rank moved to a successor process (see migrate.go)
+	// revoked: a resize replaced this world (see resize.go). Set under mu; atomic so that
+	// Comm.valid reads it on every call without the lock.
+	revoked   atomic.Bool
 	unexpSize []int64 // eager bytes queued unmatched, per peer
 	unexpMax  int64
 	space     *sync.Cond // unexpected bytes drained, or a failure
@@ -371,7 +373,7 @@ func (e *engine) failure() error {
 	if e.retired {
 		return ErrMigrated
 	}
-	if e.revoked {
+	if e.revoked.Load() {
 		return &StaleCommError{Op: "operation"}
 	}
 	if e.closed {

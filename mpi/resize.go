@@ -208,7 +208,8 @@ func SwitchWorld(old, next *Comm, newRank []int) error {
 		carried = e.queues(old.ctx).unexp
 	}
 	failed := e.takeAllPending()
-	e.revoked, e.closed = true, true
+	e.revoked.Store(true)
+	e.closed = true
 	e.mu.Unlock()
 	for _, r := range failed {
 		r.complete(r.status, &StaleCommError{Op: "resize"})
@@ -275,8 +276,4 @@ func joinAtResize(env job.Env, seqText string) (joined, error) {
 }
 
 // isRevoked reports whether a resize replaced this engine's world.
-func (e *engine) isRevoked() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.revoked
-}
+func (e *engine) isRevoked() bool { return e.revoked.Load() }

@@ -122,3 +122,52 @@ func TestQuiesceRefusesToLoseAMessageOfALeaver(t *testing.T) {
 		t.Errorf("ranks 1, 2: %v, %v", errs[1], errs[2])
 	}
 }
+
+// A communicator of one rank sends no message, so only Comm.valid can tell that a resize
+// revoked it: its collectives (and Dup) fail with ErrRevoked after the switch, like those of
+// larger communicators.
+func TestOneRankCommunicatorOfARevokedWorldFails(t *testing.T) {
+	old := goroutineWorld(t, 2)
+	next := goroutineWorld(t, 2)
+	newRank := []int{0, 1}
+	selves := make([]*Comm, 2)
+	errs := runRanks(t, old, func(r int, w *Comm) error {
+		self, err := w.Split(r, 0)
+		if err != nil {
+			return err
+		}
+		selves[r] = self
+		if err := Quiesce(w, newRank); err != nil {
+			return err
+		}
+		if err := agreeFirstContext(next[r], w); err != nil {
+			return err
+		}
+		return SwitchWorld(w, next[r], newRank)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	self := selves[0]
+	if self.Size() != 1 {
+		t.Fatalf("Split by rank gave %d ranks", self.Size())
+	}
+	buf := []float64{1}
+	calls := map[string]error{
+		"Barrier":   self.Barrier(),
+		"Bcast":     Bcast(self, buf, 0),
+		"Allreduce": Allreduce(self, buf, make([]float64, 1), Sum),
+		"Reduce":    Reduce(self, buf, make([]float64, 1), Sum, 0),
+		"Scan":      Scan(self, buf, make([]float64, 1), Sum),
+		"Allgather": Allgather(self, buf, make([]float64, 1)),
+	}
+	_, derr := self.Dup()
+	calls["Dup"] = derr
+	for name, err := range calls {
+		if !errors.Is(err, ErrRevoked) {
+			t.Errorf("%s on a one-rank communicator of the revoked world: %v, want ErrRevoked", name, err)
+		}
+	}
+}
