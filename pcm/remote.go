@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/ckptstore"
@@ -89,26 +90,15 @@ func (p *Process) openPieceOf(m ckptstore.Manifest, rank int) (io.ReadCloser, er
 // fetchPiece reads a piece from the pcmd of node, which holds it or a copy of it.
 func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.PieceInfo, node string) (io.ReadCloser, error) {
 	id := ckptstore.PieceID{Job: m.Job, Seq: m.Seq, Rank: rank}
-	data, err := job.Encode(job.PieceRequest{Job: m.Job, Seq: m.Seq, Rank: rank})
-	if err != nil {
-		return nil, err
-	}
-	msg, err := p.launched.Conn.Request(job.PieceSubject(node), data, 10*time.Second)
+	rep, err := p.askNode(job.PieceSubject(node, p.launched.Auth.Job()), job.PieceRequest{Job: m.Job, Seq: m.Seq, Rank: rank}, 10*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
-	}
-	var rep job.PieceReply
-	if err := job.Decode(msg.Data, &rep); err != nil {
-		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
-	}
-	if rep.Error != "" {
-		return nil, fmt.Errorf("fetch %s: %s", id, rep.Error)
 	}
 	conn, err := net.DialTimeout("tcp", rep.Addr, 10*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
-	if _, err := conn.Write(rep.Token); err != nil {
+	if _, err := conn.Write(p.launched.Auth.OfferProof(rep.Token)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
@@ -119,6 +109,53 @@ func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.Piec
 	}
 	fmt.Fprintf(p.opts.Log, "pcm: rank %d: reading its piece of checkpoint %d from node %s\n", rank, m.Seq, node)
 	return remotePiece{vr, conn}, nil
+}
+
+// askNode sends req, under the job key, to the pcmd that answers subject (a piece or copy
+// request) and returns its offer. Only a reply that verifies under the job key counts:
+// anyone on the NATS server can answer first, so replies that do not verify are skipped
+// while the wait lasts; a refusal in clear (from a node that does not know the job's key)
+// is the error if nothing better arrives.
+func (p *Process) askNode(subject string, req any, wait time.Duration) (job.PieceReply, error) {
+	auth, nc := p.launched.Auth, p.launched.Conn
+	if auth == nil {
+		return job.PieceReply{}, errors.New("this process has no job key to ask a node with")
+	}
+	data, err := auth.Encode(subject, req, time.Now())
+	if err != nil {
+		return job.PieceReply{}, err
+	}
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return job.PieceReply{}, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subject, inbox, data); err != nil {
+		return job.PieceReply{}, err
+	}
+	deadline := time.Now().Add(wait)
+	var clear error
+	for {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			if clear != nil {
+				return job.PieceReply{}, clear
+			}
+			return job.PieceReply{}, fmt.Errorf("no authenticated answer on %s: %w", subject, err)
+		}
+		var rep job.PieceReply
+		if _, err := auth.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil {
+			if job.Decode(msg.Data, &rep) == nil && rep.Error != "" && rep.Addr == "" {
+				clear = errors.New(rep.Error)
+			}
+			continue
+		}
+		if rep.Error != "" {
+			return job.PieceReply{}, errors.New(rep.Error)
+		}
+		return rep, nil
+	}
 }
 
 // remotePiece is a piece streaming in from another node.
@@ -152,8 +189,13 @@ func (p *Process) remoteCandidates(jobID string) map[uint64]candidate {
 		return cands
 	}
 	defer sub.Unsubscribe()
-	data, err := job.Encode(job.ManifestsRequest{Job: jobID})
-	if err != nil || nc.PublishRequest(job.ManifestsSubject, inbox, data) != nil {
+	auth := p.launched.Auth
+	if auth == nil {
+		return cands
+	}
+	subject := job.ManifestsSubject(auth.Job())
+	data, err := auth.Encode(subject, job.ManifestsRequest{Job: jobID}, time.Now())
+	if err != nil || nc.PublishRequest(subject, inbox, data) != nil {
 		return cands
 	}
 	deadline := time.Now().Add(manifestWait)
@@ -162,8 +204,11 @@ func (p *Process) remoteCandidates(jobID string) map[uint64]candidate {
 		if err != nil {
 			return cands
 		}
+		// Only nodes that hold the job's key answer under it: a forged list is skipped.
 		var rep job.ManifestsReply
-		if job.Decode(msg.Data, &rep) != nil {
+		from, err := auth.Decode(msg.Subject, msg.Data, &rep, time.Now())
+		if err != nil || from.Role != ctlauth.RoleNode || from.Node != rep.Node {
+			fmt.Fprintf(p.opts.Log, "pcm: ignoring a manifest list that is not authenticated: %v\n", err)
 			continue
 		}
 		for _, b := range rep.Manifests {

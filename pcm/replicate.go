@@ -27,9 +27,10 @@ import (
 const copyTimeout = 10 * time.Second
 
 // replicates reports whether this process can keep buddy copies: it was launched on a pcmd
-// node (which names it) and has a control-plane connection to reach the other nodes.
+// node (which names it) and has a control-plane connection and the job key to reach the
+// other nodes.
 func (p *Process) replicates() bool {
-	return p.launched != nil && p.launched.Conn != nil && p.opts.Node != ""
+	return p.launched != nil && p.launched.Conn != nil && p.launched.Auth != nil && p.opts.Node != ""
 }
 
 // chooseBuddy agrees on the job's nodes and returns this rank's buddy: the node after its
@@ -74,20 +75,9 @@ func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo
 		PieceRequest: job.PieceRequest{Job: p.opts.JobID, Seq: seq, Rank: info.Rank},
 		Size:         info.Size, Checksum: info.Checksum, Sparse: src.sparse != nil,
 	}
-	data, err := job.Encode(req)
-	if err != nil {
-		return err
-	}
-	msg, err := p.launched.Conn.Request(job.PieceCopySubject(buddy), data, copyTimeout)
+	rep, err := p.askNode(job.PieceCopySubject(buddy, p.opts.JobID), req, copyTimeout)
 	if err != nil {
 		return fmt.Errorf("copy to node %s: %w", buddy, err)
-	}
-	var rep job.PieceReply
-	if err := job.Decode(msg.Data, &rep); err != nil {
-		return fmt.Errorf("copy to node %s: %w", buddy, err)
-	}
-	if rep.Error != "" {
-		return fmt.Errorf("copy to node %s: %s", buddy, rep.Error)
 	}
 	conn, err := net.DialTimeout("tcp", rep.Addr, copyTimeout)
 	if err != nil {
@@ -95,7 +85,7 @@ func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo
 	}
 	defer conn.Close()
 	w := bufio.NewWriterSize(conn, 1<<20)
-	if _, err := w.Write(rep.Token); err != nil {
+	if _, err := w.Write(p.launched.Auth.OfferProof(rep.Token)); err != nil {
 		return fmt.Errorf("copy to node %s: %w", buddy, err)
 	}
 	write := src.dense

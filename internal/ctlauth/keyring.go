@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,6 +45,7 @@ type JobKeyring struct {
 type ringEntry struct {
 	key   JobKey
 	owner string
+	reads []string // other jobs whose checkpoints this one restarts from
 	used  uint64
 	v     *JobVerifier
 	w     *JobWrapper
@@ -130,6 +132,39 @@ func (r *JobKeyring) Owner(jobID string) (string, bool) {
 		return "", false
 	}
 	return e.owner, true
+}
+
+// maxReads bounds the jobs one job may read the checkpoints of.
+const maxReads = 16
+
+// AllowRead records that the processes of job jobID, which must be known, may read the
+// checkpoints of job other: jobID restarts from them (a typed field of a verified spawn).
+func (r *JobKeyring) AllowRead(jobID, other string) error {
+	if err := job.ValidateID(other); err != nil {
+		return fmt.Errorf("ctlauth: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.jobs[jobID]
+	switch {
+	case e == nil:
+		return fmt.Errorf("%w: job %.64q", ErrUnknownJob, jobID)
+	case other == jobID || slices.Contains(e.reads, other):
+		return nil
+	case len(e.reads) >= maxReads:
+		return fmt.Errorf("ctlauth: job %s already restarts from %d jobs", jobID, len(e.reads))
+	}
+	e.reads = append(e.reads, other)
+	return nil
+}
+
+// MayRead reports whether the processes of job jobID may read the checkpoints of job other:
+// their own, or those of a job they restart from (AllowRead).
+func (r *JobKeyring) MayRead(jobID, other string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.jobs[jobID]
+	return e != nil && (other == jobID || slices.Contains(e.reads, other))
 }
 
 // Decode verifies data received on subject under the key of job jobID (the error wraps

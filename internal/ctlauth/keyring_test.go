@@ -178,3 +178,23 @@ func TestSealedEnvironmentOpensOnlyOnItsNodeAndJobAndNotAsASecret(t *testing.T) 
 		t.Errorf("opened a secret box as an environment: %v", err)
 	}
 }
+
+func TestAJobReadsOnlyItsOwnCheckpointsAndThoseItRestartsFrom(t *testing.T) {
+	r := newRing(t, 0)
+	if err := r.AllowRead("job2", "job1"); !errors.Is(err, ErrUnknownJob) {
+		t.Errorf("unknown job: %v", err)
+	}
+	r.Learn("job2", testSecret(2), "")
+	if !r.MayRead("job2", "job2") || r.MayRead("job2", "job1") || r.MayRead("job3", "job3") {
+		t.Fatal("reads before AllowRead")
+	}
+	if err := r.AllowRead("job2", "job1"); err != nil {
+		t.Fatal(err)
+	}
+	if !r.MayRead("job2", "job1") || r.MayRead("job1", "job2") || r.MayRead("job2", "job3") {
+		t.Error("reads after AllowRead")
+	}
+	if err := r.AllowRead("job2", "../x"); err == nil {
+		t.Error("allowed a bad job id")
+	}
+}

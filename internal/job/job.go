@@ -438,7 +438,31 @@ type SpawnRequest struct {
 	// the node's curve key by the launcher's per-job curve key SealedFrom (ctlauth.SealSecret).
 	SealedSecret []byte `msgpack:"sealed_secret,omitempty"`
 	SealedFrom   string `msgpack:"sealed_from,omitempty"`
+	// SealedEnv holds the rank's NATS credentials (MPIOS_NATS_TOKEN, MPIOS_NATS_PASSWORD, a
+	// MPIOS_NATS_URL with a user or password in it), sealed like SealedSecret by SealedFrom
+	// (ctlauth.SealEnv). The node refuses them in Env.
+	SealedEnv []byte `msgpack:"sealed_env,omitempty"`
+
+	// The rank's checkpoint settings, typed: the node sets EnvRestart, EnvCkptKeep and
+	// EnvCkptDir from them (and from its own store), and refuses those variables in Env.
+	//
+	// Restart is the job whose newest valid checkpoint the rank restarts from ("" = none;
+	// the job itself after a failure). The node lets the job read that job's checkpoints
+	// only if the same launcher started it.
+	Restart string `msgpack:"restart,omitempty"`
+	// CkptDir is the checkpoint store root for a node without a store of its own (pcmd
+	// serve --store); absolute. "" = the rank's default.
+	CkptDir string `msgpack:"ckpt_dir,omitempty"`
+	// CkptKeep is how many committed checkpoints the job keeps (0 = the default).
+	CkptKeep int `msgpack:"ckpt_keep,omitempty"`
 }
+
+// TypedEnv are the variables of a rank's environment that a spawn request sets only through
+// its typed fields (Job, Rank, Restart, CkptDir, CkptKeep) or that the node sets itself.
+var TypedEnv = []string{EnvRestart, EnvCkptDir, EnvCkptKeep, EnvCkptCap, EnvNode, EnvBind}
+
+// MaxCkptKeep bounds SpawnRequest.CkptKeep.
+const MaxCkptKeep = 1024
 
 // Validate checks a SpawnRequest's form; the node applies its own policy afterwards.
 func (s SpawnRequest) Validate() error {
@@ -468,6 +492,20 @@ func (s SpawnRequest) Validate() error {
 		if !strings.HasPrefix(name, "MPIOS_") {
 			return fmt.Errorf("job: spawn: environment variable %s: only MPIOS_* variables may be passed", name)
 		}
+		if slices.Contains(TypedEnv, name) {
+			return fmt.Errorf("job: spawn: environment variable %s: set by the node from the request's typed fields, not passed", name)
+		}
+	}
+	if s.Restart != "" {
+		if err := ValidateID(s.Restart); err != nil {
+			return fmt.Errorf("job: spawn: restart: %w", err)
+		}
+	}
+	if s.CkptDir != "" && (!strings.HasPrefix(s.CkptDir, "/") || len(s.CkptDir) > maxPathBytes || strings.IndexByte(s.CkptDir, 0) >= 0) {
+		return errors.New("job: spawn: checkpoint directory is not an absolute path, too long or contains NUL")
+	}
+	if s.CkptKeep < 0 || s.CkptKeep > MaxCkptKeep {
+		return fmt.Errorf("job: spawn: %d checkpoints kept, want 0 to %d", s.CkptKeep, MaxCkptKeep)
 	}
 	if len(s.Dir) > maxPathBytes || strings.IndexByte(s.Dir, 0) >= 0 {
 		return errors.New("job: spawn: working directory is too long or contains NUL")
@@ -490,6 +528,9 @@ func (s SpawnRequest) Validate() error {
 		if slices.ContainsFunc(s.Env, func(kv string) bool { return strings.HasPrefix(kv, EnvSecret+"=") }) {
 			return fmt.Errorf("job: spawn: %s both sealed and in clear", EnvSecret)
 		}
+	}
+	if len(s.SealedEnv) > 0 && (s.SealedFrom == "" || len(s.SealedEnv) > 16<<10) {
+		return errors.New("job: spawn: a sealed environment needs its sender's curve key and at most 16 KiB")
 	}
 	return nil
 }
@@ -764,8 +805,21 @@ type JobInfo struct {
 // piece's bytes are streamed (NATS carries only the request), and the rank checks them
 // against the manifest's checksum.
 
-// PieceSubject: request PieceRequest, reply PieceReply, answered by node's pcmd.
-func PieceSubject(node string) string { return "mpios.node." + node + ".piece" }
+// PieceSubject: request PieceRequest from a process of job requester, reply PieceReply,
+// answered by node's pcmd. Both travel under requester's job key (ctlauth): the node
+// verifies the request with the key it learned from the job's spawn requests, and the
+// requester ignores replies that do not verify.
+func PieceSubject(node, requester string) string { return "mpios.node." + node + ".piece." + requester }
+
+// PieceSubjects is what node's pcmd subscribes to for piece requests: the requesting job is
+// the last token (RequesterOf).
+func PieceSubjects(node string) string { return "mpios.node." + node + ".piece.*" }
+
+// RequesterOf returns the job that a piece, copy or manifest request was published for: the
+// last token of its subject.
+func RequesterOf(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
 
 // PieceRequest names one rank's piece of checkpoint Seq of job Job.
 type PieceRequest struct {
@@ -785,8 +839,9 @@ func (p PieceRequest) Validate() error {
 	return nil
 }
 
-// PieceReply says where to read a piece: connect to Addr, send Token (raw bytes), read Size
-// bytes. The offer expires after PieceOfferTTL.
+// PieceReply says where to read a piece: connect to Addr, send the offer's proof
+// (ctlauth.JobKey.OfferProof of Token: the token alone, which others may read, is not
+// enough), read Size bytes. The offer expires after PieceOfferTTL.
 type PieceReply struct {
 	Addr  string `msgpack:"addr"`
 	Token []byte `msgpack:"token"`
@@ -802,10 +857,16 @@ const PieceOfferTTL = 30 * time.Second
 
 // PieceCopySubject: request PieceCopyRequest, reply PieceReply, answered by node's pcmd,
 // which keeps a buddy copy of another node's piece. The reply names a one-time TCP address:
-// connect, send Token, then the piece's Size bytes (or, if the reply says Sparse, the piece
-// as a sparse stream without its zero blocks), and read one line, "ok" once the copy is
-// verified and durable, or the reason it is not.
-func PieceCopySubject(node string) string { return "mpios.node." + node + ".piececopy" }
+// connect, send the proof of Token (as for PieceReply), then the piece's Size bytes (or, if
+// the reply says Sparse, the piece as a sparse stream without its zero blocks), and read one
+// line, "ok" once the copy is verified and durable, or the reason it is not. requester is
+// the job whose piece it is: a job copies only its own pieces.
+func PieceCopySubject(node, requester string) string {
+	return "mpios.node." + node + ".piececopy." + requester
+}
+
+// PieceCopySubjects is what node's pcmd subscribes to for buddy copies.
+func PieceCopySubjects(node string) string { return "mpios.node." + node + ".piececopy.*" }
 
 // PieceCopyRequest offers a copy of a piece: its size and checksum as the owning node's
 // store recorded them.
@@ -818,10 +879,14 @@ type PieceCopyRequest struct {
 	Sparse bool `msgpack:"sparse,omitempty"`
 }
 
-// ManifestsSubject: request ManifestsRequest; every pcmd whose store has committed
-// checkpoints of the job replies with a ManifestsReply (the others stay silent). A job
+// ManifestsSubject: request ManifestsRequest from a process of job requester; every pcmd
+// whose store has committed checkpoints of the job asked for, and that knows requester's
+// key, replies with a ManifestsReply under that key (the others stay silent). A job
 // restarting on nodes that hold none of its checkpoints finds them this way.
-const ManifestsSubject = "mpios.nodes.manifests"
+func ManifestsSubject(requester string) string { return "mpios.nodes.manifests." + requester }
+
+// ManifestsSubjects is what every pcmd subscribes to for manifest requests.
+const ManifestsSubjects = "mpios.nodes.manifests.*"
 
 // ManifestsRequest asks for the committed checkpoints of Job.
 type ManifestsRequest struct {

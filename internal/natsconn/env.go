@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Environment variables that carry Options to the ranks (and that mpirun reads): the rank's
@@ -74,4 +75,30 @@ func (o Options) Abs() (Options, error) {
 		*f = abs
 	}
 	return o, nil
+}
+
+// EnvURL is the variable of the NATS URL (job.EnvNATS, repeated here so that this package
+// needs no other): credentials may be embedded in it.
+const EnvURL = "MPIOS_NATS_URL"
+
+// IsCredential reports whether the environment entry kv (KEY=VALUE) carries a NATS
+// credential itself, not the path of a file holding one: a token, a password, or a URL
+// with a user or password in it. Such entries travel to a remote rank only sealed for its
+// node.
+func IsCredential(kv string) bool {
+	name, value, _ := strings.Cut(kv, "=")
+	switch name {
+	case EnvToken, EnvPassword:
+		return value != ""
+	case EnvURL:
+		return RedactURL(value) != strings.Join(trimmed(strings.Split(value, ",")), ",")
+	}
+	return false
+}
+
+func trimmed(parts []string) []string {
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
+	}
+	return parts
 }

@@ -187,3 +187,22 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+func TestIsCredentialFindsTokensPasswordsAndURLsWithUsers(t *testing.T) {
+	for kv, want := range map[string]bool{
+		"MPIOS_NATS_TOKEN=s3cret":                          true,
+		"MPIOS_NATS_PASSWORD=pw":                           true,
+		"MPIOS_NATS_URL=nats://u:p@10.0.0.1:4222":          true,
+		"MPIOS_NATS_URL=nats://10.0.0.1:4222,nats://t@h:1": true,
+		"MPIOS_NATS_URL=nats://10.0.0.1:4222":              false,
+		"MPIOS_NATS_URL=nats://a:1, nats://b:2":            false,
+		"MPIOS_NATS_TOKEN_FILE=/run/token":                 false,
+		"MPIOS_NATS_USER=alice":                            false,
+		"MPIOS_NATS_TOKEN=":                                false,
+		"MPIOS_SECRET=00":                                  false,
+	} {
+		if got := natsconn.IsCredential(kv); got != want {
+			t.Errorf("IsCredential(%q) = %v, want %v", kv, got, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rankproc"
 )
 
@@ -84,8 +85,27 @@ func (r *Remote) jobAuthLocked(jobID string, env []string) (*jobAuth, error) {
 	return a, nil
 }
 
-// seal moves the job's secret out of req.Env into a box only card's node opens.
+// seal moves the job's secret and the rank's NATS credentials out of req.Env into boxes
+// only card's node opens.
 func (a *jobAuth) seal(req *job.SpawnRequest, card *ctlauth.NodeCard) error {
+	var creds, rest []string
+	for _, kv := range req.Env {
+		if natsconn.IsCredential(kv) {
+			creds = append(creds, kv)
+		} else {
+			rest = append(rest, kv)
+		}
+	}
+	if len(creds) > 0 {
+		var err error
+		if req.SealedEnv, err = ctlauth.SealEnv(req.Job, creds, a.curve, *card, rand.Reader); err != nil {
+			return fmt.Errorf("nodeclient: %w", err)
+		}
+		if req.SealedFrom, err = a.curve.PublicKey(); err != nil {
+			return fmt.Errorf("nodeclient: %w", err)
+		}
+		req.Env = rest
+	}
 	prefix := job.EnvSecret + "="
 	for i, kv := range req.Env {
 		if !strings.HasPrefix(kv, prefix) {

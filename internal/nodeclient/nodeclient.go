@@ -506,6 +506,9 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 		Job: jobID, Rank: spec.Rank, Path: spec.Path, Args: spec.Args, Env: env, Dir: dir,
 		Out: outSubj, Exit: exitSubj, KeepAlive: r.cfg.KeepAlive,
 	}
+	if err := typedFields(&req); err != nil {
+		return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))
+	}
 	if card != nil {
 		if err := auth.seal(&req, card); err != nil {
 			return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))
@@ -538,6 +541,33 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 	p.pid = rep.PID
 	p.mu.Unlock()
 	return p, nil
+}
+
+// typedFields moves the checkpoint settings out of req.Env into the request's typed fields,
+// and drops the variables the node sets itself (job.TypedEnv): a node takes them only typed.
+func typedFields(req *job.SpawnRequest) error {
+	var env []string
+	for _, kv := range req.Env {
+		name, value, _ := strings.Cut(kv, "=")
+		switch name {
+		case job.EnvRestart:
+			req.Restart = value
+		case job.EnvCkptDir:
+			req.CkptDir = value
+		case job.EnvCkptKeep:
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%s=%q: want an integer >= 1", job.EnvCkptKeep, value)
+			}
+			req.CkptKeep = n
+		default:
+			if !slices.Contains(job.TypedEnv, name) {
+				env = append(env, kv)
+			}
+		}
+	}
+	req.Env = env
+	return nil
 }
 
 // mpiosEnv keeps the MPIOS_* entries of env, the last of each name, in order: only those

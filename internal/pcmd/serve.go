@@ -228,10 +228,16 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := s.checkUnique(); err != nil {
 		return err
 	}
+	// One keyring per node: the spawner learns each job's key from its verified spawns, the
+	// piece server verifies the job's requests with it.
+	jobKeys, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: cfg.Node}, 0, time.Now())
+	if err != nil {
+		return err
+	}
 	s.ranks, err = spawner.Start(nc, spawner.Config{
 		Node: cfg.Node, Allow: cfg.Allow, PinArgs: cfg.PinArgs, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
 		Env: s.baseEnv, NodeEnv: s.nodeEnv, Log: s.log,
-		Launchers: launchers, Open: cfg.InsecureOpen, Curve: keys.Curve,
+		Launchers: launchers, Open: cfg.InsecureOpen, Curve: keys.Curve, Keys: jobKeys,
 	})
 	if err != nil {
 		return err
@@ -250,7 +256,7 @@ func Serve(ctx context.Context, cfg Config) error {
 
 	// Ranks restarting elsewhere read this node's checkpoint pieces through it.
 	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf,
-		Cap: cfg.CkptMemCap})
+		Cap: cfg.CkptMemCap, Keys: jobKeys})
 	if err != nil {
 		if s.agent != nil {
 			s.agent.Stop()

@@ -26,13 +26,15 @@ func offerCopy(t *testing.T, url string, want ckptstore.PieceInfo, data []byte) 
 func offerCopyAs(t *testing.T, url string, want ckptstore.PieceInfo, sparse bool, data []byte) string {
 	t.Helper()
 	nc := testbin.Connect(t, url)
-	req, _ := job.Encode(job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum, Sparse: sparse})
-	msg, err := nc.Request(job.PieceCopySubject("n2"), req, 5*time.Second)
+	as := channel(t, "j", 0)
+	subject := job.PieceCopySubject("n2", "j")
+	req, _ := as.Encode(subject, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum, Sparse: sparse}, time.Now())
+	msg, err := nc.Request(subject, req, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rep job.PieceReply
-	if err := job.Decode(msg.Data, &rep); err != nil {
+	if _, err := as.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if rep.Error != "" {
@@ -46,7 +48,7 @@ func offerCopyAs(t *testing.T, url string, want ckptstore.PieceInfo, sparse bool
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write(rep.Token)
+	c.Write(as.OfferProof(rep.Token))
 	c.Write(data)
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line)
@@ -58,7 +60,7 @@ func TestBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	dir := filepath.Join(t.TempDir(), "store")
-	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Cap: 1 << 20})
+	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Cap: 1 << 20, Keys: keyring(t, "n2", "j")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func TestSparseBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	dir := filepath.Join(t.TempDir(), "store")
-	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1"})
+	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Keys: keyring(t, "n2", "j")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,18 @@
 // Package pieceserver lends the checkpoint pieces of a node's store to ranks restarting
 // on other nodes (job.PieceSubject) and answers which checkpoints of a job the node holds
-// (job.ManifestsSubject). Each piece request gets a one-time listener on the node's
-// advertise address and a random token; the piece's bytes go over that connection, never
-// over NATS. The offers open at once are capped per requester (a NATS connection) and in
-// total, so that no one exhausts the node's file descriptors. Anyone who may publish on mpios.node.NODE.piece can read this node's
-// checkpoints: restrict that subject with NATS permissions on a shared server.
+// (job.ManifestsSubject), and keeps buddy copies of other nodes' pieces
+// (job.PieceCopySubject). Every request must verify under the key of the job it is
+// published for (the subject's last token), which the node learned from that job's
+// verified spawn requests (ctlauth.JobKeyring); a job reads only its own checkpoints and
+// those it restarts from, and copies only its own pieces. Replies travel under the same key.
+// Each offer gets a one-time listener on the node's advertise address and a random token;
+// whoever connects must prove the job key with an HMAC of the token (ctlauth OfferProof),
+// so reading the reply on NATS is not enough to take the offer. The piece's bytes go over
+// that connection, never over NATS. The offers open at once are capped per requester (a
+// NATS connection) and in total, so that no one exhausts the node's file descriptors.
 package pieceserver
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -21,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
@@ -30,6 +35,9 @@ type Config struct {
 	Node      string // the node's name (job.ValidateNode)
 	Store     string // the node's checkpoint store root; "" = no store, every request is refused
 	Advertise string // host or IP the one-time listeners bind to: an address other nodes reach
+	// Keys are the keys of the jobs the node knows (from their spawn requests): requests of
+	// other jobs are refused. Not nil.
+	Keys *ctlauth.JobKeyring
 	// Logf receives what went wrong with an offer after it was made; nil = discard.
 	Logf func(format string, args ...any)
 	// MaxOffers caps the offers not taken yet, in total and per requester (a NATS
@@ -44,6 +52,7 @@ type Config struct {
 // Server answers the piece and manifest requests of one node.
 type Server struct {
 	node, dir, advertise string
+	keys                 *ctlauth.JobKeyring
 	capacity             int64
 	logf                 func(format string, args ...any)
 	sub, msub, csub      *nats.Subscription
@@ -65,26 +74,29 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.MaxOffers < 0 || cfg.MaxOffersPerRequester < 0 {
 		return nil, errors.New("pcmd: piece offer caps must not be negative")
 	}
-	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, capacity: cfg.Cap, logf: cfg.Logf, open: make(map[net.Listener]bool),
+	if cfg.Keys == nil {
+		return nil, errors.New("pcmd: piece server without a job keyring")
+	}
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, logf: cfg.Logf, open: make(map[net.Listener]bool),
 		offers: newOffers(cfg.MaxOffers, cfg.MaxOffersPerRequester)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
 	}
 	var err error
-	s.sub, err = nc.Subscribe(job.PieceSubject(cfg.Node), s.onRequest)
+	s.sub, err = nc.Subscribe(job.PieceSubjects(cfg.Node), s.onRequest)
 	if err != nil {
-		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceSubject(cfg.Node), err)
+		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceSubjects(cfg.Node), err)
 	}
-	s.msub, err = nc.Subscribe(job.ManifestsSubject, s.onManifests)
+	s.msub, err = nc.Subscribe(job.ManifestsSubjects, s.onManifests)
 	if err != nil {
 		s.sub.Unsubscribe()
-		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.ManifestsSubject, err)
+		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.ManifestsSubjects, err)
 	}
-	s.csub, err = nc.Subscribe(job.PieceCopySubject(cfg.Node), s.onCopy)
+	s.csub, err = nc.Subscribe(job.PieceCopySubjects(cfg.Node), s.onCopy)
 	if err != nil {
 		s.sub.Unsubscribe()
 		s.msub.Unsubscribe()
-		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceCopySubject(cfg.Node), err)
+		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceCopySubjects(cfg.Node), err)
 	}
 	return s, nil
 }
@@ -108,16 +120,21 @@ func (s *Server) onRequest(m *nats.Msg) {
 	if m.Reply == "" {
 		return // nobody could learn where the offer is
 	}
+	requester := job.RequesterOf(m.Subject)
 	var req job.PieceRequest
-	if err := job.Decode(m.Data, &req); err != nil {
-		s.refuse(m, ": malformed piece request")
+	if err := s.verify(m, requester, &req); err != nil {
+		s.refuse(m, ": piece request: %v", err)
 		return
 	}
 	if err := req.Validate(); err != nil {
 		s.refuse(m, ": %v", err)
 		return
 	}
-	s.offer(m, fmt.Sprintf("piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), false,
+	if !s.keys.MayRead(requester, req.Job) {
+		s.refuse(m, ": job %s may not read the checkpoints of job %s", requester, req.Job)
+		return
+	}
+	s.offer(m, requester, fmt.Sprintf("piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), false,
 		func() (int64, func(net.Conn) error, func(), error) {
 			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
 			if err != nil {
@@ -142,13 +159,18 @@ func (s *Server) onCopy(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
+	requester := job.RequesterOf(m.Subject)
 	var req job.PieceCopyRequest
-	if err := job.Decode(m.Data, &req); err != nil {
-		s.refuse(m, ": malformed piece copy request")
+	if err := s.verify(m, requester, &req); err != nil {
+		s.refuse(m, ": piece copy request: %v", err)
 		return
 	}
 	if err := req.Validate(); err != nil {
 		s.refuse(m, ": %v", err)
+		return
+	}
+	if req.Job != requester {
+		s.refuse(m, ": job %s may not store pieces of job %s", requester, req.Job)
 		return
 	}
 	if req.Size < 0 {
@@ -156,7 +178,7 @@ func (s *Server) onCopy(m *nats.Msg) {
 		return
 	}
 	want := ckptstore.PieceInfo{Rank: req.Rank, Node: s.node, Size: req.Size, Checksum: req.Checksum}
-	s.offer(m, fmt.Sprintf("copy of piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), req.Sparse,
+	s.offer(m, requester, fmt.Sprintf("copy of piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), req.Sparse,
 		func() (int64, func(net.Conn) error, func(), error) {
 			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
 			if err != nil {
@@ -185,20 +207,38 @@ func (s *Server) onCopy(m *nats.Msg) {
 		})
 }
 
-// refuse answers m with the reason this node makes no offer.
-func (s *Server) refuse(m *nats.Msg, format string, args ...any) {
-	r := job.PieceReply{Error: fmt.Sprintf("pcmd: node %s", s.node) + fmt.Sprintf(format, args...)}
-	if data, err := job.Encode(r); err == nil {
+// verify verifies a request received under the key of job requester and decodes it into v.
+func (s *Server) verify(m *nats.Msg, requester string, v any) error {
+	_, err := s.keys.Decode(requester, m.Subject, m.Data, v, time.Now())
+	if errors.Is(err, ctlauth.ErrUnknownJob) {
+		return fmt.Errorf("this node runs no rank of job %.64q and has not learned its key", requester)
+	}
+	return err
+}
+
+// reply answers m under the key of job requester; a job the node has no key for gets the
+// reply in clear (its processes will not believe it, which for a refusal costs nothing).
+func (s *Server) reply(m *nats.Msg, requester string, r job.PieceReply) {
+	data, err := s.keys.Encode(requester, m.Reply, r, time.Now())
+	if errors.Is(err, ctlauth.ErrUnknownJob) && r.Addr == "" {
+		data, err = job.Encode(r)
+	}
+	if err == nil {
 		m.Respond(data)
 	}
 }
 
-// offer makes a one-time offer for the requester of m (a copy taken as a sparse stream if
-// sparse): prepare opens what it is about
-// (its size, the handler of the connection that presents the token, and the release of what
-// it opened), a listener waits for that connection, and the reply names it (or says why
-// the node makes no offer).
-func (s *Server) offer(m *nats.Msg, what string, sparse bool, prepare func() (int64, func(net.Conn) error, func(), error)) {
+// refuse answers m with the reason this node makes no offer.
+func (s *Server) refuse(m *nats.Msg, format string, args ...any) {
+	r := job.PieceReply{Error: fmt.Sprintf("pcmd: node %s", s.node) + fmt.Sprintf(format, args...)}
+	s.reply(m, job.RequesterOf(m.Subject), r)
+}
+
+// offer makes a one-time offer for the requester of m, a process of job requester (a copy
+// taken as a sparse stream if sparse): prepare opens what it is about (its size, the handler
+// of the connection that proves the token, and the release of what it opened), a listener
+// waits for that connection, and the reply names it (or says why the node makes no offer).
+func (s *Server) offer(m *nats.Msg, requester, what string, sparse bool, prepare func() (int64, func(net.Conn) error, func(), error)) {
 	refuse := func(format string, args ...any) { s.refuse(m, format, args...) }
 	if s.dir == "" {
 		refuse(" has no checkpoint store (--store)")
@@ -255,13 +295,12 @@ func (s *Server) offer(m *nats.Msg, what string, sparse bool, prepare func() (in
 		defer s.wg.Done()
 		defer s.release(who)
 		defer done()
-		if err := s.lend(ln, token, handle); err != nil {
+		proven := func(proof []byte) bool { return s.keys.CheckOfferProof(requester, token, proof) }
+		if err := s.lend(ln, proven, handle); err != nil {
 			s.logf("%s: %v", what, err)
 		}
 	}()
-	if data, err := job.Encode(job.PieceReply{Addr: ln.Addr().String(), Token: token, Size: size, Sparse: sparse}); err == nil {
-		m.Respond(data)
-	}
+	s.reply(m, requester, job.PieceReply{Addr: ln.Addr().String(), Token: token, Size: size, Sparse: sparse})
 }
 
 // release uncounts an offer of who that was taken, expired or withdrawn.
@@ -271,10 +310,14 @@ func (s *Server) release(who string) {
 	s.mu.Unlock()
 }
 
-// onManifests answers with this node's committed manifests of the job, if it has any.
+// onManifests answers with this node's committed manifests of the job, if it has any and
+// the request verifies under the key of a job that may read them. It stays silent
+// otherwise: other nodes may answer.
 func (s *Server) onManifests(m *nats.Msg) {
+	requester := job.RequesterOf(m.Subject)
 	var req job.ManifestsRequest
-	if s.dir == "" || m.Reply == "" || job.Decode(m.Data, &req) != nil || job.ValidateID(req.Job) != nil {
+	if s.dir == "" || m.Reply == "" || s.verify(m, requester, &req) != nil || job.ValidateID(req.Job) != nil ||
+		!s.keys.MayRead(requester, req.Job) {
 		return
 	}
 	store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
@@ -291,13 +334,13 @@ func (s *Server) onManifests(m *nats.Msg) {
 			rep.Manifests = append(rep.Manifests, b)
 		}
 	}
-	if data, err := job.Encode(rep); err == nil {
+	if data, err := s.keys.Encode(requester, m.Reply, rep, time.Now()); err == nil {
 		m.Respond(data)
 	}
 }
 
-// lend hands the first connection that presents token to handle.
-func (s *Server) lend(ln net.Listener, token []byte, handle func(net.Conn) error) error {
+// lend hands the first connection whose proof of the offer's token is proven to handle.
+func (s *Server) lend(ln net.Listener, proven func(proof []byte) bool, handle func(net.Conn) error) error {
 	defer func() {
 		s.mu.Lock()
 		delete(s.open, ln)
@@ -312,8 +355,8 @@ func (s *Server) lend(ln net.Listener, token []byte, handle func(net.Conn) error
 			return fmt.Errorf("nobody came for it: %w", err)
 		}
 		c.SetDeadline(deadline)
-		got := make([]byte, len(token))
-		if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, token) {
+		got := make([]byte, ctlauth.OfferProofSize)
+		if _, err := io.ReadFull(c, got); err != nil || !proven(got) {
 			c.Close()
 			continue
 		}

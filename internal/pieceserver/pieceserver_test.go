@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/pcm/ckptstore"
@@ -65,9 +66,42 @@ func pieceData(rank int) []byte {
 	return bytes.Repeat([]byte{byte('a' + rank)}, 1000+rank)
 }
 
+// secretOf is the secret of the test job id.
+func secretOf(id string) []byte { return bytes.Repeat([]byte(id), 32)[:32] }
+
+// keyring returns a keyring of node that knows the keys of jobs.
+func keyring(t *testing.T, node string, jobs ...string) *ctlauth.JobKeyring {
+	t.Helper()
+	r, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: node}, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range jobs {
+		if err := r.Learn(id, secretOf(id), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// channel is a process of job id (its rank), holding the job's key.
+func channel(t *testing.T, id string, rank int) *ctlauth.JobChannel {
+	t.Helper()
+	c, err := ctlauth.NewJobChannel(id, secretOf(id), ctlauth.Sender{Role: ctlauth.RoleRank, Rank: rank}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // startServer runs a piece server for node n1 over a store holding checkpoint 1 of job j
-// (two ranks).
+// (two ranks); the node knows the keys of jobs j and other.
 func startServer(t *testing.T, url string, maxOffers, perRequester int) *Server {
+	t.Helper()
+	return startServerWith(t, url, maxOffers, perRequester, keyring(t, "n1", "j", "other"))
+}
+
+func startServerWith(t *testing.T, url string, maxOffers, perRequester int, keys *ctlauth.JobKeyring) *Server {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "store")
 	st, err := ckptstore.Open(dir, &ckptstore.Options{Node: "n1"})
@@ -86,7 +120,7 @@ func startServer(t *testing.T, url string, maxOffers, perRequester int) *Server 
 		t.Fatal(err)
 	}
 	nc := testbin.Connect(t, url)
-	s, err := Start(nc, Config{Node: "n1", Store: dir, Advertise: "127.0.0.1", MaxOffers: maxOffers, MaxOffersPerRequester: perRequester})
+	s, err := Start(nc, Config{Node: "n1", Store: dir, Advertise: "127.0.0.1", MaxOffers: maxOffers, MaxOffersPerRequester: perRequester, Keys: keys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,25 +128,42 @@ func startServer(t *testing.T, url string, maxOffers, perRequester int) *Server 
 	return s
 }
 
+// request asks n1 for rank's piece of checkpoint 1 of job j as a process of job j.
 func request(t *testing.T, nc *nats.Conn, rank int) job.PieceReply {
 	t.Helper()
-	data, err := job.Encode(job.PieceRequest{Job: "j", Seq: 1, Rank: rank})
+	return requestAs(t, nc, channel(t, "j", rank), job.PieceRequest{Job: "j", Seq: 1, Rank: rank})
+}
+
+// requestAs sends req as a process of as's job and returns the reply, verified under that
+// job's key (a refusal of a job the node does not know comes in clear).
+func requestAs(t *testing.T, nc *nats.Conn, as *ctlauth.JobChannel, req job.PieceRequest) job.PieceReply {
+	t.Helper()
+	subject := job.PieceSubject("n1", as.Job())
+	data, err := as.Encode(subject, req, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := nc.Request(job.PieceSubject("n1"), data, 5*time.Second)
+	msg, err := nc.Request(subject, data, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rep job.PieceReply
-	if err := job.Decode(msg.Data, &rep); err != nil {
-		t.Fatal(err)
+	if _, err := as.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil {
+		if job.Decode(msg.Data, &rep) != nil || rep.Addr != "" {
+			t.Fatalf("reply does not verify: %v", err)
+		}
 	}
 	return rep
 }
 
-// take reads the piece an offer names.
+// take reads the piece an offer names, proving the offer with job j's key.
 func take(t *testing.T, rep job.PieceReply) []byte {
+	t.Helper()
+	return takeWith(t, rep, channel(t, "j", 0).OfferProof(rep.Token))
+}
+
+// takeWith connects to an offer and presents proof.
+func takeWith(t *testing.T, rep job.PieceReply, proof []byte) []byte {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", rep.Addr, 5*time.Second)
 	if err != nil {
@@ -120,7 +171,7 @@ func take(t *testing.T, rep job.PieceReply) []byte {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write(rep.Token); err != nil {
+	if _, err := c.Write(proof); err != nil {
 		t.Fatal(err)
 	}
 	b, err := io.ReadAll(c)
@@ -182,12 +233,13 @@ func TestPieceRequestRefusals(t *testing.T) {
 			t.Errorf("a piece that does not exist: %+v", rep)
 		}
 	}
-	msg, err := nc.Request(job.PieceSubject("n1"), []byte("\xc1garbage"), 5*time.Second)
+	msg, err := nc.Request(job.PieceSubject("n1", "j"), []byte("\xc1garbage"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var rep job.PieceReply
-	if err := job.Decode(msg.Data, &rep); err != nil || rep.Error != "pcmd: node n1: malformed piece request" {
+	if _, err := channel(t, "j", 0).Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil ||
+		!strings.Contains(rep.Error, "pcmd: node n1: piece request: ctlauth: malformed envelope") {
 		t.Errorf("garbage: %+v %v", rep, err)
 	}
 	if rep := request(t, nc, 0); rep.Error != "" {

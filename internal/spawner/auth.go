@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -94,18 +95,102 @@ func (a *authorizer) secretEnv(req job.SpawnRequest) ([]string, error) {
 	return []string{job.EnvSecret + "=" + hex.EncodeToString(secret)}, nil
 }
 
+// sealedEnv opens the NATS credentials sealed in req (SealedEnv). Only MPIOS_NATS_*
+// variables may be sealed: the box cannot smuggle in what Env may not hold.
+func (a *authorizer) sealedEnv(req job.SpawnRequest) ([]string, error) {
+	if len(req.SealedEnv) == 0 {
+		return nil, nil
+	}
+	if a.curve == nil {
+		return nil, errors.New("has no curve key to open the sealed environment with")
+	}
+	env, err := ctlauth.OpenEnv(req.Job, req.SealedEnv, req.SealedFrom, a.curve)
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "MPIOS_NATS_") || strings.IndexByte(kv, 0) >= 0 {
+			return nil, fmt.Errorf("the sealed environment holds %.40q: only MPIOS_NATS_* variables may be sealed", name)
+		}
+	}
+	return env, nil
+}
+
+// jobSecret returns the job secret of req: opened from its box (secretEnv), or in clear
+// from an older launcher; nil if it carries none.
+func jobSecret(req job.SpawnRequest, secretEnv []string) []byte {
+	secretHex, ok := Lookup(append(slices.Clone(req.Env), secretEnv...), job.EnvSecret)
+	if !ok {
+		return nil
+	}
+	secret, err := hex.DecodeString(secretHex)
+	if err != nil {
+		return nil
+	}
+	return secret
+}
+
+// learnJob records the key of req's job in the node's keyring, and what the job may read:
+// it returns why the request is refused, or "". A job id already known under another secret
+// is another job's (a spawn reusing a victim's id to reach its checkpoints); a restart from
+// a job that another launcher started is refused too.
+func (m *Manager) learnJob(req job.SpawnRequest, signer string, secretEnv []string) string {
+	secret := jobSecret(req, secretEnv)
+	if secret == nil {
+		return ""
+	}
+	if err := m.cfg.Keys.Learn(req.Job, secret, signer); err != nil {
+		if errors.Is(err, ctlauth.ErrKeyConflict) {
+			return fmt.Sprintf("refuses rank %d of job %s: this node knows job %s under another secret; a job id cannot be reused while the node remembers it",
+				req.Rank, req.Job, req.Job)
+		}
+		return fmt.Sprintf("refuses rank %d of job %s: %v", req.Rank, req.Job, err)
+	}
+	if req.Restart == "" || req.Restart == req.Job {
+		return ""
+	}
+	if owner, known := m.cfg.Keys.Owner(req.Restart); known && owner != signer {
+		return fmt.Sprintf("refuses rank %d of job %s: it restarts from job %s, which another launcher started", req.Rank, req.Job, req.Restart)
+	}
+	if err := m.cfg.Keys.AllowRead(req.Job, req.Restart); err != nil {
+		return fmt.Sprintf("refuses rank %d of job %s: %v", req.Rank, req.Job, err)
+	}
+	return ""
+}
+
+// typedEnv is the environment the node sets from req's typed fields: its job, rank,
+// restart and checkpoint settings. Variables that node (the node's own settings) sets
+// are left to it.
+func typedEnv(req job.SpawnRequest, node []string) []string {
+	env := []string{job.EnvJobID + "=" + req.Job, job.EnvRank + "=" + strconv.Itoa(req.Rank)}
+	if req.Restart != "" {
+		env = append(env, job.EnvRestart+"="+req.Restart)
+	}
+	if req.CkptKeep > 0 {
+		env = append(env, job.EnvCkptKeep+"="+strconv.Itoa(req.CkptKeep))
+	}
+	if req.CkptDir != "" {
+		env = append(env, job.EnvCkptDir+"="+req.CkptDir)
+	}
+	return slices.DeleteFunc(env, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		_, set := Lookup(node, name)
+		return set
+	})
+}
+
 // relayChannel returns the job-key channel the node relays rank req's output and exit
 // under, from the job secret the request carried (sealed, or in clear from an older
 // launcher); nil when it carried none. The sender is the rank on this node, so that each
 // rank's relay numbers its messages on its own.
 func relayChannel(node string, req job.SpawnRequest, secretEnv []string) (*ctlauth.JobChannel, error) {
-	secretHex, ok := Lookup(append(slices.Clone(req.Env), secretEnv...), job.EnvSecret)
-	if !ok {
+	secret := jobSecret(req, secretEnv)
+	if secret == nil {
+		if _, ok := Lookup(req.Env, job.EnvSecret); ok {
+			return nil, fmt.Errorf("%s: not hex", job.EnvSecret)
+		}
 		return nil, nil
-	}
-	secret, err := hex.DecodeString(secretHex)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", job.EnvSecret, err)
 	}
 	inc, _ := Lookup(req.Env, job.EnvIncarnation)
 	n, _ := strconv.Atoi(inc)

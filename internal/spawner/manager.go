@@ -21,6 +21,7 @@ import (
 	"github.com/mpios/mpios/comm"
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rankproc"
 )
 
@@ -62,6 +63,11 @@ type Config struct {
 	// Curve is the node's curve key (ctlauth.NodeKeys.Curve): it opens the job secrets
 	// sealed in spawn requests. Nil: the node refuses sealed secrets.
 	Curve nkeys.KeyPair
+	// Keys receives the key of every job the node starts a rank of, from the request's
+	// secret: one keyring per node, which the piece server verifies the jobs' requests with.
+	// A spawn of a job id the keyring knows under another secret is refused. Nil: the
+	// manager keeps its own.
+	Keys *ctlauth.JobKeyring
 }
 
 // Validate checks the configuration; errors name the pcmd flag at fault.
@@ -146,6 +152,11 @@ func Start(nc *nats.Conn, cfg Config) (*Manager, error) {
 	auth, err := newAuthorizer(cfg, time.Now())
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Keys == nil {
+		if cfg.Keys, err = ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: cfg.Node}, 0, time.Now()); err != nil {
+			return nil, err
+		}
 	}
 	m := &Manager{
 		cfg: cfg, pins: pins, auth: auth, log: cfg.Log, nc: nc, spawnc: make(chan spawnOp),
@@ -247,9 +258,21 @@ func (m *Manager) spawn(subject string, data []byte) job.SpawnReply {
 	if err := in.launcher.Permits(req.Job, path); err != nil {
 		return m.refuse(job.RefuseNotAllowed, "%s", err)
 	}
+	if i := slices.IndexFunc(req.Env, natsconn.IsCredential); i >= 0 {
+		name, _, _ := strings.Cut(req.Env[i], "=")
+		return m.refuse(job.RefuseInvalid, "refuses rank %d of job %s: %s carries a NATS credential in clear; it must be sealed for this node",
+			req.Rank, req.Job, name)
+	}
 	secretEnv, err := m.auth.secretEnv(req)
 	if err != nil {
 		return m.refuse(job.RefuseInvalid, "cannot start rank %d of job %s: %v", req.Rank, req.Job, err)
+	}
+	credEnv, err := m.auth.sealedEnv(req)
+	if err != nil {
+		return m.refuse(job.RefuseInvalid, "cannot start rank %d of job %s: %v", req.Rank, req.Job, err)
+	}
+	if why := m.learnJob(req, in.signer, secretEnv); why != "" {
+		return m.refuse(job.RefuseNotAllowed, "%s", why)
 	}
 	if req.Dir != "" {
 		if fi, err := os.Stat(req.Dir); !filepath.IsAbs(req.Dir) || err != nil || !fi.IsDir() {
@@ -290,7 +313,9 @@ func (m *Manager) spawn(subject string, data []byte) job.SpawnReply {
 	if m.cfg.NodeEnv != nil {
 		nodeEnv = m.cfg.NodeEnv(req, same, other)
 	}
+	nodeEnv = append(typedEnv(req, nodeEnv), nodeEnv...)
 	nodeEnv = append(nodeEnv, secretEnv...)
+	nodeEnv = append(nodeEnv, credEnv...)
 	res := make(chan spawnResult, 1)
 	m.spawnc <- spawnOp{spec: rankproc.Spec{
 		Rank:   req.Rank,

@@ -1,0 +1,107 @@
+package spawner
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/job"
+)
+
+func secretEnvOf(b byte) []string {
+	return []string{job.EnvSecret + "=" + hex.EncodeToString(bytes.Repeat([]byte{b}, 32))}
+}
+
+// "A spawn with another job's id and checkpoint variables pruned that job's committed
+// checkpoints" (issue 14, item 5): a job id the node knows stays with its secret, and a
+// job restarts only from a job its own launcher started.
+func TestAJobIdStaysWithItsSecretAndRestartsStayWithTheirLauncher(t *testing.T) {
+	ring, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{cfg: Config{Keys: ring}}
+	if why := m.learnJob(job.SpawnRequest{Job: "victim", Rank: 0}, "UALICE", secretEnvOf(1)); why != "" {
+		t.Fatal(why)
+	}
+	if why := m.learnJob(job.SpawnRequest{Job: "victim", Rank: 1}, "UALICE", secretEnvOf(1)); why != "" {
+		t.Errorf("the job's next rank: %s", why)
+	}
+	if why := m.learnJob(job.SpawnRequest{Job: "victim", Rank: 0}, "UMALLORY", secretEnvOf(2)); !strings.Contains(why, "knows job victim under another secret") {
+		t.Errorf("another secret for the victim's id: %q", why)
+	}
+	if why := m.learnJob(job.SpawnRequest{Job: "evil", Restart: "victim"}, "UMALLORY", secretEnvOf(3)); !strings.Contains(why, "another launcher started") {
+		t.Errorf("a restart from another launcher's job: %q", why)
+	}
+	if ring.MayRead("evil", "victim") {
+		t.Error("evil may read victim's checkpoints")
+	}
+	if why := m.learnJob(job.SpawnRequest{Job: "again", Restart: "victim"}, "UALICE", secretEnvOf(4)); why != "" {
+		t.Errorf("the owner's restart: %q", why)
+	}
+	if !ring.MayRead("again", "victim") {
+		t.Error("the owner's restart may not read the checkpoints it restarts from")
+	}
+}
+
+func TestTypedFieldsSetTheRanksCheckpointEnvironment(t *testing.T) {
+	req := job.SpawnRequest{Job: "j", Rank: 3, Restart: "old", CkptKeep: 4, CkptDir: "/scratch/ckpt"}
+	env := typedEnv(req, nil)
+	for _, want := range []string{"MPIOS_JOB_ID=j", "MPIOS_RANK=3", "MPIOS_RESTART=old", "MPIOS_CKPT_KEEP=4", "MPIOS_CKPT_DIR=/scratch/ckpt"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("%q lacks %s", env, want)
+		}
+	}
+	// The node's own store wins over the request's directory.
+	env = typedEnv(req, []string{job.EnvCkptDir + "=/var/lib/mpios"})
+	if _, set := Lookup(env, job.EnvCkptDir); set {
+		t.Errorf("the request's directory is set beside the node's store: %q", env)
+	}
+	for _, name := range job.TypedEnv {
+		bad := job.SpawnRequest{Job: "j", Path: "/bin/true", Env: []string{name + "=x"}}
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%s accepted in the request's environment", name)
+		}
+	}
+	for name, bad := range map[string]job.SpawnRequest{
+		"relative directory": {Job: "j", Path: "/bin/true", CkptDir: "ckpt"},
+		"bad restart id":     {Job: "j", Path: "/bin/true", Restart: "../x"},
+		"negative keep":      {Job: "j", Path: "/bin/true", CkptKeep: -1},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestSealedEnvironmentHoldsOnlyNATSVariables(t *testing.T) {
+	keys, _ := ctlauth.NewNodeKeys("n1", rand.Reader)
+	card, _ := keys.Card()
+	launcher, _ := nkeys.CreateCurveKeys()
+	from, _ := launcher.PublicKey()
+	a, _ := newAuthorizer(Config{Open: true, Curve: keys.Curve}, time.Now())
+	seal := func(env ...string) job.SpawnRequest {
+		box, err := ctlauth.SealEnv("j", env, launcher, card, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return job.SpawnRequest{Job: "j", SealedEnv: box, SealedFrom: from}
+	}
+	env, err := a.sealedEnv(seal("MPIOS_NATS_TOKEN=t0k", "MPIOS_NATS_URL=nats://u:p@h:4222"))
+	if err != nil || len(env) != 2 || env[0] != "MPIOS_NATS_TOKEN=t0k" {
+		t.Fatalf("opened %q, %v", env, err)
+	}
+	if _, err := a.sealedEnv(seal("LD_PRELOAD=/tmp/evil.so")); err == nil {
+		t.Error("a sealed LD_PRELOAD was opened")
+	}
+	if _, err := a.sealedEnv(seal("MPIOS_CKPT_DIR=/victim")); err == nil {
+		t.Error("a sealed checkpoint directory was opened")
+	}
+}
