@@ -65,10 +65,12 @@ type cluster struct {
 	stops    []func()
 	nodes    map[string]string // node -> store directory
 	logs     map[string]string // node -> log file
+	procs    map[string]*node  // node -> its pcmd serve process
 
-	hasPolicy bool // pcmd serve knows --policy
-	hasOpen   bool // pcmd serve knows --insecure-open (takes no unsigned spawns without it)
-	memStore  bool // the nodes keep checkpoints in memory (pcmd serve --ckpt-store mem)
+	hasPolicy bool     // pcmd serve knows --policy
+	hasOpen   bool     // pcmd serve knows --insecure-open (takes no unsigned spawns without it)
+	memStore  bool     // the nodes keep checkpoints in memory (pcmd serve --ckpt-store mem)
+	extra     []string // further options of every node's pcmd serve
 }
 
 func startCluster(dir, bin string, env []string, nodes ...string) (*cluster, error) {
@@ -77,7 +79,12 @@ func startCluster(dir, bin string, env []string, nodes ...string) (*cluster, err
 
 // startClusterStore is startCluster with the nodes' checkpoints in memory if mem.
 func startClusterStore(dir, bin string, env []string, mem bool, nodes ...string) (*cluster, error) {
-	c := &cluster{dir: dir, bin: bin, env: env, nodes: map[string]string{}, logs: map[string]string{}, memStore: mem}
+	return startClusterOpts(dir, bin, env, mem, nil, nodes...)
+}
+
+// startClusterOpts is startClusterStore with extra options of pcmd serve for every node.
+func startClusterOpts(dir, bin string, env []string, mem bool, extra []string, nodes ...string) (*cluster, error) {
+	c := &cluster{extra: extra, dir: dir, bin: bin, env: env, nodes: map[string]string{}, logs: map[string]string{}, procs: map[string]*node{}, memStore: mem}
 	help, _ := exec.Command(filepath.Join(bin, "pcmd"), "serve", "--help").CombinedOutput()
 	c.hasPolicy = bytes.Contains(help, []byte("--policy"))
 	c.hasOpen = bytes.Contains(help, []byte("--insecure-open"))
@@ -166,6 +173,7 @@ func (c *cluster) nodeArgs(name string) []string {
 		// The benchmark's NATS server is private to it; older pcmds have no such flag.
 		args = append(args, "--insecure-open")
 	}
+	args = append(args, c.extra...)
 	if c.memStore {
 		return append(args, "--ckpt-store", "mem")
 	}
@@ -186,15 +194,16 @@ func (c *cluster) startNode(name string) error {
 		logf.Close()
 		return err
 	}
+	n := &node{cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); n.exited = time.Now(); close(n.done) }()
+	c.procs[name] = n
 	c.stops = append(c.stops, func() {
 		cmd.Process.Signal(syscall.SIGINT) // at once: SIGTERM would drain the node first
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-n.done:
 		case <-time.After(10 * time.Second):
 			cmd.Process.Kill()
-			<-done
+			<-n.done
 		}
 		logf.Close()
 	})
@@ -209,6 +218,13 @@ func (c *cluster) startNode(name string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// node is a pcmd serve process of the cluster.
+type node struct {
+	cmd    *exec.Cmd
+	done   chan struct{} // closed once it exited
+	exited time.Time     // when it did, once done is closed
 }
 
 // bgJob is an mpirun running in the background.

@@ -5,6 +5,7 @@
 //	go run ./bench/migration --quick                 # smoke run: small sizes, one repetition
 //	go run ./bench/migration --what migration --sizes 16,256 --reps 5
 //	go run ./bench/migration --what disk --np 2 --overhead-reps 11
+//	go run ./bench/migration --what drain,nodekill --sizes 16,64,256,1024 --reps 3
 //
 // Part "overhead": heat2d -n 2048 -iters 200 on P = 2 and 4 local ranks (mpirun -np P), in
 // variants run back to back and alternated: (a) -no-pcm, which never calls pcm.Reconfigure
@@ -48,6 +49,10 @@
 // stop-and-restart = median(T_ckpt − T_plain) + median(T_warm); the table also gives it with
 // T_cold. Both ranks write and read their S MiB concurrently, as a real job would.
 //
+// Parts "drain" and "nodekill" (not run by default) measure a node's leaving: the drain of a
+// node with 2 ranks of --drain-mib MiB each, and the recovery of a job from the kill -9 of a
+// node, per phase, for every size of --sizes; see resilience.go.
+//
 // Sizes are MiB per rank. Output: progress on stderr, the report (markdown) on stdout.
 package main
 
@@ -59,6 +64,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,6 +90,7 @@ type bench struct {
 	migrateLimit time.Duration
 	moves        int
 	diskMiB      float64
+	drainMiB     float64
 	diskEvery    time.Duration
 	stopRestart  bool
 	keep         bool
@@ -102,7 +109,8 @@ func main() {
 	flag.StringVar(&sizes, "sizes", "16,64,256,1024", "state sizes per rank, MiB, comma-separated")
 	flag.IntVar(&b.reps, "reps", 3, "repetitions of each migration and stop-and-restart measurement (each migration trial moves a rank twice)")
 	flag.BoolVar(&quick, "quick", false, "smoke run: sizes 16,64 (unless --sizes is given), 1 repetition, heat2d -n 512")
-	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk, replicated")
+	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk, replicated, drain, nodekill")
+	flag.Float64Var(&b.drainMiB, "drain-mib", 256, "part drain: state per rank, MiB, of the 2 ranks on the drained node")
 	flag.IntVar(&b.overheadReps, "overhead-reps", 7, "repetitions of each heat2d variant")
 	flag.IntVar(&b.heatN, "heat-n", 2048, "heat2d -n")
 	flag.IntVar(&b.heatIters, "heat-iters", 200, "heat2d -iters")
@@ -146,7 +154,7 @@ func main() {
 	}
 	b.what = map[string]bool{}
 	for _, w := range strings.Split(what, ",") {
-		if w != "overhead" && w != "migration" && w != "disk" && w != "replicated" {
+		if !slices.Contains([]string{"overhead", "migration", "disk", "replicated", "drain", "nodekill"}, w) {
 			log.Fatalf("--what: unknown part %q", w)
 		}
 		b.what[w] = true
@@ -220,6 +228,12 @@ func (b *bench) run() int {
 		if !b.runMigration() {
 			failed = true
 		}
+	}
+	if b.what["drain"] && !b.runDrain() {
+		failed = true
+	}
+	if b.what["nodekill"] && !b.runNodeKill() {
+		failed = true
 	}
 	fmt.Printf("\nLoad average at the end: %s.\n", testbin.LoadAvg())
 	if failed {
