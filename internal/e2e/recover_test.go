@@ -154,9 +154,10 @@ func TestRecoveryDeadEndsEndTheJobClearly(t *testing.T) {
 	}
 }
 
-// Dead end on nodes: the node of a rank is lost and no surviving node has a free slot of
-// the job's: the job ends, naming the rank and the missing slot (a malleable job would
-// shrink instead).
+// Dead end on nodes: the node of a rank is lost, no surviving node has a free slot of the
+// job's, and the job cannot shrink (heat2d's 2-D decomposition is a plain grid, no
+// pcm.NewBlock): the job ends, naming the rank, the missing slot and why it cannot shrink (a
+// malleable job shrinks instead: TestLostNodeShrinksTheJobAndItsReturnJoinsIt).
 func TestLostNodeWithoutRoomEndsTheJobNamingTheMissingSlots(t *testing.T) {
 	c := newCluster(t, "n1")
 	n2 := c.startNode("n2", "--allow", bin+"/*")
@@ -166,7 +167,7 @@ func TestLostNodeWithoutRoomEndsTheJobNamingTheMissingSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := c.start(t, "de-node", nil, "--hosts", "n1:1,n2:1", "--ckpt-every", "5", "--ckpt-sync",
-		prog("heat2d"), "-n", "41", "-iters", "100000", "-pace", "5ms")
+		prog("heat2d"), "-n", "41", "-decomp", "2d", "-iters", "100000", "-pace", "5ms")
 	if _, err := committed.NextMsg(60 * time.Second); err != nil {
 		t.Fatalf("no committed checkpoint reported: %v\n%s", err, j.stderr.String())
 	}
@@ -176,7 +177,7 @@ func TestLostNodeWithoutRoomEndsTheJobNamingTheMissingSlots(t *testing.T) {
 	if code := j.wait(60 * time.Second); code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
-	j.waitLog(`rank 1 .*; cannot recover: no surviving node has room for rank 1 \(1 slot\(s\) missing; lost: n2; surviving: n1\)`, 1, time.Second)
+	j.waitLog(`rank 1 .*; cannot recover: no surviving node has room for rank 1 \(1 slot\(s\) missing; lost: n2; surviving: n1\); the job cannot shrink: its ranks registered no distributed data \(pcm.NewBlock\)`, 1, time.Second)
 }
 
 // "mpirun --restart JOB remembers the program, its arguments and the rank count": a job
