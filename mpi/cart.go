@@ -124,11 +124,13 @@ func balancedFactors(n, k int) []int {
 	return best
 }
 
-// CartCreate makes a Cartesian communicator of the grid dims over the first ranks of c
+// CartCreate makes a Cartesian communicator of the grid dims over the ranks of c
 // (MPI_Cart_create); periods says which dimensions wrap around. The product of dims must not
-// exceed c's size; ranks beyond it get nil. reorder allows the ranks to be renumbered; this
-// implementation keeps c's order (rank i of the grid is rank i of c), which MPI permits. It is
-// collective over c.
+// exceed c's size; ranks left over get nil. Without reorder, rank i of the grid is rank i of c
+// (the first ranks of c make the grid). With reorder, the ranks of one node get consecutive
+// grid positions (nodes in the order of their lowest rank in c, and c's order within a node),
+// so that more neighbour pairs share a node: with round-robin placement, row-major grid order
+// would put every horizontal neighbour on another node. It is collective over c.
 func CartCreate(c *Comm, dims []int, periods []bool, reorder bool) (cart *Cart, err error) {
 	if t := observe("CartCreate"); t != nil {
 		defer func() { t.done(c, -1, 0, err) }()
@@ -143,15 +145,39 @@ func CartCreate(c *Comm, dims []int, periods []bool, reorder bool) (cart *Cart, 
 	if n > c.Size() {
 		return nil, fmt.Errorf("mpi: CartCreate: %w: a grid of %d ranks in a communicator of %d", ErrTopology, n, c.Size())
 	}
+	pos := c.Rank()
+	if reorder {
+		nodes, err := nodeColors(c)
+		if err != nil {
+			return nil, fmt.Errorf("mpi: CartCreate: %w", err)
+		}
+		pos = nodeOrder(nodes)[c.Rank()]
+	}
 	color := 0
-	if c.Rank() >= n {
+	if pos >= n {
 		color = Undefined
 	}
-	sub, err := c.Split(color, c.Rank())
+	sub, err := c.Split(color, pos)
 	if err != nil || sub == nil {
 		return nil, err
 	}
 	return newCart(sub, slices.Clone(dims), slices.Clone(periods)), nil
+}
+
+// nodeOrder returns the grid position of every rank for CartCreate's reorder: ranks sorted
+// by node (nodes[r] is the lowest rank on r's node, so nodes come in the order of their first
+// rank), by rank within a node.
+func nodeOrder(nodes []int) []int {
+	ranks := make([]int, len(nodes))
+	for r := range ranks {
+		ranks[r] = r
+	}
+	slices.SortStableFunc(ranks, func(a, b int) int { return nodes[a] - nodes[b] })
+	pos := make([]int, len(nodes))
+	for i, r := range ranks {
+		pos[r] = i
+	}
+	return pos
 }
 
 // CartView lays all of c's ranks out on the grid dims, in c's order, without making a new

@@ -249,19 +249,31 @@ func CommSplitType(c *Comm, kind SplitType, key int) (nc *Comm, err error) {
 	if kind != SplitShared {
 		return nil, fmt.Errorf("mpi: CommSplitType: %w: split type %d", ErrTopology, kind)
 	}
-	h := fnv.New64a()
-	h.Write([]byte(c.e.nodeName()))
-	all := make([]uint64, c.Size())
-	if err := Allgather(c, []uint64{h.Sum64()}, all); err != nil {
+	nodes, err := nodeColors(c)
+	if err != nil {
 		return nil, fmt.Errorf("mpi: CommSplitType: %w", err)
 	}
-	// The node's color is the lowest rank on it: the same on every rank of the node.
-	color := slices.Index(all, all[c.Rank()])
-	nc, err = c.Split(color, key)
+	nc, err = c.Split(nodes[c.Rank()], key)
 	if err != nil {
 		return nil, fmt.Errorf("mpi: CommSplitType: %w", err)
 	}
 	return nc, nil
+}
+
+// nodeColors returns, for every rank of c, the lowest rank of c on the same node: equal for
+// the ranks of one node, different across nodes. It is collective over c.
+func nodeColors(c *Comm) ([]int, error) {
+	h := fnv.New64a()
+	h.Write([]byte(c.e.nodeName()))
+	all := make([]uint64, c.Size())
+	if err := Allgather(c, []uint64{h.Sum64()}, all); err != nil {
+		return nil, err
+	}
+	colors := make([]int, len(all))
+	for r, v := range all {
+		colors[r] = slices.Index(all, v)
+	}
+	return colors, nil
 }
 
 // nodeName names the node this process runs on: the host part of its own address in the
