@@ -62,7 +62,9 @@ const (
 	Leave
 	// Resized: the world changed size at this boundary; World returns the new world, the
 	// distributed data holds the new parts. Communicators derived from the old world fail
-	// with mpi.ErrRevoked: re-create them from World.
+	// with mpi.ErrRevoked: re-create them from World. After a rebalance requested through
+	// the launcher (pcmd resize with the job's own size and weights) the world stays, only
+	// the distributed data's parts changed: take Local and Range again.
 	Resized
 )
 

@@ -32,9 +32,10 @@ func (p *Process) World() *mpi.Comm { return p.world }
 
 // resizeHeader starts the state rank 0 sends the joiners.
 type resizeHeader struct {
-	Seq     uint64 `msgpack:"seq"`
-	OldSize int    `msgpack:"old_size"`
-	NewSize int    `msgpack:"new_size"`
+	Seq     uint64    `msgpack:"seq"`
+	OldSize int       `msgpack:"old_size"`
+	NewSize int       `msgpack:"new_size"`
+	Weights []float64 `msgpack:"weights,omitempty"` // the new ranks' shares, nil for equal
 }
 
 // resize runs the resize rs at the boundary after iteration iter. It is collective over the
@@ -59,6 +60,9 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 	}
 	if !p.hasDistributed() {
 		return abort("the job has no distributed data to redistribute (register it with pcm.NewBlock)")
+	}
+	if rs.Rebalance() {
+		return p.rebalanceAt(iter, rs, began, abort)
 	}
 	nr := rs.NewRank[me]
 	if rs.Grow() {
@@ -131,7 +135,7 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 		commit = bad < 0
 	} else {
 		var derr error
-		moved, derr = p.resizeData(old, rs.OldSize, rs.NewRank, rs.NewSize, nil)
+		moved, derr = p.resizeData(old, rs.OldSize, rs.NewRank, rs.NewSize, rs.Weights)
 		var failed int
 		commit, failed, moved, err = exchangeOutcomes(old, derr, moved)
 		if err != nil {
@@ -162,6 +166,31 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 	return Resized, nil
 }
 
+// rebalanceAt is a resize to the job's own size with weights: every rank stays and the rows
+// move to their new shares over the world, as Rebalance moves them; no new world is built.
+func (p *Process) rebalanceAt(iter int, rs rankreconf.Resize, began time.Time, abort func(string) (Action, error)) (Action, error) {
+	n := p.world.Size()
+	moved, derr := p.resizeData(p.world, n, identity(n), n, rs.Weights)
+	commit, _, total, err := exchangeOutcomes(p.world, derr, moved)
+	if err != nil {
+		p.resizeDone(false)
+		return Continue, fmt.Errorf("pcm: Reconfigure(%d): rebalance: %w", iter, err)
+	}
+	if !commit {
+		p.resizeDone(false)
+		bad, why, aerr := firstFailure(p.world, derr)
+		if aerr != nil {
+			return Continue, fmt.Errorf("pcm: Reconfigure(%d): rebalance: %w", iter, aerr)
+		}
+		return abort(fmt.Sprintf("rank %d: %s", bad, why))
+	}
+	p.resizeDone(true)
+	if p.world.Rank() == 0 {
+		p.reportResize(job.ResizeReport{Seq: rs.Seq, OK: true, Iteration: iter, Pause: time.Since(began), Bytes: total})
+	}
+	return Resized, nil
+}
+
 // growData sends the joiners pcm's bookkeeping and moves the distributed data over the new
 // world (resizeData gives the joiners the replicated values); it returns the verdict of the
 // new world's commit point and the bytes moved.
@@ -169,7 +198,7 @@ func (p *Process) growData(nw *mpi.Comm, iter int, rs rankreconf.Resize) (bool, 
 	var blob []byte
 	if nw.Rank() == 0 {
 		var buf bytes.Buffer
-		hdr, err := msgpack.Marshal(&resizeHeader{Seq: rs.Seq, OldSize: rs.OldSize, NewSize: rs.NewSize})
+		hdr, err := msgpack.Marshal(&resizeHeader{Seq: rs.Seq, OldSize: rs.OldSize, NewSize: rs.NewSize, Weights: rs.Weights})
 		if err == nil {
 			buf.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(hdr))))
 			buf.Write(hdr)
@@ -185,7 +214,7 @@ func (p *Process) growData(nw *mpi.Comm, iter int, rs rankreconf.Resize) (bool, 
 	if _, err := bcastBlob(nw, blob); err != nil {
 		return false, 0, err
 	}
-	moved, derr := p.resizeData(nw, rs.OldSize, identity(rs.NewSize), rs.NewSize, nil)
+	moved, derr := p.resizeData(nw, rs.OldSize, identity(rs.NewSize), rs.NewSize, rs.Weights)
 	commit, _, total, err := exchangeOutcomes(nw, derr, moved)
 	return commit, total, err
 }
@@ -215,7 +244,7 @@ func (p *Process) join() error {
 	for _, o := range p.dist.objects {
 		o.release() // NewBlock's even share of the new world: resizeData gives the real one
 	}
-	moved, derr := p.resizeData(p.world, hdr.OldSize, identity(hdr.NewSize), hdr.NewSize, nil)
+	moved, derr := p.resizeData(p.world, hdr.OldSize, identity(hdr.NewSize), hdr.NewSize, hdr.Weights)
 	commit, failed, _, err := exchangeOutcomes(p.world, derr, moved)
 	if err != nil {
 		return fmt.Errorf("pcm: Load: resize %d: %w", hdr.Seq, err)

@@ -393,16 +393,20 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 			"(the job must run with on-demand checkpointing, MPIOS_CKPT_EVERY set)." + note
 	case job.ControlResize:
 		cmd.Usage = "ask a running job to change its number of ranks (split or merge)"
-		cmd.UsageText = "pcmd resize --job JOB --np M [--on NODE[:K],...] [--reason TEXT] [--nats URL] [--timeout DURATION]"
+		cmd.UsageText = "pcmd resize --job JOB --np M [--on NODE[:K],...] [--weights W1,...,WM] [--reason TEXT] [--nats URL] [--timeout DURATION]"
 		cmd.Description = "Asks job JOB to run with M ranks from its next agreement point on. A grow starts\n" +
-			"the new ranks on the nodes --on names (K ranks on NODE; default: where mpirun\n" +
-			"places them); a shrink lets the highest ranks leave, or those on the nodes --on\n" +
-			"names. The ranks' distributed data is redistributed and the world is rebuilt with\n" +
-			"contiguous ranks. If anything fails before the commit the job goes on at its old\n" +
-			"size; mpirun logs the outcome (\"resized 4 -> 6 ranks at iteration I in T ms\")." + note
+			"the new ranks on the nodes --on names (K ranks on NODE; default: the free slots of\n" +
+			"the job's nodes, and the request is refused if there are too few); a shrink lets\n" +
+			"the highest ranks leave, or those on the nodes --on names. The ranks' distributed\n" +
+			"data is redistributed and the world is rebuilt with contiguous ranks. --weights\n" +
+			"gives each new rank a share of the rows in proportion to its weight (a faster node's\n" +
+			"ranks hold more); with M the job's own size it rebalances the ranks in place. If\n" +
+			"anything fails before the commit the job goes on at its old size; mpirun logs the\n" +
+			"outcome (\"resized 4 -> 6 ranks at iteration I in T ms\", \"rebalanced 4 ranks ...\")." + note
 		cmd.Flags = append(cmd.Flags,
 			&cli.IntFlag{Name: "np", Usage: "the new number of ranks `M`"},
 			&cli.StringFlag{Name: "on", Usage: "`NODE[:K],...` where new ranks start or from where ranks leave"},
+			&cli.StringFlag{Name: "weights", Usage: "`W1,...,WM`: each new rank's share of the distributed data (default: equal)"},
 			&cli.StringFlag{Name: "reason", Usage: "why, for mpirun's log and pcmd status (default: \"pcmd resize by USER\")"})
 	}
 	cmd.Action = func(c *cli.Context) error {
@@ -439,6 +443,13 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 				return &usageError{"--on: " + job.TrimPrefix(err).Error()}
 			}
 			req.On = on
+			if c.IsSet("weights") {
+				w, err := job.ParseWeights(c.String("weights"))
+				if err != nil {
+					return &usageError{"--weights: " + job.TrimPrefix(err).Error()}
+				}
+				req.Weights = w
+			}
 		}
 		if err := job.ValidateID(c.String("job")); err != nil {
 			return &usageError{"--job: " + job.TrimPrefix(err).Error()}

@@ -476,21 +476,23 @@ func TestDrainMovesAJobAway(t *testing.T) {
 func TestCommandLine(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cases := map[string][]string{
-		"missing command":                         {},
-		"unknown command \"bogus\"":               {"bogus"},
-		"serve: missing --nats URL":               {"serve", "--node", "n1"},
-		"migrate: missing --to":                   {"migrate", "--job", "j", "--rank", "1"},
-		"checkpoint: missing --job":               {"checkpoint", "--nats", "nats://127.0.0.1:1"},
-		"a NATS user needs a password":            {"status", "--nats", "nats://127.0.0.1:1", "--nats-user", "u"},
-		"--job: id \"a.b\"":                       {"checkpoint", "--job", "a.b", "--nats", "nats://127.0.0.1:1"},
-		"--slots 0: want at least 1":              {"serve", "--nats", "nats://x", "--slots", "0"},
-		"flag provided but not defined: -bogus":   {"status", "--bogus"},
-		"--policy: unknown policy \"roundrobin\"": {"serve", "--nats", "nats://x", "--policy", "roundrobin"},
-		"--steal-threshold 2: want more than 0":   {"serve", "--nats", "nats://x", "--steal-threshold", "2"},
-		"--steal-ttl 0: want 1 to 64":             {"serve", "--nats", "nats://x", "--steal-ttl", "0"},
-		"--ios-period and --ios-cooldown must be": {"serve", "--nats", "nats://x", "--ios-period", "0s"},
-		"drain: unexpected argument \"n1\"":       {"drain", "n1"},
-		"--node: node name \"a.b\"":               {"drain", "--node", "a.b", "--nats", "nats://x"},
+		"missing command":                          {},
+		"unknown command \"bogus\"":                {"bogus"},
+		"serve: missing --nats URL":                {"serve", "--node", "n1"},
+		"migrate: missing --to":                    {"migrate", "--job", "j", "--rank", "1"},
+		"checkpoint: missing --job":                {"checkpoint", "--nats", "nats://127.0.0.1:1"},
+		"a NATS user needs a password":             {"status", "--nats", "nats://127.0.0.1:1", "--nats-user", "u"},
+		"--job: id \"a.b\"":                        {"checkpoint", "--job", "a.b", "--nats", "nats://127.0.0.1:1"},
+		"--slots 0: want at least 1":               {"serve", "--nats", "nats://x", "--slots", "0"},
+		"flag provided but not defined: -bogus":    {"status", "--bogus"},
+		"--policy: unknown policy \"roundrobin\"":  {"serve", "--nats", "nats://x", "--policy", "roundrobin"},
+		"--steal-threshold 2: want more than 0":    {"serve", "--nats", "nats://x", "--steal-threshold", "2"},
+		"--steal-ttl 0: want 1 to 64":              {"serve", "--nats", "nats://x", "--steal-ttl", "0"},
+		"--ios-period and --ios-cooldown must be":  {"serve", "--nats", "nats://x", "--ios-period", "0s"},
+		"drain: unexpected argument \"n1\"":        {"drain", "n1"},
+		"--weights: weight \"0\": want a positive": {"resize", "--job", "j", "--np", "2", "--weights", "1,0", "--nats", "nats://x"},
+		"resize: 2 weights for 3 ranks":            {"resize", "--job", "j", "--np", "3", "--weights", "1,2", "--nats", "nats://x"},
+		"--node: node name \"a.b\"":                {"drain", "--node", "a.b", "--nats", "nats://x"},
 	}
 	for want, args := range cases {
 		stdout.Reset()

@@ -658,6 +658,10 @@ type ControlRequest struct {
 	// (grow) or give theirs up (shrink), empty for the free slots or the highest ranks.
 	NP int         `msgpack:"np,omitempty"`
 	On []NodeSlots `msgpack:"on,omitempty"`
+	// Weights, if set, are the new ranks' shares of the distributed data (one positive
+	// weight per new rank: rank r holds rows in proportion to Weights[r]); nil for equal
+	// shares. With NP the job's size, the request rebalances the ranks in place.
+	Weights []float64 `msgpack:"weights,omitempty"`
 }
 
 // Validate checks a ControlRequest's form.

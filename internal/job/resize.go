@@ -3,6 +3,7 @@ package job
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +73,13 @@ func (c ControlRequest) validateResize() error {
 		return fmt.Errorf("job: resize: %d nodes, want at most %d", len(c.On), MaxSlots)
 	case len(c.Reason) > 1024:
 		return errors.New("job: resize: reason longer than 1024 bytes")
+	case c.Weights != nil && len(c.Weights) != c.NP:
+		return fmt.Errorf("job: resize: %d weights for %d ranks, want one per rank", len(c.Weights), c.NP)
+	}
+	for r, w := range c.Weights {
+		if !(w > 0) || math.IsInf(w, 0) {
+			return fmt.Errorf("job: resize: weight %v of rank %d, want a positive finite number", w, r)
+		}
 	}
 	for _, n := range c.On {
 		if err := ValidateNode(n.Node); err != nil {
@@ -82,6 +90,19 @@ func (c ControlRequest) validateResize() error {
 		}
 	}
 	return nil
+}
+
+// ParseWeights parses "W1,W2,..." (pcmd resize --weights): one positive weight per rank.
+func ParseWeights(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		w, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(w > 0) || math.IsInf(w, 0) {
+			return nil, fmt.Errorf("job: weight %q: want a positive number", f)
+		}
+		out = append(out, w)
+	}
+	return out, nil
 }
 
 // ResizeSubject: request ResizeHello, the launcher replies with the new world's Table.

@@ -12,16 +12,22 @@ import (
 //
 // A grow keeps the old ranks' numbers and adds ranks OldSize..NewSize-1 (joiners the
 // supervisor starts); a shrink removes the ranks the request names and numbers the others
-// contiguously in their old order.
+// contiguously in their old order. A resize to the same size with weights is a rebalance in
+// place: the ranks stay, their shares of the data change.
 type Resize struct {
 	Seq              uint64
 	OldSize, NewSize int
 	// NewRank[r] is old rank r's rank in the new world, -1 if it leaves.
 	NewRank []int
+	// Weights are the new ranks' shares of the distributed data, nil for equal shares.
+	Weights []float64
 }
 
 // Grow reports whether the resize adds ranks.
 func (r Resize) Grow() bool { return r.NewSize > r.OldSize }
+
+// Rebalance reports whether the resize keeps the ranks and only re-weights their data.
+func (r Resize) Rebalance() bool { return r.NewSize == r.OldSize }
 
 // Leaves reports whether old rank leaves the world.
 func (r Resize) Leaves(rank int) bool { return r.NewRank[rank] < 0 }
@@ -34,13 +40,16 @@ func resizeOf(entries []reconf.Reconfiguration, size int) (*Resize, error) {
 		if e.Kind != reconf.Resize {
 			continue
 		}
-		if e.OldNP != size || e.NP < 1 || e.NP == size {
+		if e.OldNP != size || e.NP < 1 || (e.NP == size && e.Weights == nil) || (e.Weights != nil && len(e.Weights) != e.NP) {
 			continue
 		}
-		r := &Resize{Seq: e.Seq, OldSize: size, NewSize: e.NP, NewRank: make([]int, size)}
+		r := &Resize{Seq: e.Seq, OldSize: size, NewSize: e.NP, NewRank: make([]int, size), Weights: e.Weights}
 		leaving := slices.Clone(e.Ranks)
 		slices.Sort(leaving)
 		leaving = slices.Compact(leaving)
+		if r.Rebalance() {
+			leaving = nil
+		}
 		if !r.Grow() && len(leaving) != size-e.NP {
 			return nil, fmt.Errorf("rankreconf: resize %d from %d to %d ranks names %d leaving ranks", e.Seq, size, e.NP, len(leaving))
 		}

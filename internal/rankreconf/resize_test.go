@@ -76,3 +76,30 @@ func TestResizeCommitsOnlyIfEveryProcessIsReady(t *testing.T) {
 		t.Errorf("%v %d", ok, failed)
 	}
 }
+
+// "A way to re-weight blocks without changing the rank count (rebalancing)": a resize to
+// the same size with weights keeps every rank and carries the weights; without weights, or
+// with weights that do not match the size, it is no resize.
+func TestRebalanceKeepsEveryRankAndCarriesTheWeights(t *testing.T) {
+	w := []float64{1, 2, 1}
+	log := []reconf.Reconfiguration{{Seq: 1, Kind: reconf.Resize, OldNP: 3, NP: 3, Weights: w}}
+	p, err := Decide(Point{Size: 3, Known: 1}, log)
+	if err != nil || p.Resize == nil {
+		t.Fatalf("plan %+v, %v", p, err)
+	}
+	if rs := p.Resize; !rs.Rebalance() || rs.Grow() || !slices.Equal(rs.NewRank, []int{0, 1, 2}) || !slices.Equal(rs.Weights, w) {
+		t.Errorf("resize %+v", rs)
+	}
+	grow := []reconf.Reconfiguration{{Seq: 1, Kind: reconf.Resize, OldNP: 3, NP: 4, Weights: []float64{1, 1, 1, 3}}}
+	if p, _ := Decide(Point{Size: 3, Known: 1}, grow); p.Resize == nil || !slices.Equal(p.Resize.Weights, grow[0].Weights) || !p.Resize.Grow() {
+		t.Errorf("weighted grow: %+v", p.Resize)
+	}
+	for _, e := range []reconf.Reconfiguration{
+		{Seq: 1, Kind: reconf.Resize, OldNP: 3, NP: 3},
+		{Seq: 1, Kind: reconf.Resize, OldNP: 3, NP: 3, Weights: []float64{1, 2}},
+	} {
+		if p, err := Decide(Point{Size: 3, Known: 1}, []reconf.Reconfiguration{e}); err != nil || p.Resize != nil {
+			t.Errorf("entry %+v planned %+v, %v", e, p.Resize, err)
+		}
+	}
+}

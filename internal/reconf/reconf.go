@@ -123,6 +123,9 @@ type Reconfiguration struct {
 	NP    int      `msgpack:"np,omitempty" json:"np,omitempty"`
 	OldNP int      `msgpack:"old_np,omitempty" json:"old_np,omitempty"`
 	Nodes []string `msgpack:"nodes,omitempty" json:"nodes,omitempty"`
+	// Weights are a resize's shares of the distributed data per new rank (nil: equal). A
+	// resize with NP == OldNP and weights rebalances the ranks in place.
+	Weights []float64 `msgpack:"weights,omitempty" json:"weights,omitempty"`
 
 	State     State         `msgpack:"state" json:"state"`
 	Error     string        `msgpack:"error,omitempty" json:"error,omitempty"`         // Aborted: why

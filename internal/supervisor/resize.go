@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/mpios/mpios/internal/job"
@@ -55,6 +56,7 @@ type resizing struct {
 	leavers    []int    // shrink: old ranks that leave, ascending
 	nodes      []string // grow: node of each new rank (index np-old), "" for the starter's choice
 	reason     string
+	weights    []float64           // shares of the new ranks, nil for equal
 	hellos     map[int]resizeHello // by new rank
 	joiners    map[int]ProcID      // grow: new rank -> joiner process
 	asked      bool                // the joiners were started
@@ -77,8 +79,11 @@ func (m *Machine) onResizeControl(reply string, c job.ControlRequest) {
 	case m.rs != nil:
 		m.ctlError(reply, "job %s is already being resized (request %d)", m.cfg.JobID, m.rs.seq)
 		return
-	case c.NP == n:
-		m.ctlError(reply, "job %s already has %d ranks", m.cfg.JobID, n)
+	case c.NP == n && c.Weights == nil:
+		m.ctlError(reply, "job %s already has %d ranks (give --weights to rebalance them)", m.cfg.JobID, n)
+		return
+	case c.NP == n && len(c.On) > 0:
+		m.ctlError(reply, "job %s: a rebalance keeps its %d ranks where they run; --on names nodes to grow onto or shrink off", m.cfg.JobID, n)
 		return
 	case m.migrating() >= 0:
 		m.ctlError(reply, "rank %d of job %s is migrating; resize once it has moved", m.migrating(), m.cfg.JobID)
@@ -90,7 +95,7 @@ func (m *Machine) onResizeControl(reply string, c job.ControlRequest) {
 		m.ctlError(reply, "job %s runs its ranks locally; naming nodes needs pcmd nodes (start the job with --hosts or --hostfile)", m.cfg.JobID)
 		return
 	}
-	rs := &resizing{old: n, np: c.NP, reason: c.Reason, hellos: map[int]resizeHello{}, joiners: map[int]ProcID{}, reply: reply}
+	rs := &resizing{old: n, np: c.NP, reason: c.Reason, weights: c.Weights, hellos: map[int]resizeHello{}, joiners: map[int]ProcID{}, reply: reply}
 	var err error
 	if c.NP > n {
 		rs.nodes, err = m.growNodes(c.NP-n, c.On)
@@ -272,10 +277,30 @@ func (m *Machine) proposeResize() {
 	if slices.ContainsFunc(rs.nodes, func(n string) bool { return n != "" }) {
 		nodes = rs.nodes
 	}
-	rs.seq = m.propose(reconf.Reconfiguration{Kind: reconf.Resize, NP: rs.np, OldNP: rs.old, Ranks: rs.leavers, Nodes: nodes, Reason: rs.reason})
-	m.logf("resize %d -> %d ranks requested (request %d%s)", rs.old, rs.np, rs.seq, reasonSuffix(rs.reason))
-	m.reply(rs.reply, job.ControlReply{OK: true, Message: fmt.Sprintf("job %s goes from %d to %d ranks at the next agreement point (request %d)",
-		m.cfg.JobID, rs.old, rs.np, rs.seq)})
+	rs.seq = m.propose(reconf.Reconfiguration{Kind: reconf.Resize, NP: rs.np, OldNP: rs.old, Ranks: rs.leavers, Nodes: nodes, Weights: rs.weights, Reason: rs.reason})
+	m.logf("%s requested (request %d%s)", rs.what(), rs.seq, reasonSuffix(rs.reason))
+	msg := fmt.Sprintf("job %s goes from %d to %d ranks at the next agreement point (request %d)", m.cfg.JobID, rs.old, rs.np, rs.seq)
+	if rs.np == rs.old {
+		msg = fmt.Sprintf("job %s rebalances its %d ranks at the next agreement point (request %d)", m.cfg.JobID, rs.np, rs.seq)
+	}
+	m.reply(rs.reply, job.ControlReply{OK: true, Message: msg})
+}
+
+// what names the resize for mpirun's log: "resize 4 -> 6 ranks", "resize 4 -> 6 ranks
+// (weights 1,1,1,1,2,2)" or "rebalance of 4 ranks (weights 1,3,1,1)".
+func (rs *resizing) what() string {
+	s := fmt.Sprintf("resize %d -> %d ranks", rs.old, rs.np)
+	if rs.np == rs.old {
+		s = fmt.Sprintf("rebalance of %d ranks", rs.np)
+	}
+	if rs.weights != nil {
+		w := make([]string, len(rs.weights))
+		for i, x := range rs.weights {
+			w[i] = strconv.FormatFloat(x, 'g', -1, 64)
+		}
+		s += " (weights " + strings.Join(w, ",") + ")"
+	}
+	return s
 }
 
 // onResizeHello takes a process of the new world at the boundary.
@@ -465,8 +490,8 @@ func (m *Machine) onResizeReport(e ResizeReport) {
 	if !rep.OK {
 		if le.State.CanMoveTo(reconf.Aborted) {
 			_ = le.Advance(reconf.Aborted, errors.New(rep.Error))
-			m.logf("resize %d -> %d ranks aborted at iteration %d: %s; the job continues with %d ranks%s",
-				rs.old, rs.np, rep.Iteration, rep.Error, rs.old, reason)
+			m.logf("%s aborted at iteration %d: %s; the job continues with %d ranks%s",
+				rs.what(), rep.Iteration, rep.Error, rs.old, reason)
 		}
 		m.killJoiners(rs)
 		return
@@ -476,8 +501,11 @@ func (m *Machine) onResizeReport(e ResizeReport) {
 		return
 	}
 	m.commitResize(rs)
-	m.logf("resized %d -> %d ranks at iteration %d in %d ms, %s moved%s",
-		rs.old, rs.np, rep.Iteration, rep.Pause.Milliseconds(), byteSize(rep.Bytes), reason)
+	done := fmt.Sprintf("resized %d -> %d ranks", rs.old, rs.np)
+	if rs.np == rs.old {
+		done = fmt.Sprintf("rebalanced %d ranks", rs.np)
+	}
+	m.logf("%s at iteration %d in %d ms, %s moved%s", done, rep.Iteration, rep.Pause.Milliseconds(), byteSize(rep.Bytes), reason)
 }
 
 // commitResize gives the job its new ranks: the joiners, or the survivors renumbered.

@@ -495,3 +495,42 @@ func TestGrowWithoutNodesTakesTheJobsFreeSlotsOrIsRefusedAtOnce(t *testing.T) {
 		t.Errorf("entry %+v, want the new rank on n1", e)
 	}
 }
+
+// "Uneven blocks by weight" and "a way to re-weight blocks without changing the rank
+// count": the weights of a request go into the log entry; at the job's own size they make
+// a rebalance in place, which commits without a new world (no hello, no joiner).
+func TestWeightsGoToTheRanksAndTheSameSizeRebalancesInPlace(t *testing.T) {
+	j := fourRanks(t)
+	acts, to := j.control(job.ControlRequest{Kind: job.ControlResize, NP: 4, Weights: []float64{1, 3, 1, 1}, Reason: "test"})
+	if rep := j.lastReply(to); !rep.OK || !strings.Contains(rep.Message, "rebalances its 4 ranks") {
+		t.Fatalf("reply %+v", rep)
+	}
+	if len(only[CheckNode](acts)) != 0 || len(j.pend) != 0 {
+		t.Errorf("a rebalance checked nodes or started processes: %+v", acts)
+	}
+	e := j.published()[0].Entries[0]
+	if e.NP != 4 || e.OldNP != 4 || !slices.Equal(e.Weights, []float64{1, 3, 1, 1}) || len(e.Ranks) != 0 {
+		t.Fatalf("entry %+v", e)
+	}
+	j.wantLog(`rebalance of 4 ranks \(weights 1,3,1,1\) requested \(request 1: test\)`)
+	j.resizeReport(job.ResizeReport{Seq: 1, OK: true, Iteration: 10, Pause: 5 * time.Millisecond, Bytes: 1 << 20})
+	j.wantLog(`rebalanced 4 ranks at iteration 10 in 5 ms, 1.0 MiB moved \(test\)`)
+	if info := j.m.Info(); info.Size != 4 || info.Reconfigurations[0].State != reconf.Committed || info.Ranks[3].PID != 1003 {
+		t.Errorf("info %+v", info)
+	}
+	for _, tc := range []struct {
+		c    job.ControlRequest
+		want string
+	}{
+		{job.ControlRequest{Kind: job.ControlResize, NP: 4}, "already has 4 ranks (give --weights to rebalance them)"},
+		{job.ControlRequest{Kind: job.ControlResize, NP: 4, Weights: []float64{1, 1, 1, 1}, On: []job.NodeSlots{{Node: "n1"}}}, "a rebalance keeps its 4 ranks where they run"},
+	} {
+		if _, to := j.control(tc.c); !strings.Contains(j.lastReply(to).Error, tc.want) {
+			t.Errorf("request %+v: reply %+v, want %q", tc.c, j.lastReply(to), tc.want)
+		}
+	}
+	_, to = j.control(job.ControlRequest{Kind: job.ControlResize, NP: 5, Weights: []float64{1, 1, 1, 1, 4}})
+	if !j.lastReply(to).OK || !slices.Equal(j.m.Log().Entries[1].Weights, []float64{1, 1, 1, 1, 4}) {
+		t.Errorf("weighted grow: %+v, entry %+v", j.lastReply(to), j.m.Log().Entries[1])
+	}
+}
