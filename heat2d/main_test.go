@@ -177,8 +177,8 @@ func BenchmarkStep(b *testing.B) {
 
 // TestCheckpointRestartMPIRun runs heat2d through mpirun undisturbed, then
 // with checkpoints every 10 iterations and a rank dying after iteration 35,
-// then restarted from that job's checkpoint under a new job id on 4, 3 and 6
-// ranks (pcm splits the checkpointed grid over the new number of ranks), and
+// then restarted from that job's checkpoint (mpirun --restart) under a new job id
+// on 4, 3 and 6 ranks (pcm splits the checkpointed grid over the new number of ranks), and
 // checks that every restarted job's final grid is bitwise identical to the
 // undisturbed one.
 func TestCheckpointRestartMPIRun(t *testing.T) {
@@ -214,7 +214,7 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
 			id := fmt.Sprint("np", np)
 			dumpB := filepath.Join(dir, id+".bin")
-			out, stderr, err := job(np, testbin.IsolatedEnv(rt, append(ckptEnv, "MPIOS_RESTART=first")...), []string{"--job-id", id}, "-dump", dumpB)
+			out, stderr, err := job(np, testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", id, "--restart", "first"}, "-dump", dumpB)
 			if err != nil {
 				t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
 			}

@@ -154,7 +154,8 @@ func BenchmarkSweep(b *testing.B) {
 
 // TestCheckpointRestartMPIRun runs jacobi on 4 ranks with checkpoints every 5
 // iterations and a rank dying a few iterations before convergence, restarts
-// it from that job's checkpoint under a new job id on 4, 3 and 6 ranks (pcm
+// it from that job's checkpoint (mpirun --restart) under a new job id on 4, 3
+// and 6 ranks (pcm
 // splits x's checkpointed rows over the new number), and checks that every
 // restarted job converges at the same iteration to a bitwise identical x.
 func TestCheckpointRestartMPIRun(t *testing.T) {
@@ -179,8 +180,12 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 	rt := filepath.Join(dir, "run")
 
 	job := func(np int, env []string, id string, args ...string) (stdout, stderr string, err error) {
-		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, "--no-recover", bin,
-			"-n", fmt.Sprint(n), "-maxiters", fmt.Sprint(maxIters), "-tol", fmt.Sprint(tol)}
+		all := []string{"-np", fmt.Sprint(np), "--timeout", "50s", "--job-id", id, "--no-recover"}
+		if id != "first" {
+			all = append(all, "--restart", "first")
+		}
+		all = append(all, bin,
+			"-n", fmt.Sprint(n), "-maxiters", fmt.Sprint(maxIters), "-tol", fmt.Sprint(tol))
 		return testbin.Run(time.Minute, env, mpirun, append(all, args...)...)
 	}
 	out, stderr, err := job(4, testbin.IsolatedEnv(rt, env...), "first", "-crash-after", fmt.Sprint(crashAfter))
@@ -191,7 +196,7 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
 			dump := filepath.Join(dir, fmt.Sprintf("x%d.bin", np))
 			id := fmt.Sprint("np", np)
-			out, stderr, err := job(np, testbin.IsolatedEnv(rt, append(env, "MPIOS_RESTART=first")...), id, "-dump", dump)
+			out, stderr, err := job(np, testbin.IsolatedEnv(rt, env...), id, "-dump", dump)
 			if err != nil {
 				t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
 			}
