@@ -3,6 +3,7 @@ package e2e
 import (
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,4 +170,62 @@ func TestResizeOfAJobWithoutDistributedDataIsAborted(t *testing.T) {
 		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
 	}
 	j.sameDump(dump, want)
+}
+
+// TestSolversSplitAndMergeOnTwoNodesKeepResultsBitwise is the resize test of record for the
+// real solvers: heat2d and jacobi, on two pcmd nodes and a real nats-server, checkpointing
+// meanwhile, go 4 -> 6 ranks (grow onto n2), 6 -> 3 (shrink off n2 and one rank of n1),
+// 3 -> 5 with uneven weights (grow onto n2 again, its ranks holding twice the rows), and
+// rebalance their 5 ranks in place with other weights; every result is bitwise that of an
+// undisturbed run on 4 ranks.
+func TestSolversSplitAndMergeOnTwoNodesKeepResultsBitwise(t *testing.T) {
+	apps := map[string][]string{
+		"heat2d": {"heat2d", "-n", "96", "-iters", "3000"},
+		"jacobi": {"jacobi", "-n", "256", "-maxiters", "3000", "-tol", "0"},
+	}
+	for name, args := range apps {
+		t.Run(name, func(t *testing.T) {
+			want := referenceDump(t, args...)
+			c := newCluster(t, "n1", "n2")
+			dump := filepath.Join(t.TempDir(), "out.bin")
+			run := append([]string{"--hosts", "n1:4", "--ckpt-every", "7", prog(args[0])}, args[1:]...)
+			j := c.start(t, "rsz-"+name, nil, append(run, "-dump", dump, "-pace", "3ms")...)
+			c.waitRunning(t, j.id)
+			c.resize(j, 6, 1, job.NodeSlots{Node: "n2", Slots: 2})
+			c.resize(j, 3, 2, job.NodeSlots{Node: "n2"}, job.NodeSlots{Node: "n1", Slots: 1})
+			grow := []float64{1, 1, 1, 2, 2}
+			if rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: 5, Weights: grow,
+				On: []job.NodeSlots{{Node: "n2", Slots: 2}}, Reason: "test"}); !rep.OK {
+				t.Fatalf("weighted grow refused: %s", rep.Error)
+			}
+			j.waitLog(`mpirun: resized 3 -> 5 ranks at iteration \d+ in \d+ ms`, 1, 60*time.Second)
+			again := []float64{3, 1, 1, 1, 2}
+			if rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: 5, Weights: again, Reason: "test"}); !rep.OK {
+				t.Fatalf("rebalance refused: %s", rep.Error)
+			}
+			j.waitLog(`mpirun: rebalanced 5 ranks at iteration \d+ in \d+ ms, \S+ \S+ moved`, 1, 60*time.Second)
+			info := c.jobInfo(j.id)
+			if info.Size != 5 || len(info.Ranks) != 5 || info.Ranks[3].Node != "n2" || info.Ranks[4].Node != "n2" || info.Ranks[2].Node != "n1" {
+				t.Errorf("job info %+v, want ranks 0-2 on n1 and 3-4 on n2", info)
+			}
+			var resizes []reconf.Reconfiguration
+			for _, e := range info.Reconfigurations {
+				if e.Kind == reconf.Resize {
+					resizes = append(resizes, e)
+				}
+			}
+			if len(resizes) != 4 || !slices.Equal(resizes[2].Weights, grow) || !slices.Equal(resizes[3].Weights, again) {
+				t.Fatalf("resizes in the log %+v, want 4 with the weights asked for", resizes)
+			}
+			for _, e := range resizes {
+				if e.State != reconf.Committed || e.Bytes == 0 || e.Iteration == 0 {
+					t.Errorf("resize entry %+v, want committed with bytes and iteration", e)
+				}
+			}
+			if code := j.wait(180 * time.Second); code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+			}
+			j.sameDump(dump, want)
+		})
+	}
 }
