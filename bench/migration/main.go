@@ -6,6 +6,8 @@
 //	go run ./bench/migration --what migration --sizes 16,256 --reps 5
 //	go run ./bench/migration --what disk --np 2 --overhead-reps 11
 //	go run ./bench/migration --what drain,nodekill --sizes 16,64,256,1024 --reps 3
+//	go run ./bench/migration --what resize                  # resize pause vs stop-and-restart
+//	go run ./bench/migration --what resize --quick          # smoke run: 16 MiB, one repetition
 //
 // Part "overhead": heat2d -n 2048 -iters 200 on P = 2 and 4 local ranks (mpirun -np P), in
 // variants run back to back and alternated: (a) -no-pcm, which never calls pcm.Reconfigure
@@ -53,7 +55,11 @@
 // node with 2 ranks of --drain-mib MiB each, and the recovery of a job from the kill -9 of a
 // node, per phase, for every size of --sizes; see resilience.go.
 //
-// Sizes are MiB per rank. Output: progress on stderr, the report (markdown) on stdout.
+// Part "resize" (--what resize): split and merge against stop-and-restart at the new size,
+// for a distributed array of 64 MiB … 1 GiB in all; see resize.go.
+//
+// Sizes are MiB per rank (part resize: --resize-sizes, MiB in all). Output: progress on
+// stderr, the report (markdown) on stdout.
 package main
 
 import (
@@ -94,6 +100,8 @@ type bench struct {
 	diskEvery    time.Duration
 	stopRestart  bool
 	keep         bool
+	resizeSizes  []float64
+	changes      []resizeChange
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -104,13 +112,15 @@ func main() {
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("migration: ")
 	b := &bench{}
-	var sizes, what, nps string
+	var sizes, what, nps, resizeSizes, changes string
 	var quick bool
 	flag.StringVar(&sizes, "sizes", "16,64,256,1024", "state sizes per rank, MiB, comma-separated")
 	flag.IntVar(&b.reps, "reps", 3, "repetitions of each migration and stop-and-restart measurement (each migration trial moves a rank twice)")
 	flag.BoolVar(&quick, "quick", false, "smoke run: sizes 16,64 (unless --sizes is given), 1 repetition, heat2d -n 512")
-	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk, replicated, drain, nodekill")
+	flag.StringVar(&what, "what", "overhead,migration", "parts to run: overhead, migration, disk, replicated, drain, nodekill, resize")
 	flag.Float64Var(&b.drainMiB, "drain-mib", 256, "part drain: state per rank, MiB, of the 2 ranks on the drained node")
+	flag.StringVar(&resizeSizes, "resize-sizes", "64,256,1024", "part resize: sizes of the distributed array in all, MiB, comma-separated")
+	flag.StringVar(&changes, "resizes", "2-4,4-2,4-6,6-3", "part resize: changes of the number of ranks, A-B, comma-separated")
 	flag.IntVar(&b.overheadReps, "overhead-reps", 7, "repetitions of each heat2d variant")
 	flag.IntVar(&b.heatN, "heat-n", 2048, "heat2d -n")
 	flag.IntVar(&b.heatIters, "heat-iters", 200, "heat2d -iters")
@@ -129,21 +139,29 @@ func main() {
 	if flag.NArg() != 0 {
 		log.Fatalf("unexpected arguments %q", flag.Args())
 	}
-	sizesSet := false
+	sizesSet, resizeSizesSet := false, false
 	flag.Visit(func(f *flag.Flag) {
-		if f.Name == "sizes" {
-			sizesSet = true
-		}
+		sizesSet = sizesSet || f.Name == "sizes"
+		resizeSizesSet = resizeSizesSet || f.Name == "resize-sizes"
 	})
 	if quick {
 		if !sizesSet {
 			sizes = "16,64"
+		}
+		if !resizeSizesSet {
+			resizeSizes = "16"
 		}
 		b.reps, b.overheadReps, b.heatN = 1, 1, 512
 	}
 	var err error
 	if b.sizes, err = parseFloats(sizes); err != nil {
 		log.Fatalf("--sizes: %v", err)
+	}
+	if b.resizeSizes, err = parseFloats(resizeSizes); err != nil {
+		log.Fatalf("--resize-sizes: %v", err)
+	}
+	if b.changes, err = parseChanges(changes); err != nil {
+		log.Fatalf("--resizes: %v", err)
 	}
 	np, err := parseFloats(nps)
 	if err != nil {
@@ -154,7 +172,7 @@ func main() {
 	}
 	b.what = map[string]bool{}
 	for _, w := range strings.Split(what, ",") {
-		if !slices.Contains([]string{"overhead", "migration", "disk", "replicated", "drain", "nodekill"}, w) {
+		if !slices.Contains([]string{"overhead", "migration", "disk", "replicated", "drain", "nodekill", "resize"}, w) {
 			log.Fatalf("--what: unknown part %q", w)
 		}
 		b.what[w] = true
@@ -195,7 +213,7 @@ func (b *bench) run() int {
 	b.bin = filepath.Join(b.dir, "bin")
 	b.env = isolatedEnv(b.dir)
 	b.logf("building into %s", b.bin)
-	build := exec.Command("go", "build", "-o", b.bin+"/", "./cmd/pcmd", "./cmd/mpirun", "./heat2d", "./bench/migration/stateapp", "./bench/migration/diskload")
+	build := exec.Command("go", "build", "-o", b.bin+"/", "./cmd/pcmd", "./cmd/mpirun", "./heat2d", "./bench/migration/stateapp", "./bench/migration/blockapp", "./bench/migration/diskload")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		log.Printf("go build: %v\n%s", err, out)
@@ -233,6 +251,9 @@ func (b *bench) run() int {
 		failed = true
 	}
 	if b.what["nodekill"] && !b.runNodeKill() {
+		failed = true
+	}
+	if b.what["resize"] && !b.runResize() {
 		failed = true
 	}
 	fmt.Printf("\nLoad average at the end: %s.\n", testbin.LoadAvg())

@@ -4,12 +4,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/reconf"
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 // malleableArgs is the resize tests' program: long enough at -pace 3ms for three resizes.
@@ -228,4 +231,43 @@ func TestSolversSplitAndMergeOnTwoNodesKeepResultsBitwise(t *testing.T) {
 			j.sameDump(dump, want)
 		})
 	}
+}
+
+// TestOldRankDeathBeforeTheCommitAbortsTheResizeAndTheJobRecovers: an old rank is killed
+// while the resize moves the data (the joiners stall before taking theirs, holding the old
+// ranks inside the resize); mpirun aborts the resize naming the rank, then the job's failure
+// path follows: it recovers from its checkpoint at the old size and ends with the undisturbed
+// result.
+func TestOldRankDeathBeforeTheCommitAbortsTheResizeAndTheJobRecovers(t *testing.T) {
+	want := referenceDump(t, malleableArgs...)
+	c := newCluster(t)
+	store, dump := t.TempDir(), filepath.Join(t.TempDir(), "out.bin")
+	run := append(append([]string{"-np", "4", "--ckpt-every", "7", "--ckpt-dir", store, prog(malleableArgs[0])}, malleableArgs[1:]...),
+		"-dump", dump, "-pace", "2ms", "-joiner-stalls", "30s")
+	j := c.start(t, "rsz-old-dies", nil, run...)
+	c.waitRunning(t, j.id)
+	testbin.WaitFor(t, 60*time.Second, "a committed checkpoint of job "+j.id, func() bool {
+		return newestCheckpoint(t, store, j.id) >= 14
+	})
+	if rep := c.control(j.id, job.ControlRequest{Kind: job.ControlResize, NP: 6, Reason: "test"}); !rep.OK {
+		t.Fatalf("refused: %s", rep.Error)
+	}
+	testbin.WaitFor(t, 60*time.Second, "the new world's table", func() bool {
+		for _, e := range c.jobInfo(j.id).Reconfigurations {
+			if e.Kind == reconf.Resize && e.State == reconf.Prepared {
+				return true
+			}
+		}
+		return false
+	})
+	pid := c.jobInfo(j.id).Ranks[2].PID
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	j.waitLog(`resize 4 -> 6 ranks aborted: rank 2 \(pid `+strconv.Itoa(pid)+`\) ended: was killed by signal killed`, 1, 30*time.Second)
+	j.waitLog(`rank 2 \(pid `+strconv.Itoa(pid)+`\) was killed by signal killed; recovering \(1 of \d+\)`, 1, 30*time.Second)
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
+	j.sameDump(dump, want)
 }

@@ -30,6 +30,7 @@ func run() error {
 	pace := flag.Duration("pace", 0, "sleep per iteration")
 	dump := flag.String("dump", "", "write the final array (float64 little-endian) here")
 	joinerExits := flag.Bool("joiner-exits", false, "a process joining at a resize exits with status 3 before taking its data (failure tests)")
+	joinerStalls := flag.Duration("joiner-stalls", 0, "a process joining at a resize waits this long before taking its data, holding the old ranks inside the resize (failure tests)")
 	flag.Parse()
 	world, err := mpi.Init()
 	if err != nil {
@@ -41,6 +42,9 @@ func run() error {
 	}
 	if *joinerExits && p.Status() == pcm.Joined {
 		os.Exit(3)
+	}
+	if *joinerStalls > 0 && p.Status() == pcm.Joined {
+		time.Sleep(*joinerStalls)
 	}
 	u, err := pcm.NewBlock[float64](p, "u", *rows, *cols)
 	if err != nil {
