@@ -109,7 +109,10 @@ OPTIONS:
    --no-recover         end a checkpointing job at its first failure. By default
                         mpirun recovers it: when a rank or its node dies, or a
                         rank hangs, every rank restarts from the newest committed
-                        checkpoint (on the surviving nodes) and the job goes on
+                        checkpoint (on the surviving nodes) and the job goes on;
+                        a job with pcm.NewBlock data shrinks when too few slots
+                        survive. Nodes that come back or start later join the
+                        job: recoveries and resizes use their free slots
    --max-recoveries N   give up after N recoveries (default 3; 0: never recover)
    --hang-timeout DURATION
                         declare a rank failed when it sent no sign of life for
@@ -148,7 +151,9 @@ REMOTE RANKS:
                         --authorized-launchers take only requests from keys they list
    --known-nodes FILE   place and move ranks only on nodes whose key card is signed
                         by their key in FILE (node="NAME" KEY lines; also
-                        $MPIOS_KNOWN_NODES). Either way the job's secret is sealed
+                        $MPIOS_KNOWN_NODES); a node that joins the running job
+                        (comes back, maybe with a new key, or starts later) must
+                        be listed too. Either way the job's secret is sealed
                         for each node's curve key, never sent in clear.
 
 OUTPUT:
