@@ -154,6 +154,38 @@ func TestRecoveryDeadEndsEndTheJobClearly(t *testing.T) {
 	}
 }
 
+// Dead end: every copy of the checkpoint is lost. The ranks are frozen (no checkpoint is
+// written meanwhile), the job's store is wiped, and a rank is killed: the restarted ranks find
+// nothing to load, rank 0 says so, and mpirun ends the job with that reason instead of
+// recovering again into the same loss.
+func TestEveryCopyOfTheCheckpointLostEndsTheJobClearly(t *testing.T) {
+	j, store, _ := recoveryJob(t, "rec-lost")
+	waitCommitted(t, j, store)
+	var pids []int
+	for r := range 4 {
+		pids = append(pids, rankPID(t, j.id, r))
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(store, j.id)); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pids[1], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := j.wait(120 * time.Second); code != 1 {
+		t.Errorf("exit %d, want 1\nstderr:\n%s", code, j.stderr.String())
+	}
+	j.waitLog(`recovering \(1 of 3\)`, 1, time.Second)
+	j.waitLog(`; cannot recover: no copy of checkpoint \d+ or an older one can be restored \(every copy of a piece is lost\): pcm: restart from job rec-lost: no valid checkpoint`, 1, time.Second)
+	if strings.Contains(j.stderr.String(), "recovering (2 of 3)") {
+		t.Errorf("recovered again after every copy was lost:\n%s", j.stderr.String())
+	}
+}
+
 // Dead end on nodes: the node of a rank is lost, no surviving node has a free slot of the
 // job's, and the job cannot shrink (heat2d's 2-D decomposition is a plain grid, no
 // pcm.NewBlock): the job ends, naming the rank, the missing slot and why it cannot shrink (a
