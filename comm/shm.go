@@ -177,7 +177,10 @@ func (l *shmLink) unmap() {
 	}
 	l.once.Do(func() {
 		l.ring.gone.Store(true)
+		l.ring.mapMu.Lock() // no local futex wake is under way, and none comes
+		l.ring.unmapped = true
 		unix.Munmap(l.mem)
+		l.ring.mapMu.Unlock()
 	})
 }
 
@@ -192,7 +195,34 @@ const (
 	ringRefused byte = 0 // use the socket
 	ringCopy    byte = 1 // ring, every byte through it
 	ringCMA     byte = 2 // ring, large Data frames by process_vm_readv
+	// ringFutex, or'ed into ringCopy or ringCMA: both sides sleep on futexes (EnvShmWake).
+	ringFutex byte = 4
 )
+
+// EnvShmWake selects how a side of a ring that sleeps is woken: "doorbell" (the default) or
+// "futex" (see shmRing). The reading side's setting decides for the ring.
+const EnvShmWake = "MPIOS_SHM_WAKE"
+
+// Settings of EnvShmWake (TCPConfig.ShmWake).
+const (
+	ShmWakeDoorbell = "doorbell"
+	ShmWakeFutex    = "futex"
+)
+
+// shmWakeSetting validates the configured or environment setting.
+func shmWakeSetting(cfg string) (string, error) {
+	s := strings.ToLower(strings.TrimSpace(cfg))
+	if s == "" {
+		s = strings.ToLower(strings.TrimSpace(os.Getenv(EnvShmWake)))
+	}
+	switch s {
+	case "", ShmWakeDoorbell:
+		return ShmWakeDoorbell, nil
+	case ShmWakeFutex:
+		return ShmWakeFutex, nil
+	}
+	return "", fmt.Errorf("comm: shared-memory wake %q: want doorbell or futex (%s)", cfg, EnvShmWake)
+}
 
 const maxSegmentName = 200
 
@@ -282,7 +312,8 @@ func (e *TCPEndpoint) offerRing(conn net.Conn, t *transcript) (*shmLink, error) 
 		unix.Munmap(mem)
 		return nil, err
 	}
-	l := &shmLink{mem: mem, ring: ring, cma: status[0] == ringCMA}
+	ring.futex = status[0]&ringFutex != 0
+	l := &shmLink{mem: mem, ring: ring, cma: status[0]&^ringFutex == ringCMA}
 	l.w = newRingWriter(ring, e.pollPolicy())
 	return l, nil
 }
@@ -367,6 +398,10 @@ func (e *TCPEndpoint) answerRing(conn net.Conn, t *transcript) (*shmLink, error)
 		}
 	}
 	l.cma, l.pid = status == ringCMA, pid
+	if e.shmWake == ShmWakeFutex {
+		status |= ringFutex
+		l.ring.futex = true
+	}
 	l.rd = newRingReader(l.ring, e.pollPolicy())
 	if _, err := conn.Write([]byte{status}); err != nil {
 		l.unmap()

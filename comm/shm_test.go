@@ -99,6 +99,12 @@ func shmPair(t *testing.T, transport string, jobID string) (*TCPEndpoint, *TCPEn
 // shmPairSpin is shmPair with TCPConfig.SpinWait spin.
 func shmPairSpin(t *testing.T, transport string, jobID string, spin time.Duration) (*TCPEndpoint, *TCPEndpoint, *dataRecorder) {
 	t.Helper()
+	return shmPairWake(t, transport, jobID, spin, "")
+}
+
+// shmPairWake is shmPairSpin with TCPConfig.ShmWake wake.
+func shmPairWake(t *testing.T, transport string, jobID string, spin time.Duration, wake string) (*TCPEndpoint, *TCPEndpoint, *dataRecorder) {
+	t.Helper()
 	if !shmSupported {
 		t.Skip("no shared-memory transport on this system")
 	}
@@ -108,7 +114,7 @@ func shmPairSpin(t *testing.T, transport string, jobID string, spin time.Duratio
 	addrs := []string{lnA.Addr().String(), lnB.Addr().String()}
 	cfg := func(rank int, ln net.Listener) TCPConfig {
 		return TCPConfig{Rank: rank, Size: 2, Addrs: addrs, Listener: ln, Secret: s, DialTimeout: 2 * time.Second,
-			Transport: transport, JobID: jobID, SpinWait: spin, Logf: t.Logf}
+			Transport: transport, JobID: jobID, SpinWait: spin, ShmWake: wake, Logf: t.Logf}
 	}
 	a, err := NewTCP(cfg(0, lnA))
 	if err != nil {
@@ -614,4 +620,189 @@ func TestShmSingleCopyOnlyWhereItIsFaster(t *testing.T) {
 	}
 	runtime.KeepAlive(probe)
 	t.Logf("process_vm_readv of %d KiB: %v, copy: %v", cmaProbeSize>>10, cma, copied)
+}
+
+// pollRecorder records, per frame, whether a goroutine in TCPEndpoint.Poll dispatched it.
+type pollRecorder struct {
+	mu       sync.Mutex
+	tags     []int32
+	byPoller []bool
+	done     chan struct{} // closed by the next frame
+}
+
+func (r *pollRecorder) HandleFrame(peer int, h *Header, payload []byte) error {
+	stack := make([]byte, 8<<10)
+	stack = stack[:runtime.Stack(stack, false)]
+	r.mu.Lock()
+	r.tags = append(r.tags, h.Tag)
+	r.byPoller = append(r.byPoller, bytes.Contains(stack, []byte("(*TCPEndpoint).Poll(")))
+	if r.done != nil {
+		close(r.done)
+		r.done = nil
+	}
+	r.mu.Unlock()
+	return nil
+}
+func (r *pollRecorder) DataBuffer(int, *Header) ([]byte, error) { return nil, nil }
+func (r *pollRecorder) DataDone(int, *Header) error             { return nil }
+func (r *pollRecorder) PeerClosed(int, uint8, error)            {}
+
+// A goroutine that waits for a frame from a peer on its node polls the peer's ring and
+// dispatches the frame itself (Poll), in order with the reader goroutine's dispatch; the
+// reader goroutine takes over when it stops.
+func TestShmWaiterDispatchesItsPeersFrames(t *testing.T) {
+	if !shmSupported {
+		t.Skip("no shared-memory transport on this system")
+	}
+	s := secret()
+	lnA, _ := net.Listen("tcp", "127.0.0.1:0")
+	lnB, _ := net.Listen("tcp", "127.0.0.1:0")
+	addrs := []string{lnA.Addr().String(), lnB.Addr().String()}
+	jobID := fmt.Sprintf("shmpoll-%d", os.Getpid())
+	cfg := func(rank int, ln net.Listener) TCPConfig {
+		return TCPConfig{Rank: rank, Size: 2, Addrs: addrs, Listener: ln, Secret: s, DialTimeout: 2 * time.Second,
+			JobID: jobID, SpinWait: time.Hour, Logf: t.Logf}
+	}
+	a, err := NewTCP(cfg(0, lnA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewTCP(cfg(1, lnB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &pollRecorder{}
+	a.Start(rec)
+	b.Start(newRecorder())
+	t.Cleanup(func() { a.Close(); b.Close() })
+	send := func(tag int32) {
+		if err := b.Send(0, &Header{Kind: KindEager, Tag: tag, Len: 1, Total: 1}, []byte("x")); err != nil {
+			t.Error(err)
+		}
+	}
+	first := make(chan struct{})
+	rec.done = first
+	send(0)
+	<-first
+	rr := a.rings[1].Load()
+	if rr == nil {
+		t.Fatal("no ring from rank 1")
+	}
+	const rounds = 50
+	for i := int32(1); i <= rounds; i++ {
+		done := make(chan struct{})
+		rec.mu.Lock()
+		rec.done = done
+		rec.mu.Unlock()
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			for rr.pollers.Load() == 0 { // send while the waiter polls
+				runtime.Gosched()
+			}
+			send(i)
+		}()
+		for !chanClosed(done) {
+			a.Poll(1, done)
+		}
+		<-sent
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	polled := 0
+	for i, tag := range rec.tags {
+		if tag != int32(i) {
+			t.Fatalf("frame %d has tag %d: order lost", i, tag)
+		}
+		if rec.byPoller[i] {
+			polled++
+		}
+	}
+	if polled == 0 {
+		t.Fatalf("none of %d frames was dispatched by the waiting goroutine", rounds)
+	}
+	// Without a waiter, the reader goroutine dispatches again.
+	last := make(chan struct{})
+	rec.done = last
+	rec.mu.Unlock()
+	send(rounds + 1)
+	<-last
+	rec.mu.Lock()
+	if rec.byPoller[len(rec.byPoller)-1] {
+		t.Fatal("a frame sent with nobody waiting was dispatched by a poller")
+	}
+	t.Logf("%d of %d frames dispatched by the waiting goroutine", polled, rounds)
+}
+
+// With MPIOS_SHM_WAKE=futex, sleeping sides sleep on futexes: a reader that never polls is
+// woken by the writer's FUTEX_WAKE for every small frame, and a writer that waits for room
+// while a message larger than the ring streams through it is woken by the reader's.
+func TestShmFutexWakeDeliversEveryFrame(t *testing.T) {
+	a, b, rec := shmPairWake(t, TransportShmCopy, fmt.Sprintf("shmfutex-%d", os.Getpid()), -1, ShmWakeFutex)
+	for i := range 20 {
+		if err := b.Send(0, &Header{Kind: KindEager, Tag: int32(i), Len: 1, Total: 1}, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		rec.wait(t, 1) // the reader sleeps before the next one
+	}
+	if l := linkOf(b, 0); l == nil || !l.ring.futex {
+		t.Fatal("the ring does not use futexes")
+	}
+	big := make([]byte, 4*ringDataBytes+123)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	h := &Header{Kind: KindData, ID2: 9, Len: uint32(len(big)), Total: uint64(len(big))}
+	if err := b.Send(0, h, big); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, 1)
+	rec.mu.Lock()
+	got := rec.bufs[9]
+	rec.mu.Unlock()
+	if !bytes.Equal(got, big) {
+		t.Fatal("the large message arrived corrupted")
+	}
+	if rr := a.rings[1].Load(); rr == nil || !rr.r.futex {
+		t.Fatal("the reader does not sleep on a futex")
+	}
+}
+
+// Local futex wakes (a goroutine starts waiting, a peer goes away) race the ring's unmapping
+// when the connection ends: they must not touch the unmapped ring (no SIGSEGV).
+func TestShmFutexWakeRacesUnmap(t *testing.T) {
+	for i := range 20 {
+		a, b, rec := shmPairWake(t, TransportShmCopy, fmt.Sprintf("shmfutexunmap-%d-%d", os.Getpid(), i), -1, ShmWakeFutex)
+		if err := b.Send(0, &Header{Kind: KindEager, Len: 1, Total: 1}, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		rec.wait(t, 1)
+		rr := a.rings[1].Load()
+		if rr == nil {
+			t.Fatal("no ring reader")
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !chanClosed(stop) {
+				rr.r.ring() // what Waiting, Poll and a closing socket do
+				a.Waiting(1, true)
+				a.Waiting(1, false)
+			}
+		}()
+		b.Close()
+		// The reader goroutine ends and unmaps the ring while the wakes go on.
+		for unmapped := false; !unmapped; {
+			runtime.Gosched()
+			rr.r.mapMu.RLock()
+			unmapped = rr.r.unmapped
+			rr.r.mapMu.RUnlock()
+		}
+		rr.r.ring() // and after
+		close(stop)
+		wg.Wait()
+		a.Close()
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -44,14 +45,21 @@ var ErrRingCorrupt = errors.New("comm: shared-memory ring corrupt")
 // errRingGone ends a ring wait: the peer process is gone or the local side was closed.
 var errRingGone = errors.New("ring peer gone")
 
-// A side that has nothing to do sleeps in Go's scheduler, not in a system call: ranks run
-// with one P (GOMAXPROCS = cores / ranks), and a goroutine blocked in a futex system call
-// keeps the rank's P until the runtime's monitor takes it back (20 us to 10 ms later), which
-// stalled the rank's other goroutines (measured: a 2 MiB allreduce took 5-10 ms instead of
-// 1 ms). So a sleeper flags its wait in the ring (rwait, wwait) and parks on its bell; the
-// other side, seeing the flag, rings it with a byte on the pair's TCP connection, which wakes
-// the sleeper through the network poller like any socket. A dead peer rings it too: its
-// socket closes.
+// A side that has nothing to do flags its wait in the ring (rwait, wwait) and sleeps; the
+// other side, seeing the flag, wakes it. Two ways (EnvShmWake, chosen by the reader when the
+// ring is set up):
+//
+//   - doorbell (the default): the sleeper parks in Go's scheduler on its bell, and the other
+//     side rings it with a byte on the pair's TCP connection, which wakes the sleeper through
+//     the network poller like any socket. A dead peer rings it too: its socket closes.
+//   - futex: the sleeper sleeps in a FUTEX_WAIT system call on its flag, and the other side
+//     wakes it with FUTEX_WAKE. The wake is cheaper than a socket write, but ranks run with one
+//     P (GOMAXPROCS = cores / ranks), and a goroutine blocked in a system call keeps the rank's
+//     P until the runtime's monitor takes it back (20 us to 10 ms later): the rank's other
+//     goroutines -- the one that waits for a message, a reader of another peer -- stall
+//     meanwhile (measured: a 2 MiB allreduce took 5-10 ms instead of 1 ms; see
+//     docs/PERFORMANCE.md). Local wakes (a dead peer, a waiting goroutine) clear the flag and
+//     wake the futex, under mapMu so that they never touch a ring being unmapped.
 
 // shmRing is one side's view of a ring mapping.
 type shmRing struct {
@@ -63,10 +71,27 @@ type shmRing struct {
 	wwait *atomic.Uint32
 	acked *atomic.Uint64
 	gone  atomic.Bool // set from private memory by whoever learns that the stream is over
-	bell  chan struct{}
+	// bell wakes a side that waits in the middle of a frame (the writer for room, the reader
+	// that holds the dispatch for bytes); idle wakes the reader goroutine that waits between
+	// frames (see ringDispatch). A wake rings both: every wait checks again what it waits for.
+	bell chan struct{}
+	idle chan struct{}
 	// ringPeer rings the other side's bell (a byte on the socket); nil: nobody to wake.
 	ringPeer func()
+
+	// futex: sleepers sleep on their flag with FUTEX_WAIT and wakers use FUTEX_WAKE (set before
+	// the ring is used). own is the flag this side sleeps on (rwait for the reader, wwait for
+	// the writer).
+	futex    bool
+	own      *atomic.Uint32
+	mapMu    sync.RWMutex // local futex wakes hold it shared; unmapping holds it
+	unmapped bool
 }
+
+// futexNap bounds one FUTEX_WAIT: every wake is delivered (a waker clears the flag before it
+// wakes, so a sleeper that has not yet called FUTEX_WAIT does not sleep), this is only a safety
+// net.
+const futexNap = 100 * time.Millisecond
 
 // newShmRing views mem (len ringMapBytes, 8-byte aligned, as mappings are) as a ring.
 func newShmRing(mem []byte) (*shmRing, error) {
@@ -83,6 +108,7 @@ func newShmRing(mem []byte) (*shmRing, error) {
 		wwait: (*atomic.Uint32)(at(ringWWaitOff)),
 		acked: (*atomic.Uint64)(at(ringAckedOff)),
 		bell:  make(chan struct{}, 1),
+		idle:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -105,26 +131,69 @@ func (r *shmRing) ring() {
 	case r.bell <- struct{}{}:
 	default:
 	}
+	select {
+	case r.idle <- struct{}{}:
+	default:
+	}
+	if r.futex && r.own != nil {
+		r.mapMu.RLock()
+		if !r.unmapped && r.own.Swap(0) != 0 {
+			futexWake(r.own)
+		}
+		r.mapMu.RUnlock()
+	}
 }
 
-// wakePeer rings the other side's bell if it said it sleeps on word.
+// wakePeer wakes the other side if it said it sleeps on word. Callers hold the lock that keeps
+// the ring mapped (the writer's or the dispatch's).
 func (r *shmRing) wakePeer(word *atomic.Uint32) {
-	if word.Swap(0) != 0 && r.ringPeer != nil {
+	if word.Swap(0) == 0 {
+		return
+	}
+	if r.futex {
+		futexWake(word)
+	} else if r.ringPeer != nil {
 		r.ringPeer()
 	}
 }
 
-// ringReader is the reading side: an io.Reader over the stream.
+// sleep waits for a wake of this side, which set its flag own to 1 and found nothing to do:
+// on c (the bell or idle) or, with futexes, on the flag.
+func (r *shmRing) sleep(c chan struct{}) {
+	if !r.futex {
+		<-c
+		return
+	}
+	select {
+	case <-c: // a local wake that came first
+	default:
+		futexWait(r.own, 1, futexNap)
+	}
+}
+
+// ringReader is the reading side: an io.Reader over the stream. Read is called by whoever
+// holds the dispatch of the ring's frames (ringDispatch.mu): the connection's reader goroutine,
+// or a goroutine that waits for a message from the peer and polls the ring itself
+// (TCPEndpoint.Poll).
 type ringReader struct {
 	r      *shmRing
-	head   uint64 // authoritative: the shared copy is only published
+	head   uint64 // authoritative: the shared copy is only published (under the dispatch)
 	pollIn *pollPolicy
-	last   int64 // monoNow when data last arrived
-	parked atomic.Bool
+	last   atomic.Int64 // monoNow when data last arrived
+	parked atomic.Bool  // the reader goroutine sleeps until a writer's doorbell
+	// pollers counts the goroutines polling the ring in Poll; while there are some, the
+	// reader goroutine sleeps without asking the writer for doorbells (idleParked), and the
+	// last poller to leave wakes it.
+	pollers    atomic.Int32
+	idleParked atomic.Bool
+	d          *ringDispatch // set before the reader is published in TCPEndpoint.rings
 }
 
 func newRingReader(r *shmRing, poll *pollPolicy) *ringReader {
-	return &ringReader{r: r, head: r.head.Load(), pollIn: poll, last: monoNow()}
+	r.own = r.rwait
+	rr := &ringReader{r: r, head: r.head.Load(), pollIn: poll}
+	rr.last.Store(monoNow())
+	return rr
 }
 
 // available returns how many bytes are readable, checking the writer's tail against what a
@@ -137,6 +206,17 @@ func (rr *ringReader) available() (int, error) {
 	return int(n), nil
 }
 
+// ready reports whether Read would return at once: bytes, a corrupt ring or the end.
+func (rr *ringReader) ready() bool {
+	n, err := rr.available()
+	return n > 0 || err != nil || rr.r.gone.Load()
+}
+
+// readChunk is the most Read copies at a time: the reader publishes its progress after each
+// chunk, so a writer streaming a frame larger than the ring refills it while the reader copies
+// (the two copies overlap on two cores).
+const readChunk = 64 << 10
+
 // Read copies what has arrived into p, waiting for at least one byte; io.EOF once the peer is
 // gone and everything it wrote has been read.
 func (rr *ringReader) Read(p []byte) (int, error) {
@@ -147,7 +227,7 @@ func (rr *ringReader) Read(p []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n = min(n, len(p))
+	n = min(n, len(p), readChunk)
 	ringRaceEdge()
 	off := int(rr.head & rr.r.mask)
 	k := copy(p[:n], rr.r.data[off:])
@@ -158,14 +238,15 @@ func (rr *ringReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// wait returns the readable bytes once there are some.
+// wait returns the readable bytes once there are some. It is the wait in the middle of a frame
+// (see idleWait for the one between frames).
 func (rr *ringReader) wait() (int, error) {
 	first := true
 	for {
 		n, err := rr.available()
 		if n > 0 || err != nil {
 			if n > 0 {
-				rr.last = monoNow()
+				rr.last.Store(monoNow())
 			}
 			return n, err
 		}
@@ -176,7 +257,7 @@ func (rr *ringReader) wait() (int, error) {
 			}
 			return 0, io.EOF
 		}
-		if first || rr.pollIn.poll(rr.last) {
+		if first || rr.pollIn.poll(rr.last.Load()) {
 			// Let the goroutines the last frames woke run first: their answer is what we wait for.
 			first = false
 			runtime.Gosched()
@@ -187,11 +268,50 @@ func (rr *ringReader) wait() (int, error) {
 			rr.r.rwait.Store(0)
 			continue
 		}
+		rr.r.sleep(rr.r.bell)
+		rr.r.rwait.Store(0)
+		rr.last.Store(monoNow()) // a wake means data or a waiting goroutine: poll again
+	}
+}
+
+// idleWait is the reader goroutine's wait between frames: it returns once there is something
+// to dispatch (buffered frames, bytes in the ring, or the end). While goroutines poll the ring
+// themselves (Poll) it sleeps without a doorbell; otherwise it polls as the policy allows and
+// then sleeps until the writer's doorbell.
+func (rr *ringReader) idleWait(pending func() bool) {
+	first := true
+	for {
+		if rr.pollers.Load() > 0 {
+			// The pollers dispatch; competing with them for the frames would only add
+			// hand-overs.
+			rr.idleParked.Store(true)
+			if rr.pollers.Load() == 0 {
+				rr.idleParked.Store(false)
+				continue
+			}
+			<-rr.r.idle
+			rr.idleParked.Store(false)
+			first = true
+			continue
+		}
+		if pending() {
+			return
+		}
+		if first || rr.pollIn.poll(rr.last.Load()) {
+			first = false
+			runtime.Gosched()
+			continue
+		}
+		rr.r.rwait.Store(1)
+		if pending() || rr.pollers.Load() > 0 {
+			rr.r.rwait.Store(0)
+			continue
+		}
 		rr.parked.Store(true)
-		<-rr.r.bell
+		rr.r.sleep(rr.r.idle)
 		rr.parked.Store(false)
 		rr.r.rwait.Store(0)
-		rr.last = monoNow() // a wake means data or a waiting goroutine: poll again
+		rr.last.Store(monoNow()) // a wake means data or a waiting goroutine: poll again
 	}
 }
 
@@ -218,6 +338,7 @@ type ringWriter struct {
 }
 
 func newRingWriter(r *shmRing, poll *pollPolicy) *ringWriter {
+	r.own = r.wwait
 	return &ringWriter{r: r, tail: r.tail.Load(), pollIn: poll}
 }
 
@@ -247,17 +368,24 @@ func (rw *ringWriter) write(deadline time.Time, bufs ...[]byte) error {
 				}
 				continue
 			}
-			n := min(free, len(b))
+			n := min(free, len(b), publishChunk)
 			off := int(rw.tail & rw.r.mask)
 			k := copy(rw.r.data[off:], b[:n])
 			copy(rw.r.data, b[k:n])
 			rw.tail += uint64(n)
 			b = b[n:]
+			if n == publishChunk {
+				rw.publish() // the reader starts copying while we write the rest
+			}
 		}
 	}
 	rw.publish()
 	return nil
 }
+
+// publishChunk: a writer publishes at least every so many bytes, so that a large frame is
+// read while it is written. Small frames are published once, whole.
+const publishChunk = 64 << 10
 
 func (rw *ringWriter) publish() {
 	ringRaceEdge()
@@ -299,7 +427,9 @@ func (rw *ringWriter) waitFor(deadline time.Time, ready func() bool) error {
 			continue
 		}
 		if deadline.IsZero() {
-			<-rw.r.bell
+			rw.r.sleep(rw.r.bell)
+		} else if rw.r.futex {
+			futexWait(rw.r.wwait, 1, min(futexNap, time.Until(deadline)))
 		} else {
 			t := time.NewTimer(time.Until(deadline))
 			select {

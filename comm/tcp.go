@@ -55,6 +55,9 @@ type TCPConfig struct {
 	// uses shared memory with peers on this node, TransportTCP never does, TransportShmCopy
 	// does without the single-copy path. Empty: MPIOS_TRANSPORT, else auto.
 	Transport string
+	// ShmWake is how a side of a shared-memory ring that sleeps is woken: ShmWakeDoorbell
+	// (the default) or ShmWakeFutex. Empty: MPIOS_SHM_WAKE, else doorbell.
+	ShmWake string
 	// JobID names this job's shared-memory rings, so that launchers can remove what a crash
 	// leaves (RemoveJobSegments). Empty: MPIOS_JOB_ID, else "local".
 	JobID string
@@ -106,6 +109,7 @@ type TCPEndpoint struct {
 	rings   []atomic.Pointer[ringReader]
 
 	transport string // TransportAuto, TransportTCP or TransportShmCopy
+	shmWake   string // ShmWakeDoorbell or ShmWakeFutex
 	shmPrefix string // the names of this job's rings start with it
 
 	peers []*tcpPeer
@@ -165,6 +169,10 @@ func NewTCP(cfg TCPConfig) (*TCPEndpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	shmWake, err := shmWakeSetting(cfg.ShmWake)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.JobID == "" {
 		cfg.JobID = os.Getenv(job.EnvJobID)
 	}
@@ -177,7 +185,7 @@ func NewTCP(cfg TCPConfig) (*TCPEndpoint, error) {
 	cfg.Addrs = append([]string(nil), cfg.Addrs...) // Redirect changes them
 	e := &TCPEndpoint{cfg: cfg, spin: spin, peers: make([]*tcpPeer, cfg.Size), in: make(map[net.Conn]*sync.Mutex),
 		inPeer: make([]int, cfg.Size), inOrder: make([][]net.Conn, cfg.Size), readers: make([]atomic.Pointer[spinReader], cfg.Size),
-		rings: make([]atomic.Pointer[ringReader], cfg.Size), transport: transport, shmPrefix: segmentPrefix(cfg.JobID, cfg.Secret)}
+		rings: make([]atomic.Pointer[ringReader], cfg.Size), transport: transport, shmWake: shmWake, shmPrefix: segmentPrefix(cfg.JobID, cfg.Secret)}
 	e.inTurn = sync.NewCond(&e.mu)
 	for i := range e.peers {
 		e.peers[i] = &tcpPeer{}
@@ -345,12 +353,17 @@ func (e *TCPEndpoint) unregister(peer int, conn net.Conn) {
 // readFrames dispatches frames from peer, from conn or from its ring (link), until a Bye
 // (returns its flags) or an error.
 func (e *TCPEndpoint) readFrames(peer int, conn net.Conn, link *shmLink) (uint8, error) {
-	var src io.Reader = conn
+	direct, _ := e.handler.(EagerReceiver)
 	if link != nil {
-		src = link.rd
+		d := &ringDispatch{e: e, peer: peer, link: link, rd: link.rd, direct: direct,
+			fr: &frameReader{src: link.rd, buf: make([]byte, readBufferSize)}}
+		link.rd.d = d
 		e.rings[peer].Store(link.rd)
 		defer e.rings[peer].CompareAndSwap(link.rd, nil)
-	} else if sc, ok := conn.(syscall.Conn); ok && e.spin.Wait > 0 {
+		return d.run()
+	}
+	var src io.Reader = conn
+	if sc, ok := conn.(syscall.Conn); ok && e.spin.Wait > 0 {
 		if rc, err := sc.SyscallConn(); err == nil {
 			sr := newSpinReader(conn, rc, e.pollPolicy())
 			e.readers[peer].Store(sr) // only one connection of a peer is read at a time
@@ -358,83 +371,81 @@ func (e *TCPEndpoint) readFrames(peer int, conn net.Conn, link *shmLink) (uint8,
 			src = sr
 		}
 	}
-	direct, _ := e.handler.(EagerReceiver)
 	fr := &frameReader{src: src, buf: make([]byte, readBufferSize)}
 	var h Header // one per connection: the handlers get &h, which would escape per frame
 	for {
-		hb, err := fr.next(HeaderSize)
-		if err != nil {
-			return 0, err
-		}
-		if h, err = DecodeHeader(hb); err != nil {
-			return 0, err
-		}
-		if h.Flags&FlagRemote != 0 {
-			if h.Kind != KindData || link == nil || !link.cma {
-				return 0, &FrameError{Kind: h.Kind, Err: ErrBadKind, Info: "remote payload where none was agreed"}
-			}
-			if err := e.readRemoteData(peer, fr, link, &h); err != nil {
-				return 0, err
-			}
-			continue
-		}
-		switch h.Kind {
-		case KindBye:
-			return h.Flags, nil
-		case KindEager:
-			n := int(h.Len)
-			if direct != nil && n >= directMin && fr.buffered() < n {
-				if dst := direct.EagerBuffer(peer, &h); dst != nil {
-					if len(dst) != n {
-						err = fmt.Errorf("comm: eager buffer of %d bytes for a %d-byte payload", len(dst), n)
-					} else {
-						err = fr.readFull(dst)
-					}
-					direct.EagerDone(peer, &h, err)
-					if err != nil {
-						return 0, err
-					}
-					fr.exact = true
-					continue
-				}
-			}
-			payload, err := fr.next(n)
-			if err != nil {
-				return 0, err
-			}
-			if n > 0 && n < directMin {
-				fr.exact = false
-			}
-			if err := e.handler.HandleFrame(peer, &h, payload); err != nil {
-				return 0, err
-			}
-		case KindRTS, KindCTS:
-			if err := e.handler.HandleFrame(peer, &h, nil); err != nil {
-				return 0, err
-			}
-		case KindData:
-			dst, err := e.handler.DataBuffer(peer, &h)
-			if err != nil {
-				return 0, err
-			}
-			if dst == nil {
-				if err := fr.discard(int(h.Len)); err != nil {
-					return 0, err
-				}
-				continue
-			}
-			if len(dst) != int(h.Len) {
-				return 0, fmt.Errorf("comm: data buffer of %d bytes for a %d-byte chunk", len(dst), h.Len)
-			}
-			if err := fr.readFull(dst); err != nil {
-				return 0, err
-			}
-			fr.exact = true
-			if err := e.handler.DataDone(peer, &h); err != nil {
-				return 0, err
-			}
+		bye, flags, err := e.nextFrame(peer, fr, nil, direct, &h)
+		if bye || err != nil {
+			return flags, err
 		}
 	}
+}
+
+// nextFrame reads and dispatches the next frame from fr: it returns bye with the flags of a
+// Bye, or the error that ends the stream. link is the connection's ring, if it has one.
+func (e *TCPEndpoint) nextFrame(peer int, fr *frameReader, link *shmLink, direct EagerReceiver, hp *Header) (bye bool, flags uint8, err error) {
+	hb, err := fr.next(HeaderSize)
+	if err != nil {
+		return false, 0, err
+	}
+	if *hp, err = DecodeHeader(hb); err != nil {
+		return false, 0, err
+	}
+	h := hp
+	if h.Flags&FlagRemote != 0 {
+		if h.Kind != KindData || link == nil || !link.cma {
+			return false, 0, &FrameError{Kind: h.Kind, Err: ErrBadKind, Info: "remote payload where none was agreed"}
+		}
+		return false, 0, e.readRemoteData(peer, fr, link, h)
+	}
+	switch h.Kind {
+	case KindBye:
+		return true, h.Flags, nil
+	case KindEager:
+		n := int(h.Len)
+		if direct != nil && n >= directMin && fr.buffered() < n {
+			if dst := direct.EagerBuffer(peer, h); dst != nil {
+				if len(dst) != n {
+					err = fmt.Errorf("comm: eager buffer of %d bytes for a %d-byte payload", len(dst), n)
+				} else {
+					err = fr.readFull(dst)
+				}
+				direct.EagerDone(peer, h, err)
+				if err != nil {
+					return false, 0, err
+				}
+				fr.exact = true
+				return false, 0, nil
+			}
+		}
+		payload, err := fr.next(n)
+		if err != nil {
+			return false, 0, err
+		}
+		if n > 0 && n < directMin {
+			fr.exact = false
+		}
+		return false, 0, e.handler.HandleFrame(peer, h, payload)
+	case KindRTS, KindCTS:
+		return false, 0, e.handler.HandleFrame(peer, h, nil)
+	case KindData:
+		dst, err := e.handler.DataBuffer(peer, h)
+		if err != nil {
+			return false, 0, err
+		}
+		if dst == nil {
+			return false, 0, fr.discard(int(h.Len))
+		}
+		if len(dst) != int(h.Len) {
+			return false, 0, fmt.Errorf("comm: data buffer of %d bytes for a %d-byte chunk", len(dst), h.Len)
+		}
+		if err := fr.readFull(dst); err != nil {
+			return false, 0, err
+		}
+		fr.exact = true
+		return false, 0, e.handler.DataDone(peer, h)
+	}
+	return false, 0, nil
 }
 
 // readRemoteData takes a Data frame's payload straight out of the sender's memory, as the
@@ -620,7 +631,12 @@ func (p *pollPolicy) poll(last int64) bool {
 
 // pollShort is poll without the long window of a waiting goroutine.
 func (p *pollPolicy) pollShort(last int64) bool {
-	return p != nil && time.Duration(monoNow()-last) <= p.spin && p.writing.Load() == 0 && (p.gate == nil || p.gate.allow())
+	return p != nil && p.pollShortFor(last, p.spin)
+}
+
+// pollShortFor reports whether a reader polls again window after since (monoNow).
+func (p *pollPolicy) pollShortFor(since int64, window time.Duration) bool {
+	return time.Duration(monoNow()-since) <= window && p.writing.Load() == 0 && (p.gate == nil || p.gate.allow())
 }
 
 // gateOpen reports whether polling is allowed by the node's load (a wake is then useful).

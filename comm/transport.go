@@ -68,6 +68,15 @@ type WaitNotifier interface {
 	Waiting(peer int, on bool)
 }
 
+// Poller is implemented by endpoints whose waiting goroutines can take a peer's frames
+// themselves, which saves the hand-over from a reader goroutine: Poll(peer, done) reads and
+// dispatches frames from peer (to the Handler, in order with the transport's own dispatch)
+// until done is closed or the endpoint stops polling; the caller then waits on done as usual.
+// It may return at once (a peer it cannot poll, or polling off).
+type Poller interface {
+	Poll(peer int, done <-chan struct{})
+}
+
 // ErrPeerLost reports that a peer's connection broke without an orderly goodbye: the peer
 // process died, or the network between the two failed.
 var ErrPeerLost = errors.New("comm: connection to peer lost")

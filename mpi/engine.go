@@ -75,6 +75,8 @@ type engine struct {
 
 	// waitHint is the endpoint's comm.WaitNotifier, if it has one.
 	waitHint comm.WaitNotifier
+	// poller is the endpoint's comm.Poller, if it has one.
+	poller comm.Poller
 
 	// onPeerLost, if set, is told about a peer lost without a goodbye before the calls that
 	// wait on it fail (Init uses it to tell the launcher which rank died first).
@@ -96,6 +98,7 @@ func newEngine(ep comm.Endpoint) *engine {
 	e.space = sync.NewCond(&e.mu)
 	e.arrived = sync.NewCond(&e.mu)
 	e.waitHint, _ = ep.(comm.WaitNotifier)
+	e.poller, _ = ep.(comm.Poller)
 	return e
 }
 

@@ -120,13 +120,23 @@ func (r *Request) wait() (Status, error) {
 	select {
 	case <-r.done:
 	default:
+		peer := r.from
+		// Take the peer's frames ourselves while the transport lets us (comm.Poller): the
+		// message then completes on this goroutine, without a hand-over from a reader.
+		if r.e != nil && r.e.poller != nil {
+			r.e.poller.Poll(peer, r.done)
+			select {
+			case <-r.done:
+				return r.status, r.err
+			default:
+			}
+		}
 		// Tell the transport that this process waits: it keeps polling for the message
 		// instead of letting its reader sleep (see comm.WaitNotifier).
 		var w comm.WaitNotifier
 		if r.e != nil {
 			w = r.e.waitHint
 		}
-		peer := r.from
 		if w != nil {
 			w.Waiting(peer, true)
 		}

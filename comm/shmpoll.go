@@ -1,0 +1,147 @@
+package comm
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Dispatch of a ring's frames, by the connection's reader goroutine or by a waiting goroutine.
+//
+// Over a socket, a frame reaches a goroutine that waits for it through the connection's reader
+// goroutine: the reader dispatches the frame (the mpi layer completes the request) and the
+// waiter is woken, a hand-over between goroutines (and, with the rank's one P, between them on
+// the same thread) on every message. Over a ring, a waiting goroutine that may poll (the rank has
+// a core to itself, see DecideSpin) reads and dispatches its peer's frames itself (Poll): the
+// message it waits for completes on its own stack. The reader goroutine sleeps meanwhile,
+// without asking the writer for doorbells, and takes over when the last poller leaves. Whoever
+// dispatches holds ringDispatch.mu, so the frames of a peer are still handled one at a time, in
+// order.
+
+// ringDispatch is the dispatch state of one ring: what readFrames keeps on its stack for a
+// socket.
+type ringDispatch struct {
+	e      *TCPEndpoint
+	peer   int
+	link   *shmLink
+	rd     *ringReader
+	direct EagerReceiver
+
+	mu sync.Mutex // held while dispatching; guards the fields below
+	fr *frameReader
+	h  Header
+	// ended: the stream ended (a Bye, with flags, or err); closed: the reader goroutine is
+	// done with the ring, which may be unmapped: pollers must not touch it any more.
+	ended, closed bool
+	flags         uint8
+	err           error
+	// pend: fr holds unread bytes (frames to dispatch without the ring), or the stream ended.
+	pend atomic.Bool
+}
+
+// pending reports whether there is something to dispatch, for the reader goroutine's wait
+// outside mu: it compares the shared counters (the private head is the dispatcher's). A
+// hostile writer can make it wrong, and so stop the stream, but the dispatch itself checks
+// the counters again.
+func (d *ringDispatch) pending() bool {
+	r := d.rd.r
+	return d.pend.Load() || r.tail.Load() != r.head.Load() || r.gone.Load()
+}
+
+// run is the reader goroutine of the ring: it dispatches frames until the stream ends.
+func (d *ringDispatch) run() (uint8, error) {
+	defer func() {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+	}()
+	for {
+		d.rd.idleWait(d.pending)
+		d.mu.Lock()
+		ended := d.drain(nil)
+		d.mu.Unlock()
+		if ended {
+			return d.flags, d.err
+		}
+	}
+}
+
+// drain dispatches the frames that have arrived (or begun to), until the ring is empty at a
+// frame boundary, the stream ends, or stop is closed. It reports whether the stream ended.
+// The caller holds mu.
+func (d *ringDispatch) drain(stop <-chan struct{}) bool {
+	for !d.ended {
+		if d.fr.buffered() == 0 && !d.rd.ready() {
+			break
+		}
+		bye, flags, err := d.e.nextFrame(d.peer, d.fr, d.link, d.direct, &d.h)
+		if bye || err != nil {
+			d.ended, d.flags, d.err = true, flags, err
+			break
+		}
+		if stop != nil && chanClosed(stop) {
+			break
+		}
+	}
+	d.pend.Store(d.fr.buffered() > 0 || d.ended)
+	return d.ended
+}
+
+func chanClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// pollYield is how many polls of a ring a waiting goroutine makes between yields of its
+// processor (and looks at the clock): a poll costs tens of nanoseconds, a yield hundreds.
+const pollYield = 16
+
+// Poll implements Poller. A goroutine about to wait for a frame from peer reads peer's ring
+// itself while the rank may poll (see pollPolicy), for up to the policy's long window, and
+// returns when done is closed or the window is over. It returns at once for a peer that sends
+// over a socket (or any peer, peer < 0), or when polling is off.
+func (e *TCPEndpoint) Poll(peer int, done <-chan struct{}) {
+	if peer < 0 || peer >= len(e.rings) {
+		return
+	}
+	rr := e.rings[peer].Load()
+	if rr == nil || rr.pollIn == nil || !rr.pollIn.gateOpen() {
+		return
+	}
+	d := rr.d
+	rr.pollers.Add(1)
+	start := monoNow()
+	for spins := 1; ; spins++ {
+		if d.mu.TryLock() {
+			if d.closed {
+				d.mu.Unlock()
+				break
+			}
+			// Our polls replace the writer's doorbells (a reader goroutine that went to sleep
+			// before we came asked for them).
+			rr.r.rwait.Store(0)
+			ended := d.drain(done)
+			d.mu.Unlock()
+			if ended {
+				break
+			}
+		}
+		if chanClosed(done) {
+			break
+		}
+		if spins%pollYield == 0 {
+			if !rr.pollIn.pollShortFor(start, rr.pollIn.long) {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	if rr.pollers.Add(-1) == 0 {
+		// The reader goroutine takes over: frames that arrive from now on, and any left.
+		rr.r.ring()
+	}
+}
