@@ -9,8 +9,9 @@ import (
 	"github.com/mpios/mpios/internal/reconf"
 )
 
-// writeResizes lists the resizes of the jobs (the newest 20 per job): sizes, state, the
-// boundary, the job's pause and the distributed data moved.
+// writeResizes lists the resizes of the jobs (the newest 20 per job): sizes (marked when the
+// request gave weights, or rebalanced the ranks in place), state, the boundary, the job's
+// pause and the distributed data moved.
 func (st Status) writeResizes(w io.Writer) {
 	var rows []string
 	for _, j := range st.Jobs {
@@ -37,7 +38,14 @@ func (st Status) writeResizes(w io.Writer) {
 			if e.Error != "" {
 				why += " — " + e.Error
 			}
-			rows = append(rows, fmt.Sprintf("%s\t%d -> %d\t%s\t%s\t%s\t%s\t%s", j.Job, e.OldNP, e.NP, e.State, iter, pause, moved, short(why, 120)))
+			ranks := fmt.Sprintf("%d -> %d", e.OldNP, e.NP)
+			switch {
+			case e.OldNP == e.NP:
+				ranks = fmt.Sprintf("%d rebalanced", e.NP)
+			case e.Weights != nil:
+				ranks += " weighted"
+			}
+			rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", j.Job, ranks, e.State, iter, pause, moved, short(why, 120)))
 		}
 	}
 	if len(rows) == 0 {
