@@ -266,13 +266,13 @@ func attach(e *engine) (*Comm, error) {
 // Detach waits for every rank of world (a Barrier), then closes its endpoint. It is the
 // Finalize of a world made by Attach.
 func Detach(world *Comm) error {
+	if world != nil && world.e != nil && !world.freed.Load() && (world.e.isRetired() || world.e.isRevoked()) {
+		// The rank lives on in a successor, or left at a resize: nothing to wait for, the
+		// endpoint is closed. (Before valid, which fails on a revoked world.)
+		return nil
+	}
 	if err := world.valid("Detach"); err != nil {
 		return err
-	}
-	if world.e.isRetired() || world.e.isRevoked() {
-		// The rank lives on in a successor, or left at a resize: nothing to wait for, the
-		// endpoint is closed.
-		return nil
 	}
 	if n := world.e.pending(); n > 0 {
 		return fmt.Errorf("mpi: Finalize: %w: %d operations", ErrPending, n)

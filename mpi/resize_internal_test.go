@@ -99,6 +99,11 @@ func TestSwitchWorldCarriesUnreceivedMessagesInOrder(t *testing.T) {
 	if _, err := Recv(old[0], first, 1, 7); !errors.As(err, &stale) {
 		t.Errorf("old world after the resize: %v, want a *StaleCommError", err)
 	}
+	// The rank merged away finalizes cleanly (mpi.Finalize): its world is revoked and closed,
+	// there is nothing to wait for.
+	if err := Detach(old[2]); err != nil {
+		t.Errorf("Detach of the leaver's world: %v, want nil", err)
+	}
 	if next[0].e.nextCtx < derived[0].ctx+2 {
 		t.Errorf("new world's next context %d, not above the old world's %d", next[0].e.nextCtx, derived[0].ctx)
 	}
