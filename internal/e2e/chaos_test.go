@@ -1,0 +1,160 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodestatus"
+)
+
+// TestChaosKillDrainJoinNATSRestartAndHangKeepTheResult is issue 16's chaos test: heat2d on
+// 4 ranks over 3 pcmd nodes, checkpointing (each piece on its node and on a buddy), while
+// the test
+//
+//  1. kills node n1, its pcmd and its 2 ranks (SIGKILL), and wipes its disk: mpirun
+//     recovers the job by itself onto the free slots of n2 and n3, n1's pieces read from
+//     their buddy copies;
+//  2. adds node n4, which joins the job with its free slots;
+//  3. drains n2 (pcmd drain): its 2 ranks migrate to n4 and n2's pcmd exits;
+//  4. restarts the NATS server after a 3 s outage: everyone reconnects;
+//  5. SIGSTOPs rank 2: it is declared failed after --hang-timeout and the job recovers again.
+//
+// The job finishes with the checksum (the dump) of an undisturbed run, and mpirun's log
+// accounts for every event. Each event waits for a checkpoint committed after the previous
+// one, so that no recovery goes back further than it must.
+func TestChaosKillDrainJoinNATSRestartAndHangKeepTheResult(t *testing.T) {
+	args := []string{"heat2d", "-n", "48", "-iters", "10000"}
+	want := referenceDump(t, args...)
+	ns := newRestartableNATS(t)
+	c := newClusterAt(t, ns.url())
+	// Heartbeats every second (mpirun declares a node gone after three missed): the test's
+	// usual 200 ms lets a loaded machine lose a healthy node, an event the test did not make.
+	node := []string{"--allow", bin + "/*", "--heartbeat", "1s"}
+	n1 := c.startNode("n1", node...)
+	n2 := c.startNode("n2", node...)
+	c.startNode("n3", node...)
+	const id = "chaos"
+	committed, err := c.nc.SubscribeSync(job.CommittedSubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, id, nil, "-np", "4", "--hosts", "n1:2,n2:2,n3:2", "--ckpt-every", "20", "--hang-timeout", "4s",
+		prog("heat2d"), "-n", "48", "-iters", "10000", "-pace", "5ms", "-dump", dump)
+	c.waitRunning(t, id)
+	// mpirun deals the ranks round robin: 0 and 3 on n1, 1 on n2, 2 on n3.
+	info := c.jobInfo(id)
+	if info.Size != 4 || info.Ranks[0].Node != "n1" || info.Ranks[1].Node != "n2" || info.Ranks[2].Node != "n3" || info.Ranks[3].Node != "n1" {
+		t.Fatalf("placement %+v, want ranks 0 and 3 on n1, 1 on n2, 2 on n3", info.Ranks)
+	}
+	newCommit := func(after string) {
+		t.Helper()
+		for {
+			if _, err := committed.NextMsg(0); err != nil {
+				break // the reports of before the event are gone
+			}
+		}
+		if _, err := committed.NextMsg(90 * time.Second); err != nil {
+			t.Fatalf("no checkpoint committed after %s: %v\n%s", after, err, j.stderr.String())
+		}
+	}
+	newCommit("the start")
+
+	// 1. A node crashes with its ranks and its disk.
+	ranks := childrenOf(n1.Process.Pid)
+	if len(ranks) != 2 {
+		t.Fatalf("n1 runs processes %v, want its 2 ranks", ranks)
+	}
+	c.loseNode("n1", n1.Process)
+	for _, pid := range ranks {
+		syscall.Kill(pid, syscall.SIGKILL) // gone with pcmd already, or now
+	}
+	j.waitLog(`recovering \(1 of 3\)`, 1, 60*time.Second)
+	j.waitLog(`recovered from the failure of rank [03]: every rank restarted from checkpoint \d+`, 1, 90*time.Second)
+	// Ranks 0 and 3 take the slots left on n2 and n3.
+	for _, r := range c.jobInfo(id).Ranks {
+		if r.Node != "n2" && r.Node != "n3" {
+			t.Fatalf("after n1's loss: rank %d on %s, want every rank on n2 or n3", r.Rank, r.Node)
+		}
+	}
+	newCommit("the recovery")
+
+	// 2. A node is added.
+	c.startNode("n4", node...)
+	j.waitLog(`node n4 joined \(8 free slots\)`, 1, 30*time.Second)
+
+	// 3. A node leaves gracefully.
+	rep, err := nodestatus.Drain(c.nc, "n2", job.DrainRequest{Reason: "chaos test"}, 60*time.Second)
+	if err != nil || rep.Error != "" {
+		t.Fatalf("drain n2: %v %s\n%s", err, rep.Error, j.stderr.String())
+	}
+	j.waitLog(`mpirun: migrated rank \d from n2 to n4 at iteration`, 2, 60*time.Second)
+	if !exited(n2, 30*time.Second) {
+		t.Fatalf("pcmd n2 did not exit after its drain\n%s", j.stderr.String())
+	}
+	newCommit("the drain")
+
+	// 4. The control plane goes away and comes back.
+	ns.stop()
+	time.Sleep(3 * time.Second) // the outage
+	ns.start()
+	j.waitLog(`reconnected to NATS`, 1, 60*time.Second)
+	newCommit("the NATS restart")
+
+	// 5. A rank freezes: rank 2, on n3 from the start.
+	pid := rankPID(t, id, 2)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	j.waitLog(`rank 2 \(pid `+strconv.Itoa(pid)+` on n3\) sent no sign of life for 4(\.\d+)?s \(stopped or frozen\): declared failed; recovering \(2 of 3\)`, 1, 60*time.Second)
+
+	if code := j.wait(300 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	// The log accounts for every event, in order.
+	log := j.stderr.String()
+	events := []string{
+		"recovering (1 of 3)", "recovered from the failure of rank",
+		"node n4 joined",
+		"migrated rank", // n2's ranks to n4
+		"lost connection to NATS", "reconnected to NATS",
+		"declared failed; recovering (2 of 3)", "recovered from the failure of rank 2",
+	}
+	at := 0
+	for _, e := range events {
+		i := strings.Index(log[at:], e)
+		if i < 0 {
+			t.Fatalf("mpirun's log does not account for %q after byte %d:\n%s", e, at, log)
+		}
+		at += i + len(e)
+	}
+	if n := strings.Count(log, "recovering ("); n != 2 {
+		t.Errorf("%d recoveries, want 2 (the lost node and the frozen rank):\n%s", n, log)
+	}
+	j.sameDump(dump, want)
+}
+
+// childrenOf returns the processes whose parent is pid (a pcmd's ranks), forked by any of
+// its threads.
+func childrenOf(pid int) []int {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var pids []int
+	for _, file := range files {
+		data, _ := os.ReadFile(file)
+		for _, f := range strings.Fields(string(data)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids
+}
