@@ -38,6 +38,7 @@ var knownOps = [...]struct {
 	{"Iallgather", kindColl}, {"Ialltoall", kindColl},
 	{"Ssend", kindSend}, {"Issend", kindSend}, {"Start", kindSend}, {"SendrecvReplace", kindSend},
 	{"Mrecv", kindRecv}, {"NeighborAllgather", kindColl}, {"NeighborAlltoall", kindColl},
+	{"Alltoallw", kindColl},
 }
 
 const numOps = len(knownOps)
@@ -121,6 +122,8 @@ func opIndex(op string) int {
 		return 36
 	case "NeighborAlltoall":
 		return 37
+	case "Alltoallw":
+		return 38
 	}
 	return -1
 }
