@@ -531,6 +531,10 @@ Exit status 0 if every job accepted, 1 otherwise.`,
 				if !m.Accepted {
 					verdict, ok = "NOT accepted", false
 				}
+				if m.ShrinkTo > 0 {
+					fmt.Fprintf(stdout, "job %s shrinks to %d ranks, its ranks %v here leave: %s: %s\n", m.Job, m.ShrinkTo, m.Ranks, verdict, m.Answer)
+					continue
+				}
 				fmt.Fprintf(stdout, "job %s ranks %v to %s: %s: %s\n", m.Job, m.Ranks, m.To, verdict, m.Answer)
 			}
 			if !ok {

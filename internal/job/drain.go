@@ -28,11 +28,13 @@ func (d DrainRequest) Validate() error {
 }
 
 // DrainMove is one migration a draining node asked a job for: Ranks of Job to node To, and
-// the job's answer.
+// the job's answer. Or, with ShrinkTo set and no To, a shrink: no peer has room, so the
+// malleable job goes on with ShrinkTo ranks and Ranks, the job's ranks on the node, leave.
 type DrainMove struct {
 	Job      string `msgpack:"job"`
 	Ranks    []int  `msgpack:"ranks"`
 	To       string `msgpack:"to"`
+	ShrinkTo int    `msgpack:"shrink_to,omitempty"`
 	Accepted bool   `msgpack:"accepted"`
 	Answer   string `msgpack:"answer,omitempty"` // the job's message, or why it refused or did not answer
 }
@@ -56,6 +58,9 @@ func (d DrainReply) Validate() error {
 	for _, m := range d.Moves {
 		if err := ValidateID(m.Job); err != nil {
 			return err
+		}
+		if m.ShrinkTo > 0 && m.To == "" {
+			continue // a shrink
 		}
 		if err := ValidateNode(m.To); err != nil {
 			return err

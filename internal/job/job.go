@@ -802,6 +802,8 @@ type JobInfo struct {
 	Migrations []Migration `msgpack:"migrations"`
 	// Reconfigurations is the job's log: every accepted request, in order, with its state.
 	Reconfigurations []reconf.Reconfiguration `msgpack:"reconfigurations,omitempty"`
+	// Malleable says the ranks keep distributed data (pcm.NewBlock): the job can shrink.
+	Malleable bool `msgpack:"malleable,omitempty"`
 }
 
 // Checkpoint pieces on other nodes. A rank restarting on a node that does not hold its piece

@@ -70,7 +70,16 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 	peers := s.peers.aliveInfos(time.Now())
 	s.mu.Unlock()
 	s.ranks.Drain() // first: no rank may arrive between the plan and the moves
-	moves, stuck := planDrain(s.ranks.Ranks(), peers)
+	ranks := s.ranks.Ranks()
+	moves, stuck := planDrain(ranks, peers)
+	var shrinks []job.DrainMove
+	var notes []string
+	if len(stuck) > 0 {
+		// No room for them: their jobs shrink off this node if they can.
+		var rest []job.RankInfo
+		shrinks, rest, notes = planShrinks(ranks, stuck, s.jobInfos(stuck), s.cfg.Node)
+		moves, stuck = planDrain(rest, peers)
+	}
 	if len(stuck) > 0 {
 		var names []string
 		for _, r := range stuck {
@@ -84,6 +93,9 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 			s.mu.Unlock()
 			rep.Error += "; it goes on taking ranks"
 		}
+		if len(notes) > 0 {
+			rep.Error += " (" + strings.Join(notes, "; ") + ")"
+		}
 		s.log.Print(rep.Error)
 		return rep
 	}
@@ -91,7 +103,7 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 	if req.Reason != "" {
 		why += ": " + req.Reason
 	}
-	s.log.Printf("draining (%s): no new ranks, moving %d jobs' ranks", why, len(moves))
+	s.log.Printf("draining (%s): no new ranks, moving %d jobs' ranks, shrinking %d jobs", why, len(moves), len(shrinks))
 	timeout := s.cfg.IOS.ControlTimeout
 	if timeout <= 0 { // the agent is off
 		timeout = agentdriver.DefaultControlTimeout
@@ -118,9 +130,90 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 			s.log.Printf("drain: job %s ranks %v to %s: %s", m.Job, m.Ranks, m.To, m.Answer)
 		}()
 	}
+	for i := range shrinks {
+		m := &shrinks[i]
+		creq := job.ControlRequest{Kind: job.ControlResize, NP: m.ShrinkTo, On: []job.NodeSlots{{Node: s.cfg.Node, Slots: len(m.Ranks)}}, Reason: why}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			crep, err := nodestatus.Control(s.nc, m.Job, creq, timeout)
+			switch {
+			case err != nil:
+				m.Answer = strings.TrimPrefix(err.Error(), "pcmd: ")
+			case !crep.OK:
+				m.Answer = "refused: " + crep.Error
+			default:
+				m.Accepted, m.Answer = true, crep.Message
+			}
+			s.log.Printf("drain: job %s shrinks to %d ranks, its ranks %v here leave: %s", m.Job, m.ShrinkTo, m.Ranks, m.Answer)
+		}()
+	}
 	wg.Wait()
-	rep.Moves = moves
+	rep.Moves = append(moves, shrinks...)
 	return rep
+}
+
+// planShrinks decides, for the jobs of the ranks that found no peer with room (stuck), which
+// shrink off this node (self): a malleable job (infos, by job, from its mpirun) that keeps at
+// least one rank elsewhere goes on without all its ranks here, as a drain that cannot move
+// them "shrinks the job when it is malleable and no slot is free". It returns the shrinks,
+// the ranks left to place on peers (those of the other jobs), and why each other job of a
+// stuck rank cannot shrink. Deterministic: the same tables give the same plan.
+func planShrinks(ranks, stuck []job.RankInfo, infos map[string]job.JobInfo, self string) (shrinks []job.DrainMove, rest []job.RankInfo, notes []string) {
+	var jobs []string
+	for _, r := range stuck {
+		if !slices.Contains(jobs, r.Job) {
+			jobs = append(jobs, r.Job)
+		}
+	}
+	slices.Sort(jobs)
+	shrunk := map[string]bool{}
+	for _, j := range jobs {
+		var here []int
+		for _, r := range ranks {
+			if r.Job == j {
+				here = append(here, r.Rank)
+			}
+		}
+		slices.Sort(here)
+		info, ok := infos[j]
+		switch {
+		case !ok:
+			notes = append(notes, fmt.Sprintf("job %s did not say whether it can shrink", j))
+		case !info.Malleable:
+			notes = append(notes, fmt.Sprintf("job %s cannot shrink: its ranks keep no distributed data", j))
+		case info.Size-len(here) < 1:
+			notes = append(notes, fmt.Sprintf("job %s cannot shrink: all its %d ranks run on %s", j, info.Size, self))
+		default:
+			shrinks = append(shrinks, job.DrainMove{Job: j, Ranks: here, ShrinkTo: info.Size - len(here)})
+			shrunk[j] = true
+		}
+	}
+	for _, r := range ranks {
+		if !shrunk[r.Job] {
+			rest = append(rest, r)
+		}
+	}
+	return shrinks, rest, notes
+}
+
+// jobInfos asks the mpirun of each job of ranks for its job.JobInfo (size, malleability);
+// jobs that do not answer are left out.
+func (s *server) jobInfos(ranks []job.RankInfo) map[string]job.JobInfo {
+	infos := map[string]job.JobInfo{}
+	asked := map[string]bool{}
+	for _, r := range ranks {
+		if asked[r.Job] {
+			continue
+		}
+		asked[r.Job] = true
+		m, err := s.nc.Request(job.JobInfoSubject(r.Job), nil, time.Second)
+		var info job.JobInfo
+		if err == nil && job.Decode(m.Data, &info) == nil && info.Job == r.Job && info.Size >= 1 {
+			infos[r.Job] = info
+		}
+	}
+	return infos
 }
 
 func (s *server) onDrain(m *nats.Msg) {

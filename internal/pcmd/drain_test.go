@@ -63,6 +63,41 @@ func TestRanksWithoutRoomAreStuck(t *testing.T) {
 	}
 }
 
+// "The job shrinks, when it is malleable and no slot is free" (issue 16): the jobs of the
+// ranks that found no room leave this node altogether when they are malleable and keep a
+// rank elsewhere; their ranks free no peer slot, so the other jobs are placed again.
+func TestADrainShrinksAMalleableJobWhenNoPeerHasRoom(t *testing.T) {
+	ranks := append(append(ranksOf("a", 0, 1), ranksOf("b", 2, 3)...), ranksOf("c", 0)...)
+	peers := []job.NodeInfo{{Name: "n2", Slots: 4, Used: 3}} // one free slot
+	moves, stuck := planDrain(ranks, peers)
+	if len(moves) != 1 || len(stuck) != 4 {
+		t.Fatalf("planDrain = %+v, stuck %+v", moves, stuck)
+	}
+	infos := map[string]job.JobInfo{
+		"a": {Job: "a", Size: 4, Malleable: true}, // ranks 2, 3 elsewhere: shrinks to 2
+		"b": {Job: "b", Size: 4},                  // rigid
+		"c": {Job: "c", Size: 1, Malleable: true}, // nothing elsewhere
+	}
+	shrinks, rest, notes := planShrinks(ranks, stuck, infos, "n1")
+	if want := []job.DrainMove{{Job: "a", Ranks: []int{0, 1}, ShrinkTo: 2}}; !reflect.DeepEqual(shrinks, want) {
+		t.Errorf("shrinks %+v, want %+v", shrinks, want)
+	}
+	if want := append(ranksOf("b", 2, 3), ranksOf("c", 0)...); !reflect.DeepEqual(rest, want) {
+		t.Errorf("left to place %+v, want %+v", rest, want)
+	}
+	wantNotes := []string{"job b cannot shrink: its ranks keep no distributed data", "job c cannot shrink: all its 1 ranks run on n1"}
+	if !reflect.DeepEqual(notes, wantNotes) {
+		t.Errorf("notes %q, want %q", notes, wantNotes)
+	}
+	if _, _, notes := planShrinks(ranks, stuck, nil, "n1"); len(notes) != 3 || notes[0] != "job a did not say whether it can shrink" {
+		t.Errorf("jobs that did not answer: %q", notes)
+	}
+	// A shrink is a valid drain reply entry without a target.
+	if err := (job.DrainReply{Node: "n1", Moves: shrinks}).Validate(); err != nil {
+		t.Errorf("a reply with a shrink: %v", err)
+	}
+}
+
 func drain(t *testing.T, nc *nats.Conn, node string) job.DrainReply {
 	t.Helper()
 	rep, err := nodestatus.Drain(nc, node, job.DrainRequest{Reason: "maintenance"}, 15*time.Second)

@@ -313,7 +313,7 @@ func (m *Machine) Log() reconf.Log {
 
 // Info returns where the ranks run and the job's migrations and reconfigurations.
 func (m *Machine) Info() job.JobInfo {
-	info := job.JobInfo{Job: m.cfg.JobID, Size: m.cfg.NP, Policy: m.cfg.Policy,
+	info := job.JobInfo{Job: m.cfg.JobID, Size: m.cfg.NP, Policy: m.cfg.Policy, Malleable: m.malleable,
 		Migrations: slices.Clone(m.history), Reconfigurations: slices.Clone(m.log.Entries)}
 	for i := range m.ranks {
 		st := &m.ranks[i]
