@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/mpi"
@@ -178,49 +180,65 @@ func (rp remotePiece) Len() int {
 // remoteCandidates asks the pcmd nodes for the committed checkpoints of job (a rank whose
 // own store holds none of them restarts on a new node).
 func (p *Process) remoteCandidates(jobID string) map[uint64]candidate {
-	cands := make(map[uint64]candidate)
-	if p.launched == nil || p.launched.Conn == nil {
-		return cands
+	if p.launched == nil || p.launched.Conn == nil || p.launched.Auth == nil {
+		return map[uint64]candidate{}
 	}
-	nc := p.launched.Conn
+	return collectManifests(p.launched.Conn, p.launched.Auth, jobID, manifestWait, p.opts.Log)
+}
+
+// collectManifests asks the nodes, as a process of auth's job, for the committed manifests
+// of job jobID, and gathers the answers that come within wait. Only nodes that know the
+// job's key answer under it: a list that does not verify, or whose sender is not the node
+// it names, is skipped and logged, so that nobody else can make a restart try a checkpoint
+// that does not exist or shadow one that does.
+func collectManifests(nc *nats.Conn, auth *ctlauth.JobChannel, jobID string, wait time.Duration, log io.Writer) map[uint64]candidate {
+	cands := make(map[uint64]candidate)
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return cands
 	}
 	defer sub.Unsubscribe()
-	auth := p.launched.Auth
-	if auth == nil {
-		return cands
-	}
 	subject := job.ManifestsSubject(auth.Job())
 	data, err := auth.Encode(subject, job.ManifestsRequest{Job: jobID}, time.Now())
 	if err != nil || nc.PublishRequest(subject, inbox, data) != nil {
 		return cands
 	}
-	deadline := time.Now().Add(manifestWait)
+	deadline := time.Now().Add(wait)
 	for {
 		msg, err := sub.NextMsg(time.Until(deadline))
 		if err != nil {
 			return cands
 		}
-		// Only nodes that hold the job's key answer under it: a forged list is skipped.
 		var rep job.ManifestsReply
 		from, err := auth.Decode(msg.Subject, msg.Data, &rep, time.Now())
-		if err != nil || from.Role != ctlauth.RoleNode || from.Node != rep.Node {
-			fmt.Fprintf(p.opts.Log, "pcm: ignoring a manifest list that is not authenticated: %v\n", err)
+		if err == nil && (from.Role != ctlauth.RoleNode || from.Node != rep.Node) {
+			err = fmt.Errorf("sent by %s for node %.64q", from, rep.Node)
+		}
+		if err != nil {
+			fmt.Fprintf(log, "pcm: ignoring a manifest list that is not authenticated: %v\n", err)
 			continue
 		}
-		for _, b := range rep.Manifests {
-			var m ckptstore.Manifest
-			if json.Unmarshal(b, &m) != nil || m.Job != jobID || m.Seq == 0 || m.Size != len(m.Pieces) {
-				continue
-			}
+		for _, m := range manifestsIn(rep, jobID) {
 			if _, dup := cands[m.Seq]; !dup {
 				cands[m.Seq] = candidate{m: m, ok: true}
 			}
 		}
 	}
+}
+
+// manifestsIn returns the manifests of job jobID in a node's list that are well formed: of
+// that job, numbered, with as many pieces as ranks. The rest is skipped.
+func manifestsIn(rep job.ManifestsReply, jobID string) []ckptstore.Manifest {
+	var out []ckptstore.Manifest
+	for _, b := range rep.Manifests {
+		var m ckptstore.Manifest
+		if json.Unmarshal(b, &m) != nil || m.Job != jobID || m.Seq == 0 || m.Size != len(m.Pieces) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // manifestWait is how long a restarting rank collects the nodes' manifest lists.

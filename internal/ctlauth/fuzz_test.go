@@ -1,6 +1,7 @@
 package ctlauth
 
 import (
+	"bytes"
 	"reflect"
 	"strings"
 	"testing"
@@ -84,5 +85,39 @@ func FuzzParseAuthorizedKeys(f *testing.F) {
 			}
 			_ = k.Permits("job", "/opt/x")
 		}
+	})
+}
+
+// FuzzKeyringDecode: whatever a NATS client publishes on a node's piece, copy or manifest
+// subjects reaches JobKeyring.Decode: it never panics and accepts nothing that was not
+// made under the job's key.
+func FuzzKeyringDecode(f *testing.F) {
+	rank, err := NewJobChannel("job1", testSecret(1), Sender{Role: RoleRank, Rank: 1}, t0)
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, err := rank.Encode(pieceSubject, pieceReq{Job: "job1", Rank: 1}, t0)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte{0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := NewJobKeyring(Sender{Role: RoleNode, Node: "n1"}, 0, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Learn("job1", testSecret(1), ""); err != nil {
+			t.Fatal(err)
+		}
+		var req pieceReq
+		if _, err := r.Decode("job1", pieceSubject, data, &req, t0); err == nil && !bytes.Equal(data, good) {
+			// Only the seed, or an encoding of the same envelope, carries a valid tag.
+			e, derr := DecodeEnvelope(data)
+			if derr != nil || e.Scheme != SchemeJobMAC {
+				t.Fatalf("accepted %x", data)
+			}
+		}
+		r.Decode("job2", pieceSubject, data, &req, t0)
 	})
 }

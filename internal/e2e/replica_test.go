@@ -1,12 +1,22 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/testbin"
+	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 // crashOnTwoNodes runs heat2d on n1 and n2 with synchronous checkpoints every 8 iterations
@@ -171,6 +181,61 @@ func TestDoubleCheckpointInMemoryKeepsSparseCopiesOfBackgroundCheckpoints(t *tes
 	}
 	if errs := j.stderr.String(); !strings.Contains(errs, "from node n2") {
 		t.Errorf("the pieces of n1's ranks should come from their copies on n2:\n%s", errs)
+	}
+	j.sameDump(dump, want)
+}
+
+// TestUnusableNewestCheckpointFallsBackToThePreviousOne: a restart on nodes that hold none of
+// the job's manifests asks the nodes for them. A NATS client without the job's key answers
+// every such request first with a forged list naming a newer checkpoint 3, in clear and
+// under another key: it is ignored. The genuine newest checkpoint (2) is unusable, one piece
+// lost with its node and its copy: the restart falls back to checkpoint 1 and ends with the
+// undisturbed result.
+func TestUnusableNewestCheckpointFallsBackToThePreviousOne(t *testing.T) {
+	args := []string{"heat2d", "-n", "41", "-iters", "40"}
+	want := referenceDump(t, args...)
+	c := newCluster(t, "n2", "n3")
+	n1 := c.startNode("n1", "--allow", bin+"/*")
+	crashOnTwoNodes(t, c, "fb1")
+	c.loseNode("n1", n1.Process)
+	if err := os.Remove(filepath.Join(c.stores["n2"], "fb1", "00000000000000000002", "rank-0.piece")); err != nil {
+		t.Fatal(err)
+	}
+	forger := testbin.Connect(t, c.url)
+	evil, err := ctlauth.NewJobChannel("fb2", bytes.Repeat([]byte{0xee}, 32), ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n2"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forged atomic.Int32
+	sub, err := forger.Subscribe(job.ManifestsSubjects, func(m *nats.Msg) {
+		b, _ := json.Marshal(ckptstore.Manifest{Job: "fb1", Seq: 3, Iteration: 24, Size: 4, Pieces: []ckptstore.PieceInfo{
+			{Rank: 0, Node: "n2"}, {Rank: 1, Node: "n2"}, {Rank: 2, Node: "n2"}, {Rank: 3, Node: "n2"}}})
+		list := job.ManifestsReply{Node: "n2", Manifests: [][]byte{b}}
+		plain, _ := job.Encode(list)
+		m.Respond(plain)
+		other, _ := evil.Encode(m.Reply, list, time.Now())
+		m.Respond(other)
+		forged.Add(1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	forger.Flush()
+
+	j, dump := restartOnN3N2(t, c, "fb2", "fb1")
+	errs := j.stderr.String()
+	if forged.Load() == 0 {
+		t.Error("no manifest request reached the forger: the test tested nothing")
+	}
+	if !strings.Contains(errs, "ignoring a manifest list that is not authenticated") {
+		t.Errorf("the forged lists should be reported as ignored:\n%s", errs)
+	}
+	if strings.Contains(errs, "checkpoint 3") {
+		t.Errorf("the forged checkpoint 3 was tried:\n%s", errs)
+	}
+	if !strings.Contains(errs, "falling back to checkpoint 1") || !strings.Contains(errs, "restarts from job fb1 checkpoint 1 (iteration 8)") {
+		t.Errorf("restart should fall back to checkpoint 1, iteration 8:\n%s", errs)
 	}
 	j.sameDump(dump, want)
 }

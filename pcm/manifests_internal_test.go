@@ -1,0 +1,134 @@
+package pcm
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/pcm/ckptstore"
+)
+
+// natsConns starts an in-process NATS server and returns n clients of it.
+func natsConns(t *testing.T, n int) []*nats.Conn {
+	t.Helper()
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	t.Cleanup(srv.Shutdown)
+	var out []*nats.Conn
+	for range n {
+		nc, err := nats.Connect(srv.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		out = append(out, nc)
+	}
+	return out
+}
+
+func manifestOf(id string, seq uint64) []byte {
+	m := ckptstore.Manifest{Job: id, Seq: seq, Iteration: int64(seq) * 10, Size: 1,
+		Pieces: []ckptstore.PieceInfo{{Rank: 0, Node: "n1", Size: 8, Checksum: "x"}}}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// "A forged manifest reply broke a restart" (issue 14, item 7): a restarting rank asks the
+// nodes for its job's manifests and believes only lists under the job key from the node
+// they name. The attacker answers first, in clear, under a key of its own, and under the
+// job key's name with another node's name; the genuine node's list is all that counts.
+func TestForgedManifestListsAreIgnored(t *testing.T) {
+	conns := natsConns(t, 3)
+	rankNC, nodeNC, evilNC := conns[0], conns[1], conns[2]
+	secret := bytes.Repeat([]byte{7}, 32)
+	ring, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Learn("job1", secret, ""); err != nil {
+		t.Fatal(err)
+	}
+	evilKey, _ := ctlauth.NewJobChannel("job1", bytes.Repeat([]byte{8}, 32), ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, time.Now())
+	// Another process of the job would hold the key, but it does not speak for a node it
+	// names: a list sent as a rank claiming node n1 is refused too.
+	rankKey, _ := ctlauth.NewJobChannel("job1", secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: 3}, time.Now())
+
+	forgedList := job.ManifestsReply{Node: "n1", Manifests: [][]byte{manifestOf("job1", 9)}}
+	forged := make(chan struct{})
+	evilSub, err := evilNC.Subscribe(job.ManifestsSubjects, func(m *nats.Msg) {
+		defer close(forged)
+		plain, _ := job.Encode(forgedList)
+		m.Respond(plain)
+		other, _ := evilKey.Encode(m.Reply, forgedList, time.Now())
+		m.Respond(other)
+		asRank, _ := rankKey.Encode(m.Reply, forgedList, time.Now())
+		m.Respond(asRank)
+		evilNC.Flush()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evilNC.Flush()
+	nodeSub, err := nodeNC.Subscribe(job.ManifestsSubjects, func(m *nats.Msg) {
+		var req job.ManifestsRequest
+		if _, err := ring.Decode(job.RequesterOf(m.Subject), m.Subject, m.Data, &req, time.Now()); err != nil {
+			t.Errorf("the node: %v", err)
+			return
+		}
+		<-forged // the forgeries go first
+		data, _ := ring.Encode("job1", m.Reply, job.ManifestsReply{Node: "n1", Manifests: [][]byte{manifestOf("job1", 2), manifestOf("job1", 1)}}, time.Now())
+		m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeNC.Flush()
+	defer evilSub.Unsubscribe()
+	defer nodeSub.Unsubscribe()
+
+	auth, _ := ctlauth.NewJobChannel("job1", secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: 0}, time.Now())
+	var log bytes.Buffer
+	cands := collectManifests(rankNC, auth, "job1", time.Second, &log)
+	if len(cands) != 2 || !cands[1].ok || !cands[2].ok || cands[2].m.Iteration != 20 {
+		t.Errorf("candidates %+v, want the genuine checkpoints 1 and 2 only", cands)
+	}
+	if _, forged := cands[9]; forged {
+		t.Error("the forged checkpoint 9 is a candidate")
+	}
+	if n := strings.Count(log.String(), "ignoring a manifest list that is not authenticated"); n != 3 {
+		t.Errorf("%d forged lists logged, want 3:\n%s", n, log.String())
+	}
+}
+
+// FuzzManifestsIn: the manifest lists nodes send (each manifest JSON inside a msgpack
+// reply) are parsed without panicking, and only well-formed manifests of the job asked
+// for come out.
+func FuzzManifestsIn(f *testing.F) {
+	good, _ := job.Encode(job.ManifestsReply{Node: "n1", Manifests: [][]byte{manifestOf("job1", 2), []byte(`{"job":"job1","seq":0}`)}})
+	f.Add(good)
+	f.Add([]byte{0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var rep job.ManifestsReply
+		if job.Decode(data, &rep) != nil {
+			return
+		}
+		for _, m := range manifestsIn(rep, "job1") {
+			if m.Job != "job1" || m.Seq == 0 || m.Size != len(m.Pieces) {
+				t.Fatalf("accepted %+v", m)
+			}
+		}
+	})
+}
