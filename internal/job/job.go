@@ -309,9 +309,14 @@ func IncarnationSubjects(jobID string, rank, inc int) (out, exit, both string) {
 	return subject(jobID, base+"out"), subject(jobID, base+"exit"), subject(jobID, base+"*")
 }
 
-// KeepAliveSubject: the launcher of a job publishes an empty message here every
-// KeepAliveInterval while the job runs; see SpawnRequest.KeepAlive.
+// KeepAliveSubject: the launcher of a job publishes a KeepAlive here every
+// KeepAliveInterval while the job runs, under the job key (a node that knows the key
+// takes no other); see SpawnRequest.KeepAlive.
 func KeepAliveSubject(jobID string) string { return subject(jobID, "keepalive") }
+
+// KeepAlive renews a job's lease on its nodes. It says nothing more: what counts is that
+// it verifies under the job's key.
+type KeepAlive struct{}
 
 // ControlSubject: requests to a running job (ControlRequest), answered by the job's launcher
 // with a ControlReply.

@@ -26,7 +26,8 @@ type jobAuth struct {
 	signer *ctlauth.KeyWrapper // nil: requests are not signed (no RemoteConfig.Launcher)
 	curve  nkeys.KeyPair       // fresh per job: seals the job's secret for each node
 	// relay verifies the ranks' output and exit messages, which nodes with a key card send
-	// under the job key; nil if the job's environment has no secret.
+	// under the job key, and authenticates the job's keepalives; nil if the job's
+	// environment has no secret.
 	relay *ctlauth.JobChannel
 }
 
@@ -77,7 +78,9 @@ func (r *Remote) jobAuthLocked(jobID string, env []string) (*jobAuth, error) {
 		}
 	}
 	if secret, err := hex.DecodeString(rankproc.EnvValue(env, job.EnvSecret)); err == nil && len(secret) > 0 {
-		if a.relay, err = ctlauth.NewJobChannel(jobID, secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now()); err != nil {
+		// Sends the keepalives: named apart from the launch loop's channel (which numbers
+		// its own messages as the plain launcher) so that receivers see two senders.
+		if a.relay, err = ctlauth.NewJobChannel(jobID, secret, ctlauth.Sender{Role: ctlauth.RoleLauncher, Job: jobID}, time.Now()); err != nil {
 			return nil, fmt.Errorf("nodeclient: job %s: %w", jobID, err)
 		}
 	}

@@ -481,7 +481,7 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 	p.auth, p.keyed = auth, card != nil
 	if !r.jobs[jobID] {
 		r.jobs[jobID] = true
-		_ = r.nc.Publish(job.KeepAliveSubject(jobID), nil) // the lease starts at spawn time anyway
+		r.publishKeepAlive(jobID) // the lease starts at spawn time anyway
 	}
 	r.mu.Unlock()
 
@@ -737,6 +737,21 @@ func joinInts(v []int) string {
 	return strings.Join(s, ", ")
 }
 
+// publishKeepAlive renews the lease of job id on its nodes: under the job key when the
+// job has one (the nodes learned it from the spawns and take no other), else empty. r.mu
+// held.
+func (r *Remote) publishKeepAlive(id string) {
+	subject := job.KeepAliveSubject(id)
+	var data []byte
+	if a := r.auth[id]; a != nil && a.relay != nil {
+		var err error
+		if data, err = a.relay.Encode(subject, job.KeepAlive{}, time.Now()); err != nil {
+			return
+		}
+	}
+	_ = r.nc.Publish(subject, data)
+}
+
 // keepAlive publishes the lease renewals of the jobs started through r.
 func (r *Remote) keepAlive() {
 	defer r.wg.Done()
@@ -749,7 +764,7 @@ func (r *Remote) keepAlive() {
 		case <-t.C:
 			r.mu.Lock()
 			for id := range r.jobs {
-				_ = r.nc.Publish(job.KeepAliveSubject(id), nil) // a missed one is renewed next tick
+				r.publishKeepAlive(id) // a missed one is renewed next tick
 			}
 			r.mu.Unlock()
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/mpios/mpios/internal/ctlauth"
@@ -103,5 +104,37 @@ func TestSealedEnvironmentHoldsOnlyNATSVariables(t *testing.T) {
 	}
 	if _, err := a.sealedEnv(seal("MPIOS_CKPT_DIR=/victim")); err == nil {
 		t.Error("a sealed checkpoint directory was opened")
+	}
+}
+
+// "Spawned processes without a lease hold slots forever" (issue 14, item 8): a lease is
+// renewed only by keepalives under the job's key, so nobody else keeps a dead launcher's
+// ranks holding the node's slots.
+func TestOnlyTheJobsKeepalivesRenewItsLease(t *testing.T) {
+	ring, _ := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, 0, time.Now())
+	m := &Manager{cfg: Config{Keys: ring}}
+	subject := job.KeepAliveSubject("j")
+	msg := func(data []byte) *nats.Msg { return &nats.Msg{Subject: subject, Data: data} }
+	if !m.keepAliveOK("j", msg(nil)) {
+		t.Error("a job without a key (started without a secret) is not renewed")
+	}
+	if why := m.learnJob(job.SpawnRequest{Job: "j"}, "", secretEnvOf(1)); why != "" {
+		t.Fatal(why)
+	}
+	launcher, _ := ctlauth.NewJobChannel("j", bytes.Repeat([]byte{1}, 32), ctlauth.Sender{Role: ctlauth.RoleLauncher, Job: "j"}, time.Now())
+	evil, _ := ctlauth.NewJobChannel("j", bytes.Repeat([]byte{2}, 32), ctlauth.Sender{Role: ctlauth.RoleLauncher, Job: "j"}, time.Now())
+	forged, _ := evil.Encode(subject, job.KeepAlive{}, time.Now())
+	moved, _ := launcher.Encode(job.KeepAliveSubject("other"), job.KeepAlive{}, time.Now())
+	for name, data := range map[string][]byte{"empty": nil, "under another key": forged, "of another subject": moved} {
+		if m.keepAliveOK("j", msg(data)) {
+			t.Errorf("a keepalive %s renewed the lease", name)
+		}
+	}
+	good, _ := launcher.Encode(subject, job.KeepAlive{}, time.Now())
+	if !m.keepAliveOK("j", msg(good)) {
+		t.Error("the launcher's keepalive did not renew the lease")
+	}
+	if m.keepAliveOK("j", msg(good)) {
+		t.Error("a replayed keepalive renewed the lease")
 	}
 }

@@ -463,7 +463,10 @@ func (m *Manager) watch(r *rank) {
 
 // watchLease listens for the keepalives of jobID's launcher. m.mu must be held.
 func (m *Manager) watchLease(jobID string) {
-	sb, err := m.nc.Subscribe(job.KeepAliveSubject(jobID), func(*nats.Msg) {
+	sb, err := m.nc.Subscribe(job.KeepAliveSubject(jobID), func(msg *nats.Msg) {
+		if !m.keepAliveOK(jobID, msg) {
+			return
+		}
 		m.mu.Lock()
 		m.table.KeepAlive(jobID, time.Now())
 		m.mu.Unlock()
@@ -473,6 +476,19 @@ func (m *Manager) watchLease(jobID string) {
 		return
 	}
 	m.leases[jobID] = sb
+}
+
+// keepAliveOK reports whether a keepalive of job jobID renews its lease: it must verify
+// under the job's key when the node knows it, so that nobody else can keep the ranks of a
+// dead launcher holding the node's slots. A job started without a secret renews with
+// anything.
+func (m *Manager) keepAliveOK(jobID string, msg *nats.Msg) bool {
+	if _, known := m.cfg.Keys.Owner(jobID); !known {
+		return true
+	}
+	var ka job.KeepAlive
+	_, err := m.cfg.Keys.Decode(jobID, msg.Subject, msg.Data, &ka, time.Now())
+	return err == nil
 }
 
 // CheckLeases stops the ranks of jobs whose launcher went silent: it died, and nobody
