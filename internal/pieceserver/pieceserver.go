@@ -98,6 +98,14 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 		s.msub.Unsubscribe()
 		return nil, fmt.Errorf("pcmd: subscribe to %s: %w", job.PieceCopySubjects(cfg.Node), err)
 	}
+	// Once Start returns, requests reach the server: the subscriptions are on the NATS
+	// server, not only queued on the connection.
+	if err := nc.Flush(); err != nil {
+		s.sub.Unsubscribe()
+		s.msub.Unsubscribe()
+		s.csub.Unsubscribe()
+		return nil, fmt.Errorf("pcmd: subscribe to piece requests: %w", err)
+	}
 	return s, nil
 }
 
@@ -339,6 +347,9 @@ func (s *Server) onManifests(m *nats.Msg) {
 	}
 }
 
+// proofWait bounds how long a connection to an offer may take to present its proof.
+const proofWait = 2 * time.Second
+
 // lend hands the first connection whose proof of the offer's token is proven to handle.
 func (s *Server) lend(ln net.Listener, proven func(proof []byte) bool, handle func(net.Conn) error) error {
 	defer func() {
@@ -354,7 +365,13 @@ func (s *Server) lend(ln net.Listener, proven func(proof []byte) bool, handle fu
 		if err != nil {
 			return fmt.Errorf("nobody came for it: %w", err)
 		}
-		c.SetDeadline(deadline)
+		// A connection that does not prove the offer at once does not hold it up: the
+		// job's process sends its proof as soon as it connects.
+		proofBy := time.Now().Add(proofWait)
+		if deadline.Before(proofBy) {
+			proofBy = deadline
+		}
+		c.SetDeadline(proofBy)
 		got := make([]byte, ctlauth.OfferProofSize)
 		if _, err := io.ReadFull(c, got); err != nil || !proven(got) {
 			c.Close()
