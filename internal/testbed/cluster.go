@@ -58,6 +58,7 @@ type Cluster struct {
 	mu     sync.Mutex // guards the fields below
 	nodes  map[string]*node
 	beats  map[string]beat
+	links  map[linkKey]Link // SetLink's links between pairs of nodes
 	closed bool
 }
 
@@ -601,6 +602,9 @@ func (c *Cluster) RemoveNode(name string) error {
 	c.mu.Lock()
 	delete(c.nodes, name)
 	c.mu.Unlock()
+	if lerr := c.unlink(name); lerr != nil {
+		err = errors.Join(err, lerr)
+	}
 	if err == nil {
 		c.log.Printf("node %s removed", name)
 	}

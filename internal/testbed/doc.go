@@ -32,6 +32,14 @@
 // CPU however many threads the ranks compete with, and the ranks get the rest. Share 0
 // stops the load generator and lifts the children's quotas.
 //
+// SetLink(a, b, Link{RateBytes, Delay}) emulates the network between two groups of nodes
+// (two "clusters" on one machine): on every node's eth0 an htb root qdisc sends the packets
+// for each node of the other group through a class of that rate (traffic inside a group
+// and to the bridge stays unshaped), and a netem child delays them by Delay each way. The
+// delay needs the kernel's netem module (sch_netem); where it is missing (as on the
+// machine this was written on: "Specified qdisc kind is unknown") SetLink returns
+// ErrNoNetem for a link with a delay, and only rates can be emulated.
+//
 // RemoveNode stops a node's pcmd gracefully (SIGTERM: pcmd stops its ranks and deregisters)
 // and removes its namespace, veth and cgroups. Nodes can be added and removed while a job
 // runs. Close removes everything the cluster made. Stale mpios-* namespaces, links and

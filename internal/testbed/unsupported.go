@@ -58,3 +58,6 @@ func (*nodeCgroup) killAll(time.Duration) error                        { return 
 func (*nodeCgroup) remove() error                                      { return nil }
 func (*nodeCgroup) cpuDir(string) string                               { return "" }
 func (*nodeCgroup) procsFiles(string) []string                         { return nil }
+
+func probeNetem(string) error             { return errNotLinux }
+func applyLinks(string, []peerLink) error { return errNotLinux }

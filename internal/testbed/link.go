@@ -1,0 +1,156 @@
+package testbed
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ErrNoNetem is returned by SetLink for a link with a delay when the kernel has no netem
+// queueing discipline (module sch_netem): rates can then be emulated, latencies cannot.
+var ErrNoNetem = errors.New("testbed: the kernel has no netem qdisc (sch_netem): links can limit the rate but not delay packets")
+
+// Link is the emulated network path between two groups of nodes (SetLink). The zero Link
+// is the plain bridge: no limit, no delay.
+type Link struct {
+	// RateBytes bounds what each node sends to each node of the other group, in bytes per
+	// second (an htb class on the sender's eth0); 0 means unlimited.
+	RateBytes uint64
+	// Delay is added to every packet in each direction (netem), so the round trip grows by
+	// twice Delay. It needs the kernel's netem module: without it SetLink returns ErrNoNetem.
+	Delay time.Duration
+}
+
+// linkKey is an unordered pair of nodes.
+type linkKey struct{ a, b string }
+
+func pairOf(x, y string) linkKey {
+	if x > y {
+		x, y = y, x
+	}
+	return linkKey{x, y}
+}
+
+// SetLink emulates link l between every node of group a and every node of group b, both
+// ways, replacing what an earlier SetLink set between them (the zero Link removes it).
+// Traffic inside a group, and to the NATS server and mpirun on the bridge, is not shaped.
+// Two groups so separated are two "clusters" on one machine. It needs an isolated cluster
+// (ErrNotIsolated otherwise) and the tc command; a delay also needs netem (ErrNoNetem).
+func (c *Cluster) SetLink(a, b []string, l Link) error {
+	if l.Delay < 0 {
+		return fmt.Errorf("testbed: link delay %v: must not be negative", l.Delay)
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if !c.isolated {
+		return ErrNotIsolated
+	}
+	var nodes []*node
+	for _, name := range append(slices.Clone(a), b...) {
+		n, err := c.lookup(name)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return fmt.Errorf("testbed: node %s is in both groups of a link", x)
+		}
+	}
+	if l.Delay > 0 && len(nodes) > 0 {
+		if err := probeNetem(netnsName(nodes[0].name)); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	if c.links == nil {
+		c.links = map[linkKey]Link{}
+	}
+	for _, x := range a {
+		for _, y := range b {
+			if l == (Link{}) {
+				delete(c.links, pairOf(x, y))
+			} else {
+				c.links[pairOf(x, y)] = l
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, n := range nodes {
+		if err := applyLinks(netnsName(n.name), c.linksOf(n.name)); err != nil {
+			return fmt.Errorf("testbed: node %s: %w", n.name, err)
+		}
+	}
+	return nil
+}
+
+// linksOf is the shaping of node name's egress: each peer's address and the link to it,
+// sorted by address.
+func (c *Cluster) linksOf(name string) []peerLink {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []peerLink
+	for k, l := range c.links {
+		peer := k.a
+		switch name {
+		case k.a:
+			peer = k.b
+		case k.b:
+		default:
+			continue
+		}
+		if p, ok := c.nodes[peer]; ok {
+			out = append(out, peerLink{addr: p.addr, link: l})
+		}
+	}
+	slices.SortFunc(out, func(x, y peerLink) int {
+		switch {
+		case x.addr < y.addr:
+			return -1
+		case x.addr > y.addr:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// unlink drops the links of a node that left and reshapes its former peers, whose filters
+// name its address (which a later node may get).
+func (c *Cluster) unlink(name string) error {
+	c.mu.Lock()
+	var peers []string
+	for k := range c.links {
+		switch name {
+		case k.a:
+			peers = append(peers, k.b)
+		case k.b:
+			peers = append(peers, k.a)
+		default:
+			continue
+		}
+		delete(c.links, k)
+	}
+	c.mu.Unlock()
+	slices.Sort(peers)
+	var errs []error
+	for _, p := range peers {
+		if _, err := c.lookup(p); err != nil {
+			continue
+		}
+		if err := applyLinks(netnsName(p), c.linksOf(p)); err != nil {
+			errs = append(errs, fmt.Errorf("testbed: node %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// peerLink is the link from a node to the peer at addr.
+type peerLink struct {
+	addr string
+	link Link
+}
