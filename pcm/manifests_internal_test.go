@@ -12,6 +12,7 @@ import (
 
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rewire"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -131,4 +132,62 @@ func FuzzManifestsIn(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A rank asking a node for a piece takes only an offer under its job key: forged offers
+// that arrive first (in clear, under another key) are skipped, and the node's own offer is
+// taken. A refusal in clear is the answer only when nothing authenticated follows.
+func TestForgedPieceOffersAreSkipped(t *testing.T) {
+	conns := natsConns(t, 3)
+	rankNC, nodeNC, evilNC := conns[0], conns[1], conns[2]
+	secret := bytes.Repeat([]byte{7}, 32)
+	ring, _ := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, 0, time.Now())
+	ring.Learn("job1", secret, "")
+	evilKey, _ := ctlauth.NewJobChannel("job1", bytes.Repeat([]byte{8}, 32), ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, time.Now())
+	subject := job.PieceSubject("n1", "job1")
+	bogus := job.PieceReply{Addr: "10.6.6.6:666", Token: []byte("0123456789abcdef"), Size: 8}
+	forged := make(chan struct{})
+	if _, err := evilNC.Subscribe(subject, func(m *nats.Msg) {
+		defer close(forged)
+		plain, _ := job.Encode(bogus)
+		m.Respond(plain)
+		other, _ := evilKey.Encode(m.Reply, bogus, time.Now())
+		m.Respond(other)
+		evilNC.Flush()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	evilNC.Flush()
+	if _, err := nodeNC.Subscribe(subject, func(m *nats.Msg) {
+		var req job.PieceRequest
+		if _, err := ring.Decode("job1", m.Subject, m.Data, &req, time.Now()); err != nil {
+			t.Errorf("the node: %v", err)
+			return
+		}
+		<-forged
+		data, _ := ring.Encode("job1", m.Reply, job.PieceReply{Addr: "127.0.0.1:7000", Token: []byte("fedcba9876543210"), Size: 8}, time.Now())
+		m.Respond(data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nodeNC.Flush()
+	auth, _ := ctlauth.NewJobChannel("job1", secret, ctlauth.Sender{Role: ctlauth.RoleRank}, time.Now())
+	p := &Process{launched: &rewire.Launched{Conn: rankNC, Auth: auth}}
+	rep, err := p.askNode(subject, job.PieceRequest{Job: "job1", Seq: 1, Rank: 0}, 5*time.Second)
+	if err != nil || rep.Addr != "127.0.0.1:7000" {
+		t.Fatalf("took %+v, %v; want the node's own offer", rep, err)
+	}
+
+	// A node that does not know the job refuses in clear: that is the answer.
+	other := job.PieceSubject("n2", "job1")
+	if _, err := nodeNC.Subscribe(other, func(m *nats.Msg) {
+		plain, _ := job.Encode(job.PieceReply{Error: "pcmd: node n2: has not learned its key"})
+		m.Respond(plain)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nodeNC.Flush()
+	if _, err := p.askNode(other, job.PieceRequest{Job: "job1", Seq: 1, Rank: 0}, 30*time.Second); err == nil || !strings.Contains(err.Error(), "has not learned its key") {
+		t.Errorf("a refusal in clear: %v", err)
+	}
 }

@@ -113,6 +113,10 @@ func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.Piec
 	return remotePiece{vr, conn}, nil
 }
 
+// clearRefusalWait is how long askNode still waits for an authenticated answer after a
+// refusal in clear.
+const clearRefusalWait = 500 * time.Millisecond
+
 // askNode sends req, under the job key, to the pcmd that answers subject (a piece or copy
 // request) and returns its offer. Only a reply that verifies under the job key counts:
 // anyone on the NATS server can answer first, so replies that do not verify are skipped
@@ -148,8 +152,13 @@ func (p *Process) askNode(subject string, req any, wait time.Duration) (job.Piec
 		}
 		var rep job.PieceReply
 		if _, err := auth.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil {
-			if job.Decode(msg.Data, &rep) == nil && rep.Error != "" && rep.Addr == "" {
+			if job.Decode(msg.Data, &rep) == nil && rep.Error != "" && rep.Addr == "" && clear == nil {
+				// Likely the node itself, which does not know the job's key: give an
+				// authenticated answer a moment more, not the whole wait.
 				clear = errors.New(rep.Error)
+				if d := time.Now().Add(clearRefusalWait); d.Before(deadline) {
+					deadline = d
+				}
 			}
 			continue
 		}
