@@ -228,3 +228,17 @@ func (c *JobChannel) OfferProof(token []byte) []byte { return c.w.key.OfferProof
 
 // Job returns the id of the channel's job.
 func (c *JobChannel) Job() string { return c.w.key.job }
+
+// Open verifies data received on subject under the key of job jobID, as Decode, and returns
+// its body undecoded (a JSON profile, an empty keepalive) and its sender.
+func (r *JobKeyring) Open(jobID, subject string, data []byte, now time.Time) ([]byte, Sender, error) {
+	e, err := r.entry(jobID)
+	if err != nil {
+		return nil, Sender{}, err
+	}
+	m, err := e.v.Verify(subject, data, now)
+	if err != nil {
+		return nil, Sender{}, err
+	}
+	return m.Body, m.From, nil
+}
