@@ -730,11 +730,16 @@ func (e *TCPEndpoint) Send(peer int, h *Header, payload []byte) error {
 		return fmt.Errorf("comm: payload of %d bytes, header says %d", len(payload), h.Len)
 	}
 	p := e.peers[peer]
-	conn, err := e.connect(peer, p)
-	if err != nil {
-		return err
-	}
 	p.mu.Lock()
+	conn, err := p.conn, p.err
+	if conn == nil && err == nil {
+		// First use (or a successor after a redirect): dial, outside the write lock.
+		p.mu.Unlock()
+		if conn, err = e.connect(peer, p); err != nil {
+			return err
+		}
+		p.mu.Lock()
+	}
 	defer p.mu.Unlock()
 	if p.err != nil {
 		return p.err
