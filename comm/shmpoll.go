@@ -96,10 +96,10 @@ func chanClosed(c <-chan struct{}) bool {
 	}
 }
 
-// pollYield is how many polls of a ring a waiting goroutine makes between yields of its
-// processor (and looks at the clock): a poll costs tens of nanoseconds, a yield and a look
-// at the clock hundreds (the clock alone ~70 ns on this project's VM), and a frame that
-// arrives during them waits.
+// pollYield is how many polls of a ring a waiting goroutine makes before it yields its
+// processor between polls: a poll costs tens of nanoseconds, a yield and a look at the clock
+// hundreds (the clock alone ~70 ns on this project's VM), and a small frame that arrives
+// during them waits; but a rank's other goroutines wait for the processor meanwhile.
 const pollYield = 64
 
 // Poll implements Poller. A goroutine about to wait for a frame from peer reads peer's ring
@@ -135,8 +135,11 @@ func (e *TCPEndpoint) Poll(peer int, done <-chan struct{}) {
 		if chanClosed(done) {
 			break
 		}
-		if spins%pollYield == 0 {
-			if !rr.pollIn.pollShortFor(start, rr.pollIn.long) {
+		if spins >= pollYield {
+			// Past the first polls the wait is a long one (a large message, a peer that
+			// computes): yield at every poll, so that the rank's other goroutines -- the
+			// writer of a large message among them -- run at once.
+			if spins%16 == 0 && !rr.pollIn.pollShortFor(start, rr.pollIn.long) {
 				break
 			}
 			runtime.Gosched()
