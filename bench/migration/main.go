@@ -95,6 +95,7 @@ type bench struct {
 	restartIters int
 	migrateLimit time.Duration
 	moves        int
+	latTrips     int
 	diskMiB      float64
 	drainMiB     float64
 	diskEvery    time.Duration
@@ -131,6 +132,7 @@ func main() {
 	flag.IntVar(&b.restartIters, "restart-iters", 10, "K: iterations of the stop-and-restart runs, checkpointed at K")
 	flag.DurationVar(&b.migrateLimit, "migrate-timeout", 3*time.Minute, "give up on a migration not reported within this")
 	flag.IntVar(&b.moves, "moves", 2, "migrations per trial, alternately to n1 and n2")
+	flag.IntVar(&b.latTrips, "lat-trips", 50, "16-byte round trips between ranks 0 and 1 per iteration of a migration trial, for the latency before and after each move (0: none)")
 	flag.Float64Var(&b.diskMiB, "disk-mib", 2, "part disk: MiB the background writer writes per round (heat2d's checkpoints average about 2 MiB of non-zero data at P=2)")
 	flag.DurationVar(&b.diskEvery, "disk-every", 100*time.Millisecond, "part disk: one round of the background writer every this (heat2d's checkpoint interval at --ckpt-every 50)")
 	flag.BoolVar(&b.stopRestart, "stop-restart", true, "also measure stop-and-restart (part migration)")
@@ -374,6 +376,24 @@ func (b *bench) printMigration(c *cluster, results []*sizeResult) {
 	fmt.Println("migration iteration (the migration itself, then the next Allreduce, which waits for the successor to load")
 	fmt.Println("the state and run) minus the median interval. Request → migration start: from sending the control request")
 	fmt.Println("to mpirun's report, minus the pause: the wait for the ranks' next agreement point (the job computes meanwhile).")
+
+	if b.latTrips > 0 {
+		fmt.Println("\nLatency between rank 0 (on n1) and rank 1 across its moves: 16-byte half round trip, µs (median over")
+		fmt.Println("the iterations of each phase, then over the trials; the first iterations after a move are left out).")
+		fmt.Println("On n1 both ranks share a node and talk through shared memory; on n2 through TCP (loopback here).")
+		fmt.Println()
+		fmt.Println("| state MiB | rank 1 on n2 (TCP), before | moved onto n1 (shared memory) | moved back to n2 (TCP) |")
+		fmt.Println("| ---: | ---: | ---: | ---: |")
+		for _, r := range results {
+			cell := func(xs []float64) string {
+				if len(xs) == 0 {
+					return "—"
+				}
+				return fmt.Sprintf("%.2f", median(xs))
+			}
+			fmt.Printf("| %g | %s | %s | %s |\n", r.mib, cell(r.latBefore), cell(r.latOn), cell(r.latBack))
+		}
+	}
 
 	fmt.Println("\nRaw samples (seconds):")
 	fmt.Println()

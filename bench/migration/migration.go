@@ -31,17 +31,21 @@ type sizeResult struct {
 	stateBytes string    // as mpirun reports it
 	pauses     []float64 // mpirun's migration pause, seconds, both directions, every repetition
 	stalls     []float64 // extra time of rank 0's iteration spanning the migration
-	reaction   []float64 // from the control request to the start of the migration
-	retries    []string  // migration requests refused with "try again" before being accepted
-	plain      []float64 // job to K iterations without checkpoint, wall seconds
-	ckpt       []float64 // the same with a checkpoint at K
-	ckptCost   []float64 // ckpt - plain, per repetition
-	warm       []float64 // restart from that checkpoint, nothing left to compute, page cache warm
-	cold       []float64 // the same after dropping the pieces from the page cache
-	empty      []float64 // a job with no state and no iterations: start-up and tear-down
-	checks     []string  // correctness checks passed
-	failures   []string
-	commands   []string // one of each kind of command, for the report
+	// 16-byte half round trip between ranks 0 and 1 (µs, the median of a trial's iterations)
+	// before the first move (rank 1 on n2: TCP), while rank 1 is on n1 with rank 0 (shared
+	// memory), and after it moved back to n2 (TCP).
+	latBefore, latOn, latBack []float64
+	reaction                  []float64 // from the control request to the start of the migration
+	retries                   []string  // migration requests refused with "try again" before being accepted
+	plain                     []float64 // job to K iterations without checkpoint, wall seconds
+	ckpt                      []float64 // the same with a checkpoint at K
+	ckptCost                  []float64 // ckpt - plain, per repetition
+	warm                      []float64 // restart from that checkpoint, nothing left to compute, page cache warm
+	cold                      []float64 // the same after dropping the pieces from the page cache
+	empty                     []float64 // a job with no state and no iterations: start-up and tear-down
+	checks                    []string  // correctness checks passed
+	failures                  []string
+	commands                  []string // one of each kind of command, for the report
 }
 
 func sizeTag(mib float64) string {
@@ -92,7 +96,7 @@ func (b *bench) migrationTrial(c *cluster, r *sizeResult, rep int) {
 	timeline := filepath.Join(b.dir, id+".timeline")
 	os.Remove(stop)
 	j, err := c.startJob(id, "--hosts", "n1:1,n2:1", b.app(), "-mib", mibArg(r.mib), "-iters", "1000000000",
-		"-pace", b.pace.String(), "-stop-file", stop, "-timeline", timeline)
+		"-pace", b.pace.String(), "-stop-file", stop, "-timeline", timeline, "-lat", strconv.Itoa(b.latTrips))
 	if err != nil {
 		b.fail(c, r, nil, "start job %s: %v", id, err)
 		return
@@ -194,12 +198,27 @@ func (b *bench) migrationTrial(c *cluster, r *sizeResult, rep int) {
 		return
 	}
 	r.checks = append(r.checks, fmt.Sprintf("%s: %d migrations, %d iterations, verify ok, checksum %s = expected", id, b.moves, n, want))
-	stalls, err := readStalls(timeline, iters)
+	stalls, lats, err := readStalls(timeline, iters)
 	if err != nil {
 		b.fail(c, r, j, "timeline: %v", err)
 		return
 	}
 	r.stalls = append(r.stalls, stalls...)
+	if b.latTrips > 0 {
+		for seg, xs := range latSegments(lats, iters) {
+			if len(xs) == 0 {
+				continue
+			}
+			switch {
+			case seg == 0:
+				r.latBefore = append(r.latBefore, median(xs))
+			case seg%2 == 1:
+				r.latOn = append(r.latOn, median(xs))
+			default:
+				r.latBack = append(r.latBack, median(xs))
+			}
+		}
+	}
 	os.Remove(timeline)
 	os.Remove(stop)
 }
@@ -207,27 +226,33 @@ func (b *bench) migrationTrial(c *cluster, r *sizeResult, rep int) {
 // readStalls returns, for each migration iteration I, how much longer than the median the
 // interval from rank 0 entering Reconfigure(I) to entering Reconfigure(I+1) was: that
 // interval holds the migration (the other ranks wait in it for the commit) and the next
-// iteration's Allreduce, which waits for the successor to run.
-func readStalls(path string, iters []int) ([]float64, error) {
+// iteration's Allreduce, which waits for the successor to run. It also returns the
+// timeline's latencies (stateapp -lat) by iteration.
+func readStalls(path string, iters []int) ([]float64, map[int]float64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	at := map[int]float64{}
+	lats := map[int]float64{}
 	var order []int
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var i int
-		var t float64
-		if _, err := fmt.Sscanf(sc.Text(), "%d %f", &i, &t); err != nil {
-			return nil, fmt.Errorf("line %q: %v", sc.Text(), err)
+		var t, lat float64
+		n, err := fmt.Sscanf(sc.Text(), "%d %f %f", &i, &t, &lat)
+		if n < 2 {
+			return nil, nil, fmt.Errorf("line %q: %v", sc.Text(), err)
 		}
 		at[i] = t
+		if n == 3 {
+			lats[i] = lat
+		}
 		order = append(order, i)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var gaps []float64
 	for k := 1; k < len(order); k++ {
@@ -239,11 +264,37 @@ func readStalls(path string, iters []int) ([]float64, error) {
 		t0, ok0 := at[i]
 		t1, ok1 := at[i+1]
 		if !ok0 || !ok1 {
-			return nil, fmt.Errorf("no timeline entries for iterations %d and %d", i, i+1)
+			return nil, nil, fmt.Errorf("no timeline entries for iterations %d and %d", i, i+1)
 		}
 		out = append(out, t1-t0-normal)
 	}
-	return out, nil
+	return out, lats, nil
+}
+
+// latSettle is how many iterations after a migration are left out of the latency segments:
+// the first messages to the successor set up its connections.
+const latSettle = 3
+
+// latSegments splits the latencies by iteration into the segments between migrations (at
+// iterations iters): segment 0 before the first, segment k after the k-th.
+func latSegments(lats map[int]float64, iters []int) [][]float64 {
+	segs := make([][]float64, len(iters)+1)
+	for i, lat := range lats {
+		seg := 0
+		for k, m := range iters {
+			if i > m {
+				seg = k + 1
+			}
+		}
+		if seg > 0 && i <= iters[seg-1]+latSettle {
+			continue
+		}
+		if seg < len(iters) && i >= iters[seg] {
+			continue // the migration's own iteration
+		}
+		segs[seg] = append(segs[seg], lat)
+	}
+	return segs
 }
 
 // runTimed runs a job to completion and returns its wall time, or records a failure.

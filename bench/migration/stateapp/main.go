@@ -17,6 +17,11 @@
 //	running                  (first, with -stop-file) when the loop begins
 //	sec_per_iter %.6e        wall time of the loop per iteration done by this job
 //
+// -lat N: after each iteration's Allreduce, ranks 0 and 1 exchange N round trips of 16 bytes,
+// and rank 0 adds their mean half round trip in microseconds to its -timeline lines as a third
+// column ("ITER SECONDS LAT_US"): the latency between the two before and after a migration
+// moves one of them (onto the other's node: shared memory; away from it: TCP).
+//
 // -stop-file F: rank 0 looks for F every iteration and the ranks stop together (the stop flag
 // travels in the iteration's Allreduce) at the end of the iteration in which it appeared,
 // before its Reconfigure; -iters is
@@ -47,6 +52,7 @@ type config struct {
 	stopFile string
 	timeline string
 	verify   bool
+	lat      int
 }
 
 func main() {
@@ -68,6 +74,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.stopFile, "stop-file", "", "rank 0 stops the job after the iteration in which this file exists")
 	fs.StringVar(&cfg.timeline, "timeline", "", "rank 0 writes when it entered each Reconfigure here")
 	fs.BoolVar(&cfg.verify, "verify", true, "check the final ballast and print its checksum")
+	fs.IntVar(&cfg.lat, "lat", 0, "ranks 0 and 1 time this many 16-byte round trips per iteration (-timeline's third column)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -78,6 +85,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-mib must be >= 0")
 	case cfg.iters < 0:
 		return cfg, fmt.Errorf("-iters must be >= 0")
+	case cfg.lat < 0:
+		return cfg, fmt.Errorf("-lat must be >= 0")
 	}
 	return cfg, nil
 }
@@ -129,6 +138,7 @@ func run(args []string) (err error) {
 	startIter := iter
 
 	var marks []time.Duration // rank 0: when it entered Reconfigure(startIter+1+k)
+	var lats []float64        // rank 0, with -lat: the half round trip of that iteration, µs
 	// A process that took over a migrated rank joins a running loop: no barrier.
 	if p.Status() != pcm.Migrated {
 		if err := world.Barrier(); err != nil {
@@ -163,6 +173,15 @@ func run(args []string) (err error) {
 			// migration there would start a successor that does not know of the stop.
 			break
 		}
+		if cfg.lat > 0 && size > 1 && rank <= 1 {
+			us, err := pingPong(world, rank, cfg.lat)
+			if err != nil {
+				return fmt.Errorf("round trips at iteration %d: %w", iter, err)
+			}
+			if rank == 0 {
+				lats = append(lats, us)
+			}
+		}
 		if rank == 0 && cfg.timeline != "" {
 			marks = append(marks, time.Since(start))
 		}
@@ -185,7 +204,7 @@ func run(args []string) (err error) {
 	elapsed := time.Since(start)
 
 	if rank == 0 && cfg.timeline != "" {
-		if err := writeTimeline(cfg.timeline, startIter, marks); err != nil {
+		if err := writeTimeline(cfg.timeline, startIter, marks, lats); err != nil {
 			return err
 		}
 	}
@@ -239,14 +258,44 @@ func run(args []string) (err error) {
 	return err
 }
 
-func writeTimeline(path string, startIter int, marks []time.Duration) error {
+// pingPong runs n round trips of 16 bytes between ranks 0 and 1 and returns, on rank 0, the
+// mean half round trip in microseconds.
+func pingPong(c *mpi.Comm, rank, n int) (float64, error) {
+	buf := make([]byte, 16)
+	peer := 1 - rank
+	start := time.Now()
+	for range n {
+		if rank == 0 {
+			if err := mpi.Send(c, buf, peer, 7); err != nil {
+				return 0, err
+			}
+			if _, err := mpi.Recv(c, buf, peer, 7); err != nil {
+				return 0, err
+			}
+		} else {
+			if _, err := mpi.Recv(c, buf, peer, 7); err != nil {
+				return 0, err
+			}
+			if err := mpi.Send(c, buf, peer, 7); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return time.Since(start).Seconds() * 1e6 / float64(2*n), nil
+}
+
+func writeTimeline(path string, startIter int, marks []time.Duration, lats []float64) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriter(f)
 	for k, d := range marks {
-		fmt.Fprintf(w, "%d %.6f\n", startIter+1+k, d.Seconds())
+		if k < len(lats) {
+			fmt.Fprintf(w, "%d %.6f %.3f\n", startIter+1+k, d.Seconds(), lats[k])
+		} else {
+			fmt.Fprintf(w, "%d %.6f\n", startIter+1+k, d.Seconds())
+		}
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
