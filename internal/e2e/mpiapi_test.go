@@ -11,8 +11,9 @@ import (
 // TestMPICHSemanticsAcrossMigrations runs the ported MPICH cases (internal/mpisuite) one per
 // iteration on 4 ranks while ranks migrate between two pcmd nodes, rank 0 included: every
 // call (completion, cancellation, persistent requests, synchronous sends, matched probes,
-// topologies and neighbour collectives, groups, CommCreate, CommSplitType, structured types)
-// then also runs on the world of successor processes.
+// topologies and neighbour collectives, groups, CommCreate, CommSplitType, structured types,
+// and the collective checks of internal/collcheck: Alltoallv, Alltoallw, Exscan, the new ops,
+// the nonblocking collectives) then also runs on the world of successor processes.
 func TestMPICHSemanticsAcrossMigrations(t *testing.T) {
 	c := newCluster(t, "n1", "n2")
 	j := c.start(t, "mig-suite", nil, "--hosts", "n1:2,n2:2", prog("suiterun"), "-iters", "400", "-pace", "2ms")
@@ -31,8 +32,8 @@ func TestMPICHSemanticsAcrossMigrations(t *testing.T) {
 	}
 }
 
-// TestMPICHSemanticsAcrossResizes runs the ported MPICH cases one per iteration while the job
-// goes 4 -> 6 -> 3 -> 5 ranks, through mpirun and a real nats-server: every case then runs on
+// TestMPICHSemanticsAcrossResizes runs the ported MPICH cases and the collective checks one
+// per iteration while the job goes 4 -> 6 -> 3 -> 5 ranks, through mpirun and a real nats-server: every case then runs on
 // the worlds the resizes make (joiners included). After each resize every rank checks that
 // the communicators it derived from the old world (Dup, Split, a one-rank Split, CartCreate,
 // CommSplitType, CommCreate) fail with ErrRevoked.

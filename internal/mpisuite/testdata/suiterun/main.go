@@ -5,7 +5,9 @@
 //	suiterun -iters N [-pace D] [CASE...]   one case per iteration, round-robin, with an
 //	                                    iteration boundary (pcm.Reconfigure) after each, so
 //	                                    that ranks can migrate between cases: every case then
-//	                                    runs on the world of successor processes too
+//	                                    runs on the world of successor processes too; the
+//	                                    collective semantics checks (internal/collcheck, named
+//	                                    coll/NAME) take turns with the cases
 //	suiterun -iters N -resizable ...    as above, with a distributed block so that the job
 //	                                    can be resized; after each resize the communicators
 //	                                    derived from the old world must fail with ErrRevoked
@@ -20,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mpios/mpios/internal/collcheck"
 	"github.com/mpios/mpios/internal/mpisuite"
 	"github.com/mpios/mpios/internal/solverkit"
 	"github.com/mpios/mpios/mpi"
@@ -137,10 +140,15 @@ func loop(c *mpi.Comm, iters int, pace time.Duration, resizable bool, only func(
 	return world, false, nil
 }
 
-// fitting returns the cases that run on size ranks (and are selected).
+// fitting returns the cases that run on size ranks (and are selected): mpisuite's, then the
+// collective checks, so that every call is exercised across migrations and resizes.
 func fitting(size int, only func(string) bool) []mpisuite.Case {
 	var cases []mpisuite.Case
-	for _, tc := range mpisuite.Cases {
+	all := slices.Clone(mpisuite.Cases)
+	for _, ch := range collcheck.Semantics {
+		all = append(all, mpisuite.Case{Name: "coll/" + ch.Name, MinRanks: 1, Run: ch.Run})
+	}
+	for _, tc := range all {
 		if size >= tc.MinRanks && (only == nil || only(tc.Name)) {
 			cases = append(cases, tc)
 		}
