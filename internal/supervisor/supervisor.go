@@ -1,7 +1,8 @@
 // Package supervisor is the job side of mpirun as a deterministic state machine: it decides
 // what happens to a running job — the rendezvous, the failure of a rank and which rank is to
-// blame, stopping the job, and reconfigurations (checkpoints and migrations) with their
-// typed log (internal/reconf).
+// blame, stopping the job, reconfigurations (checkpoints, migrations, resizes) with their
+// typed log (internal/reconf), automatic recovery, shrinking a malleable job that lost slots
+// (recover.go), and the slots of nodes that join (join.go).
 //
 // A Machine owns no goroutine, socket, process or clock. The loop around it (internal/launch)
 // feeds it Events with the current time — a rank started or exited, a NATS request arrived,
