@@ -100,6 +100,8 @@ func TestFailedResizesKeepTheOldSize(t *testing.T) {
 		{name: "zero-ranks", np: 0, refused: "0 ranks, want at least 1"},
 		{name: "unknown-node", np: 5, on: []job.NodeSlots{{Node: "nowhere"}}, refused: "no pcmd serves it"},
 		{name: "too-few-slots", np: 7, on: []job.NodeSlots{{Node: "n1", Slots: 1}}, refused: "3 new ranks but only 1 slots named"},
+		// Without --on a grow takes the job's free slots (--hosts n1:2,n2:2: none), refused at once.
+		{name: "no-free-slots", np: 5, refused: "1 new ranks but the job's nodes have 0 free slots (n1:0,n2:0); name nodes with --on"},
 		{name: "target-refuses", np: 5, on: []job.NodeSlots{{Node: "n3"}}, aborted: "not allowed by --allow"},
 	}
 	for _, tc := range cases {
