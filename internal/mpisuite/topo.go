@@ -110,6 +110,9 @@ func cartCreates(c *mpi.Comm) error {
 			}
 		}
 	}
+	if err := reorderedByNode(c); err != nil {
+		return err
+	}
 	// A grid smaller than the communicator leaves the last ranks out.
 	small, err := mpi.CartCreate(c, []int{p - 1}, []bool{false}, false)
 	if err != nil {
@@ -122,6 +125,38 @@ func cartCreates(c *mpi.Comm) error {
 		return fmt.Errorf("a grid larger than the communicator: %v", err)
 	}
 	return nil
+}
+
+// reorderedByNode: CartCreate with reorder gives the ranks of this rank's node (as
+// CommSplitType sees it) consecutive grid ranks, in c's order.
+func reorderedByNode(c *mpi.Comm) error {
+	node, err := mpi.CommSplitType(c, mpi.SplitShared, 0)
+	if err != nil {
+		return err
+	}
+	cart, err := mpi.CartCreate(c, []int{c.Size()}, []bool{false}, true)
+	if err != nil {
+		return err
+	}
+	members := make([]int, node.Size())
+	for i := range members {
+		members[i] = i
+	}
+	inC, err := node.Group().TranslateRanks(members, c.Group())
+	if err != nil {
+		return err
+	}
+	slices.Sort(inC)
+	inCart, err := c.Group().TranslateRanks(inC, cart.Group())
+	if err != nil {
+		return err
+	}
+	for i := range inCart {
+		if inCart[i] != inCart[0]+i {
+			return fmt.Errorf("reordered grid: the ranks %v of this node are grid ranks %v, want consecutive", inC, inCart)
+		}
+	}
+	return cart.Free()
 }
 
 // cartShift: on a periodic ring every rank's destination names it as source; on a chain the

@@ -69,12 +69,31 @@ func Endpoints(t testing.TB, tr Transport, n int) []comm.Endpoint {
 		}
 		return eps
 	}
+	hosts := make([]string, n)
+	for i := range hosts {
+		hosts[i] = "127.0.0.1"
+	}
+	return endpointsOn(t, tr, hosts)
+}
+
+// EndpointsOnHosts returns TCP endpoints whose rank i listens on loopback address hosts[i]
+// (127.0.0.1, 127.0.0.2, ...): ranks with different addresses are on different nodes for
+// mpi.CommSplitType and CartCreate's reorder, although they share this machine.
+func EndpointsOnHosts(t testing.TB, hosts []string) []comm.Endpoint {
+	t.Helper()
+	return endpointsOn(t, TCP, hosts)
+}
+
+func endpointsOn(t testing.TB, tr Transport, hosts []string) []comm.Endpoint {
+	t.Helper()
+	n := len(hosts)
+	eps := make([]comm.Endpoint, n)
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	lns := make([]net.Listener, n)
 	addrs := make([]string, n)
 	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort(hosts[i], "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
