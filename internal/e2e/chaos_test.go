@@ -80,6 +80,12 @@ func TestChaosKillDrainJoinNATSRestartAndHangKeepTheResult(t *testing.T) {
 	}
 	j.waitLog(`recovering \(1 of 3\)`, 1, 60*time.Second)
 	j.waitLog(`recovered from the failure of rank [03]: every rank restarted from checkpoint \d+`, 1, 90*time.Second)
+	// n1's disk is gone: its ranks' pieces came from their buddy copies on n2 (read there by
+	// a rank restarted on n2, fetched from n2 by one restarted on n3).
+	j.waitLog(`pcm: rank [03]: reading its piece of checkpoint \d+ from node n2`, 1, time.Second)
+	if log := j.stderr.String(); strings.Contains(log, "was unusable") || strings.Contains(log, "falling back") {
+		t.Fatalf("the recovery lost the checkpoint it decided on:\n%s", log)
+	}
 	// Ranks 0 and 3 take the slots left on n2 and n3.
 	for _, r := range c.jobInfo(id).Ranks {
 		if r.Node != "n2" && r.Node != "n3" {
