@@ -184,9 +184,19 @@ func TestSpawnOutputExitAndEnv(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
 	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Allow: []string{dir + "/*"},
 		Slots: 2, Advertise: "127.0.0.2", Store: store})
+	// The variables the node sets itself cannot come from a request: such a request is refused
+	// whole, naming the variable, rather than silently overridden.
+	for _, kv := range []string{"MPIOS_BIND=10.9.9.9", "MPIOS_NODE=fake", "MPIOS_CKPT_DIR=/elsewhere"} {
+		rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j1", Rank: 0, Path: prog, Args: []string{"out"}, Dir: dir,
+			Env: []string{"MPIOS_JOB_ID=j1", "MPIOS_RANK=0", kv}})
+		name, _, _ := strings.Cut(kv, "=")
+		if rep.PID != 0 || !strings.Contains(rep.Error, name) {
+			t.Fatalf("spawn with %s: reply %+v, want a refusal naming it", kv, rep)
+		}
+	}
 	sub := watchRank(t, nc, "j1", 0)
 	rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "j1", Rank: 0, Path: prog, Args: []string{"out"}, Dir: dir,
-		Env: []string{"MPIOS_JOB_ID=j1", "MPIOS_RANK=0", "MPIOS_BIND=10.9.9.9", "MPIOS_NODE=fake", "MPIOS_CKPT_DIR=/elsewhere"}})
+		Env: []string{"MPIOS_JOB_ID=j1", "MPIOS_RANK=0"}})
 	if rep.Error != "" || rep.PID <= 0 || rep.Node != "n1" {
 		t.Fatalf("spawn reply %+v", rep)
 	}
