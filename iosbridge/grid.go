@@ -60,6 +60,10 @@ type Protocol struct {
 	PushRank   float64
 	// OverloadAvailability: the node pushes while its availability is at or below it.
 	OverloadAvailability float64
+	// Ranked makes the Sheriff's steal requests go first (and be forwarded first) to
+	// neighbours whose last heartbeat showed ranks and a lower NodeRank than the stealer's:
+	// the acquaintances it could take a rank from, known from the P2P layer's profiles.
+	Ranked bool
 	// Ping makes the node time round trips to its neighbours (heartbeat echoes), which NRS
 	// needs for its locales; any node may turn it on (Config.MeasureLatency).
 	Ping bool
@@ -327,7 +331,7 @@ func (b Balancer) Name() string { return b.name }
 func (b Balancer) Protocol() Protocol {
 	p := Protocol{Steal: ScopeNone}
 	if b.steal {
-		p.Steal = ScopeAnywhere
+		p.Steal, p.Ranked = ScopeAnywhere, true
 	}
 	if b.push {
 		p.Push, p.PushFanout, p.PushRank, p.OverloadAvailability = true, b.cfg.Fanout, b.cfg.RB, b.cfg.OverloadAvailability

@@ -440,3 +440,44 @@ func TestRHNSPushesWhenOverloadedAndStealsByRank(t *testing.T) {
 		t.Fatalf("robin-hood protocol %+v", p)
 	}
 }
+
+// The Sheriff steals from acquaintances it could take a rank from: its steal requests go
+// (and are forwarded) to neighbours whose heartbeats showed ranks and a lower rank than the
+// stealer's, when there is one; otherwise to a random neighbour.
+func TestSheriffStealsFromLowerRankedAcquaintancesHostingRanks(t *testing.T) {
+	peers := []NodeProfile{
+		node("B", 2, 0.5, ids("j", 0)...), // lower rank, hosts a rank: the only fit
+		node("C", 8, 0.5, ids("j", 1)...), // hosts a rank, higher rank
+		node("D", 2, 1),                   // lower rank, nothing to give
+	}
+	for seed := uint64(1); seed <= 20; seed++ {
+		a := mustNode(t, Config{ID: "A", Policy: mustPolicy(t, PolicySheriff), Rand: newRand(seed)})
+		if err := a.Update(t0, node("A", 4, 1), nil); err != nil {
+			t.Fatal(err)
+		}
+		for i := range peers {
+			if err := a.Step(t0, Message{Kind: KindHeartbeat, From: peers[i].Node, To: "A", Profile: &peers[i]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.Ready()
+		a.Tick(t0)
+		if s := stealsIn(a.Ready()); len(s) != 1 || s[0].To != "B" {
+			t.Fatalf("seed %d: steal %+v, want one to B", seed, s)
+		}
+		// Forwarding another stealer's request: the same preference, by that stealer's rank.
+		e := node("E", 4, 1)
+		if err := a.Step(t0, Message{Kind: KindStealRequest, From: "E", To: "A", Origin: "E", ID: seed, TTL: 2, Profile: &e}); err != nil {
+			t.Fatal(err)
+		}
+		if f := stealsIn(a.Ready()); len(f) != 1 || f[0].To != "B" {
+			t.Fatalf("seed %d: forwarded %+v, want to B", seed, f)
+		}
+	}
+	// No fitting neighbour: a random one, as in Bustos' algorithm.
+	a := gridNode(t, "A", PolicySheriff, "", 1, nil, map[string]string{"D": ""})
+	a.Tick(t0)
+	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].To != "D" {
+		t.Fatalf("fallback steal %+v", s)
+	}
+}

@@ -608,6 +608,26 @@ func (n *Node) maybePush(now time.Time) {
 	}
 }
 
+// ranked narrows the choice of the next hop of a steal by stealer (Protocol.Ranked) to the
+// neighbours in scope whose last profile shows ranks and a lower NodeRank, if there is any;
+// otherwise it leaves scope as it is.
+func (n *Node) ranked(stealer NodeProfile, scope func(string) bool) func(string) bool {
+	if !n.proto.Ranked {
+		return scope
+	}
+	r := NodeRank(stealer)
+	better := func(p string) bool {
+		ps := n.peers[p]
+		return (scope == nil || scope(p)) && ps != nil && ps.profile != nil && len(ps.profile.Ranks) > 0 && NodeRank(*ps.profile) < r
+	}
+	for _, p := range n.sortedPeers() {
+		if p != stealer.Node && better(p) {
+			return better
+		}
+	}
+	return scope
+}
+
 // inScope says whether a neighbour may receive the steal request m: inside its NRS locale
 // (as this node measures it) and its CRS cluster, when it names them.
 func (n *Node) inScope(m Message) func(string) bool {
@@ -642,7 +662,7 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 		n.failSteal(now, m, "TTL exhausted: "+m.Reason)
 		return
 	}
-	target, ok := n.pickPeer(m.Origin, m.From, n.inScope(m))
+	target, ok := n.pickPeer(m.Origin, m.From, n.ranked(*m.Profile, n.inScope(m)))
 	if !ok {
 		n.failSteal(now, m, "no peer to forward to")
 		return
@@ -763,7 +783,7 @@ func (n *Node) maybeSteal(now time.Time) {
 		}
 		req.InCluster, req.Cluster = true, n.cfg.Cluster
 	}
-	target, ok := n.pickPeer(n.cfg.ID, "", n.inScope(req))
+	target, ok := n.pickPeer(n.cfg.ID, "", n.ranked(eff, n.inScope(req)))
 	if !ok {
 		return
 	}

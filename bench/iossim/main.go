@@ -5,6 +5,7 @@
 //
 //	go run ./bench/iossim -date 2026-11-23
 //	go run ./bench/iossim -sizes 100,1000   # a quicker scaling table
+//	go run ./bench/iossim -only bustos      # only Bustos' ALOP section, spliced in
 //
 // Every run is deterministic from -seed; only the wall times in the scaling table vary.
 package main
@@ -27,7 +28,9 @@ import (
 
 type options struct {
 	out, date string
+	only      string
 	sizes     []int
+	bustos    []int
 	seed      uint64
 	log       io.Writer
 }
@@ -39,6 +42,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", "docs", "directory for SIMULATIONS.md, the plots and iossim.csv")
 	fs.StringVar(&o.date, "date", time.Now().UTC().Format("2006-01-02"), "date printed in the report")
 	sizes := fs.String("sizes", "100,300,1000,3000,10000", "node counts of the scaling table")
+	bustosSizes := fs.String("bustos", "10,20,50", "sides n of Bustos' n×n ALOP simulations")
+	fs.StringVar(&o.only, "only", "", `"bustos": rerun only Bustos' section and replace it in the existing report`)
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every run")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -49,6 +54,16 @@ func parse(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("iossim: -sizes: %q is not a node count of at least 4", f)
 		}
 		o.sizes = append(o.sizes, n)
+	}
+	for _, f := range strings.Split(*bustosSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 3 {
+			return o, fmt.Errorf("iossim: -bustos: %q is not a side of at least 3", f)
+		}
+		o.bustos = append(o.bustos, n)
+	}
+	if o.only != "" && o.only != "bustos" {
+		return o, fmt.Errorf("iossim: -only %q: the only section that can be rerun alone is bustos", o.only)
 	}
 	return o, nil
 }
@@ -74,6 +89,13 @@ func run(o options) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
+	if o.only == "bustos" {
+		rows, err := bustos(o)
+		if err != nil {
+			return err
+		}
+		return spliceBustos(o.out, bustosMarkdown(rows, o.date, o.seed, o.bustos))
+	}
 	var csv strings.Builder
 	csv.WriteString("scenario,policy,start,t_s,throughput,migrations,messages\n")
 	rep := &report{date: o.date, seed: o.seed}
@@ -90,6 +112,11 @@ func run(o options) error {
 		return err
 	}
 	files["iossim-heat.svg"] = svg
+	rows, err := bustos(o)
+	if err != nil {
+		return err
+	}
+	rep.bustos = bustosMarkdown(rows, o.date, o.seed, o.bustos)
 	svg, err = scale(o, rep)
 	if err != nil {
 		return err

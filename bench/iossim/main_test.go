@@ -22,14 +22,14 @@ func TestParseRejectsBadSizes(t *testing.T) {
 
 func TestRunWritesReportPlotsAndCSV(t *testing.T) {
 	dir := t.TempDir()
-	if err := run(options{out: dir, date: "2026-01-01", sizes: []int{8}, seed: 1, log: io.Discard}); err != nil {
+	if err := run(options{out: dir, date: "2026-01-01", sizes: []int{8}, bustos: []int{4}, seed: 1, log: io.Discard}); err != nil {
 		t.Fatal(err)
 	}
 	md, err := os.ReadFile(filepath.Join(dir, "SIMULATIONS.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"### hypercube", "| `sras` | one node |", "| 8 | 16 |", "optimal blocks"} {
+	for _, want := range []string{"### hypercube", "| `sras` | one node |", "| 8 | 16 |", "optimal blocks", "| 4×4 | `rhns` |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -39,5 +39,36 @@ func TestRunWritesReportPlotsAndCSV(t *testing.T) {
 		if err != nil || len(b) < 100 {
 			t.Errorf("%s: %d bytes, %v", f, len(b), err)
 		}
+	}
+}
+
+func TestOnlyBustosReplacesItsSection(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "SIMULATIONS.md")
+	if err := os.WriteFile(p, []byte("# Simulations\n\nbefore\n\n## Scale: 100 to 10,000 nodes\n\nafter\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parse([]string{"-out", dir, "-only", "bustos", "-bustos", "3,4"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.log = io.Discard
+	for range 2 { // the second run replaces the first's section
+		if err := run(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	if strings.Count(md, bustosBegin) != 1 || strings.Count(md, bustosEnd) != 1 || !strings.Contains(md, "| 3×3 | `sheriff` |") ||
+		strings.Index(md, "before") > strings.Index(md, bustosBegin) || strings.Index(md, "## Scale") < strings.Index(md, bustosEnd) ||
+		!strings.HasSuffix(md, "after\n") {
+		t.Fatalf("report:\n%s", md)
+	}
+	if _, err := parse([]string{"-only", "heat"}, io.Discard); err == nil {
+		t.Error("-only heat accepted")
 	}
 }

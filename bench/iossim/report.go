@@ -19,6 +19,8 @@ type report struct {
 	bench []benchTable
 	heat  []outcome
 	scale []scaleRow
+	// bustos is the Bustos section, markers included (bustosMarkdown).
+	bustos string
 }
 
 func yes(b bool) string {
@@ -91,6 +93,10 @@ and round robin), the CPU a waiting rank would leave to the others, and jitter.
 	w("\n![heat](iossim-heat.svg)\n\n")
 	b.WriteString(r.heatVerdict())
 
+	b.WriteString(r.bustos)
+	if r.bustos != "" {
+		w("\n")
+	}
 	w("## Scale: 100 to 10,000 nodes\n\n")
 	w("n nodes of 2 cores in clusters of 100 (100 µs, 1 GB/s inside; 20 ms, 10 MB/s between), 2n ranks in jobs of 8 (a chain, 100 ms per iteration, 4 KB halos, 8 MB of state), all started on the first quarter of the nodes (4 ranks per core there, three quarters of the grid idle), policy `mpiios`, 300 virtual seconds. Converged: the first time from which throughput stays within 5%% of its final value, in seconds and in rounds (sampling periods of 1 s). Throughput is relative to a static balanced placement (2 ranks per node, each job on 4 neighbouring nodes). Wall time is this 2-core machine, shared with other work while measured.\n\n")
 	w("| nodes | ranks | wall time | CPU time | migrations | per rank | last migration | converged | rounds | messages / node / s | of which heartbeats | steal requests / node / s | throughput of balanced | halos across clusters (balanced) |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")

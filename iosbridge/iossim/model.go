@@ -117,6 +117,10 @@ type Config struct {
 	// a job's rate is the minimum of its ranks' rates. Otherwise ranks are independent
 	// actors and throughput is the sum of their rates (the thesis's benchmarks).
 	Sync bool
+	// Lockstep makes every rank wait for its neighbours each iteration (a Jacobi worker
+	// needs its neighbours' halos): its rate is the smallest of its own and its
+	// neighbours' (one hop, not the whole job as with Sync).
+	Lockstep bool
 }
 
 func (c *Config) defaults() error {

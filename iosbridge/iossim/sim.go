@@ -196,6 +196,7 @@ func Run(cfg Config) (Result, error) {
 		}
 		ac := cfg.Agent
 		ac.ID, ac.Policy, ac.Rand = spec.ID, policy, rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1))
+		ac.Cluster = spec.Cluster
 		agent, err := iosbridge.NewNode(ac)
 		if err != nil {
 			return Result{}, fmt.Errorf("iossim: node %s: %w", spec.ID, err)
@@ -425,11 +426,28 @@ func (s *sim) rate(ri int) {
 	r.rate = 1 / (r.compute + r.comm)
 }
 
+// lockstep caps every rank's rate at its neighbours' own rates: it cannot run an iteration
+// ahead of a neighbour whose halo it needs.
+func (s *sim) lockstep() {
+	own := make([]float64, len(s.ranks))
+	for ri, r := range s.ranks {
+		own[ri] = r.rate
+	}
+	for _, r := range s.ranks {
+		for _, e := range r.spec.Peers {
+			r.rate = math.Min(r.rate, own[s.byID[iosbridge.RankID{Job: r.spec.Job, Rank: e.Rank}]])
+		}
+	}
+}
+
 // sample records throughput, refreshes every rate (placements changed since the last
 // sample) and gives every live agent its profiling snapshot.
 func (s *sim) sample() {
 	for ri := range s.ranks {
 		s.rate(ri)
+	}
+	if s.cfg.Lockstep {
+		s.lockstep()
 	}
 	var tput float64
 	for _, job := range s.order {
@@ -459,7 +477,7 @@ func (s *sim) update(i int) {
 	n := s.nodes[i]
 	avail := s.availability(i)
 	window := time.Duration(profileWindow) * s.cfg.SamplePeriod
-	prof := iosbridge.NodeProfile{Node: n.spec.ID, CPUs: int(math.Ceil(n.spec.CPUs)), EffectiveCPUs: n.spec.CPUs,
+	prof := iosbridge.NodeProfile{Node: n.spec.ID, CPUs: int(math.Ceil(n.spec.CPUs)), EffectiveCPUs: n.spec.CPUs, Speed: n.spec.Speed,
 		Availability: avail, MemFreeBytes: 8 << 30, MemTotalBytes: 16 << 30, SampledAt: s.wall()}
 	profiles := make([]iosbridge.RankProfile, 0, len(n.ranks))
 	for _, ri := range n.ranks {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package iossim
+
+const raceDetector = false
