@@ -117,6 +117,12 @@ func (e *TCPEndpoint) Poll(peer int, done <-chan struct{}) {
 	d := rr.d
 	rr.pollers.Add(1)
 	start := monoNow()
+	// We wait for a message: the waits in the middle of a frame (ours, or the other readers')
+	// poll the long window, as for any waiting goroutine (WaitNotifier), instead of asking
+	// the writer for doorbells after the short one.
+	e.waiters.Add(1)
+	e.waitAt.Store(start)
+	defer e.waiters.Add(-1)
 	for spins := 1; ; spins++ {
 		if d.mu.TryLock() {
 			if d.closed {

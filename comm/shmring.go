@@ -268,7 +268,9 @@ func (rr *ringReader) wait() (int, error) {
 			rr.r.rwait.Store(0)
 			continue
 		}
+		rr.parked.Store(true) // a goroutine that starts waiting wakes us to poll (wake)
 		rr.r.sleep(rr.r.bell)
+		rr.parked.Store(false)
 		rr.r.rwait.Store(0)
 		rr.last.Store(monoNow()) // a wake means data or a waiting goroutine: poll again
 	}
