@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
+	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
 // TestChaosKillDrainJoinNATSRestartAndHangKeepTheResult is issue 16's chaos test: heat2d on
@@ -163,4 +166,94 @@ func childrenOf(pid int) []int {
 		}
 	}
 	return pids
+}
+
+// TestRecoveryWithBothCopiesOfTheNewestCheckpointLostFallsBack: "losing both copies falls
+// back to the previous checkpoint and says so", under automatic recovery. The job is frozen
+// (every rank SIGSTOPped) right after a commit; the buddy copies (on n2) of n1's pieces of
+// every checkpoint from n1's newest committed one on are deleted, then n1 is lost with its
+// ranks and disk. mpirun recovers the job by itself: the restarted ranks find no copy of
+// those pieces, fall back to the checkpoint before, say so, and the job ends with the
+// undisturbed result.
+func TestRecoveryWithBothCopiesOfTheNewestCheckpointLostFallsBack(t *testing.T) {
+	args := []string{"heat2d", "-n", "48", "-iters", "1500"}
+	want := referenceDump(t, args...)
+	c := newCluster(t)
+	node := []string{"--allow", bin + "/*", "--heartbeat", "1s"}
+	n1 := c.startNode("n1", node...)
+	n2 := c.startNode("n2", node...)
+	n3 := c.startNode("n3", node...)
+	const id = "bothlost"
+	committed, err := c.nc.SubscribeSync(job.CommittedSubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	// Every checkpoint is kept, so that the one before the lost ones is still there.
+	j := c.start(t, id, []string{job.EnvCkptKeep + "=1000"}, "-np", "4", "--hosts", "n1:2,n2:2,n3:2", "--ckpt-every", "10",
+		"--hang-timeout", "60s", prog("heat2d"), "-n", "48", "-iters", "1500", "-pace", "5ms", "-dump", dump)
+	for k := range 3 {
+		if _, err := committed.NextMsg(90 * time.Second); err != nil {
+			t.Fatalf("commit report %d: %v\n%s", k+1, err, j.stderr.String())
+		}
+	}
+	// Freeze the job: no checkpoint commits or copies while the copies are deleted.
+	lost := childrenOf(n1.Process.Pid)
+	survivors := append(childrenOf(n2.Process.Pid), childrenOf(n3.Process.Pid)...)
+	if len(lost) != 2 || len(survivors) != 2 {
+		t.Fatalf("ranks %v on n1 and %v on n2 and n3, want 2 and 2", lost, survivors)
+	}
+	for _, pid := range append(slices.Clone(lost), survivors...) {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, err := ckptstore.Open(c.stores["n1"], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := s1.Checkpoints(id)
+	if err != nil || len(ms) < 2 {
+		t.Fatalf("n1's committed checkpoints: %d, %v; want at least 2", len(ms), err)
+	}
+	newest := uint64(0)
+	for _, m := range ms {
+		newest = max(newest, m.Seq)
+	}
+	// mpirun deals ranks round robin: 0 and 3 are n1's, and n2 (the next node) is their buddy.
+	seqs, _ := os.ReadDir(filepath.Join(c.stores["n2"], id))
+	deleted := 0
+	for _, e := range seqs {
+		if seq, err := strconv.ParseUint(e.Name(), 10, 64); err == nil && seq >= newest {
+			for _, r := range []string{"rank-0.piece", "rank-3.piece"} {
+				if os.Remove(filepath.Join(c.stores["n2"], id, e.Name(), r)) == nil {
+					deleted++
+				}
+			}
+		}
+	}
+	if deleted < 2 {
+		t.Fatalf("deleted %d copies of n1's pieces of checkpoint %d and later on n2, want both", deleted, newest)
+	}
+	c.loseNode("n1", n1.Process)
+	for _, pid := range lost {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for _, pid := range survivors {
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+	if code := j.wait(180 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
+	j.waitLog(`recovering \(1 of 3\)`, 1, time.Second)
+	j.waitLog(`falling back to checkpoint \d+`, 1, time.Second)
+	j.waitLog(`recovered from the failure of rank \d: .*; checkpoint \d+ was unusable`, 1, time.Second)
+	m := regexp.MustCompile(`recovered from the failure of rank \d: every rank restarted from checkpoint (\d+)`).FindStringSubmatch(j.stderr.String())
+	if m == nil {
+		t.Fatalf("no recovery logged:\n%s", j.stderr.String())
+	}
+	if used, _ := strconv.ParseUint(m[1], 10, 64); used >= newest {
+		t.Errorf("recovered from checkpoint %d, want one before %d, whose copies were lost:\n%s", used, newest, j.stderr.String())
+	}
+	j.sameDump(dump, want)
 }
