@@ -257,6 +257,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
 					&cli.StringFlag{Name: "policy", Value: iosbridge.DefaultPolicy, Usage: "IOS decision `POLICY` for this node's ranks: " + policyHelp + "; a job's own (mpirun --policy) overrides it"},
 					&cli.StringFlag{Name: "cluster", Usage: "this node's cluster `NAME`: with --policy crs its steals stay inside the cluster, but for one asynchronous wide-area steal at a time"},
+					&cli.BoolFlag{Name: "hierarchical", Usage: "also run Desell's hierarchical policy: when the iteration times of a job's nodes diverge or a peer is idle, the elected manager node asks the job to move ranks to each node's share of the processing power"},
 					&cli.DurationFlag{Name: "ios-period", Value: agentdriver.DefaultPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
 					&cli.Float64Flag{Name: "steal-threshold", Value: 0.25, Usage: "send steal requests while at least this `FRACTION` (0 to 1) of the node's CPUs is idle"},
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
@@ -282,7 +283,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
 							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),
-							QuotaOnly: c.Bool("cpu-quota-only"), Cluster: c.String("cluster"),
+							QuotaOnly: c.Bool("cpu-quota-only"), Cluster: c.String("cluster"), Hierarchical: c.Bool("hierarchical"),
 						},
 					}
 					if _, err := iosbridge.PolicyByName(cfg.IOS.Policy); err != nil {

@@ -59,6 +59,10 @@ type Config struct {
 	Cooldown time.Duration
 	// Cluster is the node's cluster (pcmd serve --cluster), for cluster-aware stealing.
 	Cluster string
+	// Hierarchical runs the thesis's hierarchical policy (hierarchy.go) for the jobs with
+	// ranks here: when their nodes' iteration times diverge, or a peer is idle, the elected
+	// manager asks the job to move ranks to the nodes' shares (pcmd serve --hierarchical).
+	Hierarchical bool
 	// QuotaOnly measures the node's spare CPU from its cgroup quota and usage only, not from
 	// the host's idle CPUs (see iosbridge.Sampler.QuotaOnly): for nodes sharing a machine.
 	QuotaOnly bool
@@ -151,9 +155,10 @@ func (c *Config) Validate() error {
 
 // Sizes of the agent's bounded buffers.
 const (
-	agentInbox     = 1024 // protocol messages waiting for the agent's goroutine
-	keyEvents      = 48   // gives, steals and migration outcomes kept for status
-	routineEvents  = 16   // declines and failed steals kept for status
+	agentInbox     = 1024    // protocol messages waiting for the agent's goroutine
+	keyEvents      = 48      // gives, steals and migration outcomes kept for status
+	maxIters       = 1 << 16 // ranks whose iteration times the hierarchical manager keeps
+	routineEvents  = 16      // declines and failed steals kept for status
 	warnEvery      = 10 * time.Second
 	maxReasonBytes = 1024 // job.ControlRequest.Reason
 )
@@ -202,6 +207,7 @@ type Agent struct {
 
 	pmu      sync.Mutex
 	profiles map[rankKey]*profEntry
+	iters    map[rankKey]remoteIter // every rank's iteration time, for the hierarchical manager
 
 	badMessages atomic.Uint64
 	badProfiles atomic.Uint64
@@ -218,6 +224,9 @@ type Agent struct {
 	sample      iosbridge.NodeProfile
 	sampleErr   string
 	jobPolicies map[string]string
+	hierBusy    map[string]bool      // a hierarchical request to the job is in flight
+	hierNext    map[string]time.Time // the job is not planned again before
+	hierResults chan hierResult
 	migOK       uint64
 	migFailed   uint64
 }
@@ -256,7 +265,8 @@ func Start(cfg Config, node string, nc *nats.Conn, logger *log.Logger, ranks fun
 		stateReq: make(chan chan job.IOSState), quit: make(chan struct{}), done: make(chan struct{}),
 		profiles: map[rankKey]*profEntry{}, warned: map[string]time.Time{}, suppressed: map[string]int{},
 		n: n, procs: map[int]procSample{}, tablePeers: map[string]bool{}, joinedAt: map[string]time.Time{},
-		jobPolicies: map[string]string{},
+		jobPolicies: map[string]string{}, iters: map[rankKey]remoteIter{},
+		hierBusy: map[string]bool{}, hierNext: map[string]time.Time{}, hierResults: make(chan hierResult, 16),
 	}
 	for _, sb := range []struct {
 		subj string
@@ -375,6 +385,15 @@ func (a *Agent) onProfile(m *nats.Msg) {
 		a.warn("profile", "dropping a malformed profile on %s: %v", m.Subject, err)
 		return
 	}
+	if a.cfg.Hierarchical && p.Job == jobID && p.Rank >= 0 && job.ValidateNode(p.Node) == nil &&
+		p.MeanIterSeconds > 0 && p.MeanIterSeconds < 1e6 {
+		// The manager compares the iteration times of every node of a job.
+		a.pmu.Lock()
+		if len(a.iters) < maxIters {
+			a.iters[rankKey{p.Job, p.Rank}] = remoteIter{node: p.Node, iter: time.Duration(p.MeanIterSeconds * float64(time.Second)), at: a.cfg.Clock()}
+		}
+		a.pmu.Unlock()
+	}
 	if p.Node != a.node {
 		// Ranks labelled with another node are theirs; an unlabelled rank (MPIOS_NODE
 		// unset) is ours if its pid is that of one of our ranks.
@@ -427,6 +446,8 @@ func (a *Agent) run() {
 			a.step(data)
 		case r := <-a.results:
 			a.migrationDone(r)
+		case r := <-a.hierResults:
+			a.hierDone(r)
 		case ch := <-a.stateReq:
 			ch <- a.state()
 		}
@@ -459,6 +480,9 @@ func (a *Agent) resample() {
 		return
 	}
 	a.sample = np
+	if a.cfg.Hierarchical {
+		a.planHierarchy(now)
+	}
 }
 
 // staleAfter is how old a profile may be and still describe a rank: a few of the ranks'
@@ -478,6 +502,11 @@ func (a *Agent) rankProfiles(now time.Time, table []job.RankInfo) []iosbridge.Ra
 	for k, e := range a.profiles {
 		if _, ok := inTable[k]; !ok && now.Sub(e.recv) > a.staleAfter() {
 			delete(a.profiles, k)
+		}
+	}
+	for k, r := range a.iters {
+		if now.Sub(r.at) > a.staleAfter() {
+			delete(a.iters, k)
 		}
 	}
 	entries := make(map[rankKey]profEntry, len(table))

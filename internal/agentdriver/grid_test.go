@@ -84,3 +84,38 @@ func TestAgentReportsItsCluster(t *testing.T) {
 		t.Fatalf("long cluster name: %v", err)
 	}
 }
+
+// Desell's hierarchical policy over NATS (§2.2.2): an idle node joins a job's node; both
+// compute the same election, the manager finds the data split diverged from the nodes'
+// processing power ("available and idle") and asks the job to move the ranks above the
+// busy node's share to the idle one, in one request. The policy sheriff (equal nodes) moves
+// nothing by itself.
+func TestAgentHierarchicalManagerMovesRanksToAnIdleNode(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving"})
+	table := loadedRanks("j", 4)
+	cfg := fastIOS(iosbridge.PolicySheriff)
+	cfg.Hierarchical = true
+	startAgentT(t, url, "B", cfg, 0, table, "A")
+	startAgentT(t, url, "A", cfg, 1, nil, "B")
+	publishProfiles(t, nc, "B", "", table)
+
+	select {
+	case req := <-ctl.got:
+		if req.Kind != job.ControlMigrate || req.To != "A" || len(req.Ranks) != 2 || req.Ranks[0] != 2 || req.Ranks[1] != 3 ||
+			!strings.HasPrefix(req.Reason, "ios hierarchical: manager A: ") || !strings.Contains(req.Reason, "available and idle") {
+			t.Fatalf("control request %+v", req)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no request; A's state %+v", iosState(t, nc, "A"))
+	}
+	testbin.WaitFor(t, 5*time.Second, "A to record the accepted request", func() bool {
+		return iosState(t, nc, "A").Stats.MigrationsOK > 0
+	})
+	// One request per cooldown (a minute): the job was not asked again meanwhile.
+	if n := ctl.count(); n != 1 {
+		t.Fatalf("%d requests", n)
+	}
+}
