@@ -212,10 +212,11 @@ func (rr *ringReader) ready() bool {
 	return n > 0 || err != nil || rr.r.gone.Load()
 }
 
-// readChunk is the most Read copies at a time: the reader publishes its progress after each
-// chunk, so a writer streaming a frame larger than the ring refills it while the reader copies
-// (the two copies overlap on two cores).
-const readChunk = 64 << 10
+// readChunk is the most Read copies at a time. Reading (and publishing, see publishChunk) in
+// 64 KiB pieces let a writer refill the ring while the reader copied: +20% for a 4 MiB
+// ping-pong, but 20-40% slower for a 2 MiB allreduce, where both ranks send and receive at
+// once, in alternating runs (docs/PERFORMANCE.md, 2026-11-27); so the whole ring.
+const readChunk = ringDataBytes
 
 // Read copies what has arrived into p, waiting for at least one byte; io.EOF once the peer is
 // gone and everything it wrote has been read.
@@ -385,9 +386,9 @@ func (rw *ringWriter) write(deadline time.Time, bufs ...[]byte) error {
 	return nil
 }
 
-// publishChunk: a writer publishes at least every so many bytes, so that a large frame is
-// read while it is written. Small frames are published once, whole.
-const publishChunk = 64 << 10
+// publishChunk: a writer publishes at least every so many bytes (see readChunk). Small frames
+// are published once, whole.
+const publishChunk = ringDataBytes
 
 func (rw *ringWriter) publish() {
 	ringRaceEdge()
