@@ -177,6 +177,10 @@ type HierarchyConfig struct {
 	// Tolerance is the share of a subordinate's data below which a change is not worth a
 	// rebalance; 0 means 0.02.
 	Tolerance float64
+	// WeightThreshold is how much a rank's share of the data may differ from its current
+	// block weight, as a fraction of it, before ClusterRequests rebalances a malleable job;
+	// 0 means DefaultWeightThreshold.
+	WeightThreshold float64
 }
 
 func (c HierarchyConfig) withDefaults() HierarchyConfig {
