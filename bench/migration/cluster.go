@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/jobrecord"
 )
 
 // debianNATS is Debian's nats-server, used when installed.
@@ -334,7 +335,7 @@ func (c *cluster) waitRunning(ctx context.Context, id string) error {
 	for {
 		m, err := c.nc.Request(job.ReconfGetSubject(id), nil, time.Second)
 		if err == nil && len(m.Data) > 0 {
-			data, _ := job.Encode(job.ControlRequest{Kind: job.ControlMigrate, Rank: 1 << 20, To: "probe"})
+			data, _ := c.signControl(id, job.ControlRequest{Kind: job.ControlMigrate, Rank: 1 << 20, To: "probe"})
 			if r, err := c.nc.Request(job.ControlSubject(id), data, time.Second); err == nil {
 				var rep job.ControlReply
 				if job.Decode(r.Data, &rep) == nil && !strings.Contains(rep.Error, "not running") {
@@ -353,7 +354,7 @@ func (c *cluster) waitRunning(ctx context.Context, id string) error {
 // control sends a control request to job id and returns the reply.
 func (c *cluster) control(id string, req job.ControlRequest) (job.ControlReply, error) {
 	var rep job.ControlReply
-	data, err := job.Encode(req)
+	data, err := c.signControl(id, req)
 	if err != nil {
 		return rep, err
 	}
@@ -376,4 +377,31 @@ func shellJoin(args []string) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// signControl encodes a control request to job id as its owner, with the job key from the
+// job's record; an mpirun that writes no key (an older one) takes requests in clear.
+func (c *cluster) signControl(id string, req job.ControlRequest) ([]byte, error) {
+	data, err := job.Encode(req)
+	if err != nil {
+		return nil, err
+	}
+	dir := ""
+	for _, kv := range c.env {
+		if v, ok := strings.CutPrefix(kv, "XDG_RUNTIME_DIR="); ok {
+			dir = filepath.Join(v, "mpios")
+		}
+	}
+	rec, err := jobrecord.ReadRecord(jobrecord.RecordPath(dir, id))
+	if err != nil {
+		return nil, err
+	}
+	if rec.Secret == "" {
+		return data, nil
+	}
+	w, err := rec.OwnerWrapper(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return w.Wrap(job.ControlSubject(id), data, time.Now())
 }

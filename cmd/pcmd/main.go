@@ -371,8 +371,10 @@ func controlCommand(stderr, stdout io.Writer, kind job.ControlKind, onUsage cli.
 	}
 	const note = `
 
-The request is a msgpack job.ControlRequest on mpios.job.JOB.ctl; the job's mpirun
-answers with a job.ControlReply, which is printed: accepted (it happens at the job's
+The request is a msgpack job.ControlRequest on mpios.job.JOB.ctl, signed with the job's
+key: pcmd reads it from mpirun's job record ($XDG_RUNTIME_DIR/mpios/JOB.json, private
+to the user), so only the job's owner, on the machine mpirun runs on, can send one.
+The job's mpirun answers with a job.ControlReply, which is printed: accepted (it happens at the job's
 next agreement point, mpirun logs the outcome and "pcmd status" lists it), or
 refused with the reason. Exit status 0 if the job accepted the request, 1 otherwise.`
 	switch kind {
@@ -458,12 +460,28 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 		if err := req.Validate(); err != nil {
 			return &usageError{job.TrimPrefix(err).Error()}
 		}
+		// Only the job's owner holds its key: mpirun keeps it in its private job record.
+		rec, err := jobrecord.ReadJob(jobrecord.RuntimeDir(), c.String("job"))
+		if err != nil {
+			return fmt.Errorf("pcmd: job %s: control requests are signed with the job's key, from the job record of "+
+				"its mpirun, which only the job's owner can read on the machine mpirun runs on: %s",
+				c.String("job"), strings.TrimPrefix(err.Error(), "jobrecord: "))
+		}
+		sign, err := rec.OwnerWrapper(time.Now())
+		if err != nil {
+			return fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "jobrecord: "))
+		}
+		if !c.IsSet("nats") && rec.NATSURL != "" {
+			if err := c.Set("nats", rec.NATSURL); err != nil {
+				return err
+			}
+		}
 		nc, err := clientConn(c, stderr)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		rep, err := nodestatus.Control(nc, c.String("job"), req, c.Duration("timeout"))
+		rep, err := nodestatus.Control(nc, c.String("job"), req, sign, c.Duration("timeout"))
 		if err != nil {
 			return err
 		}

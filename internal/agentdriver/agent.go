@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/iosbridge"
@@ -69,6 +70,10 @@ type Config struct {
 	// ControlTimeout bounds the wait for a job's answer to a migration request;
 	// 0 = DefaultControlTimeout.
 	ControlTimeout time.Duration
+	// Key is the node's signing key (pcmd's NKey, as a ctlauth.RoleNode sender): the
+	// agent's migration requests are signed with it, and jobs take them only from the nodes
+	// that run the ranks concerned (supervisor.AuthorizeControl). Required unless Disabled.
+	Key *ctlauth.KeyWrapper
 	// Protocol sets the protocol's timers (StealTimeout, BackoffMin/Max, HeartbeatInterval,
 	// PeerTimeout, PendingTimeout); its other fields are taken from the fields above.
 	Protocol iosbridge.Config
@@ -237,6 +242,9 @@ type Agent struct {
 func Start(cfg Config, node string, nc *nats.Conn, logger *log.Logger, ranks func() []job.RankInfo, peers func() []string) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Key == nil {
+		return nil, errors.New("pcmd: IOS agent: no node key to sign its requests with")
 	}
 	policy, _ := iosbridge.PolicyByName(cfg.Policy)
 	seed := cfg.Seed
@@ -723,7 +731,7 @@ func (a *Agent) migrate(m iosbridge.Migration) {
 	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: m.Rank.Rank, To: m.To, Reason: reason}
 	a.log.Printf("IOS agent: asking job %s to move rank %d to %s (%s)", m.Rank.Job, m.Rank.Rank, m.To, reason)
 	go func() {
-		rep, err := nodestatus.Control(a.nc, m.Rank.Job, req, a.cfg.ControlTimeout)
+		rep, err := nodestatus.Control(a.nc, m.Rank.Job, req, a.cfg.Key, a.cfg.ControlTimeout)
 		select {
 		case a.results <- migResult{m: m, rep: rep, err: err}:
 		case <-a.quit:

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/iosbridge"
@@ -70,6 +72,13 @@ func startAgentT(t *testing.T, url, node string, cfg Config, avail float64, rank
 	nc := testbin.Connect(t, url)
 	ta := &testAgent{sampler: &fakeSampler{node: node, avail: avail}, table: &rankTable{ranks: ranks}, log: &testbin.Buffer{}}
 	cfg.Sampler = ta.sampler
+	kp, err := nkeys.CreateServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Key, err = ctlauth.NewKeyWrapper(kp, ctlauth.Sender{Role: ctlauth.RoleNode, Node: node}, 0); err != nil {
+		t.Fatal(err)
+	}
 	a, err := Start(cfg, node, nc, log.New(ta.log, node+" ", 0), ta.table.get, func() []string { return peers })
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +139,12 @@ func newController(t *testing.T, nc *nats.Conn, jobID string, replies ...job.Con
 	c := &controller{replies: replies, got: make(chan job.ControlRequest, 100)}
 	if _, err := nc.Subscribe(job.ControlSubject(jobID), func(m *nats.Msg) {
 		var req job.ControlRequest
-		if err := job.Decode(m.Data, &req); err != nil || req.Validate() != nil {
+		e, err := ctlauth.DecodeEnvelope(m.Data)
+		if err != nil || e.Scheme != ctlauth.SchemeNKeySign || e.From.Node == "" {
+			t.Errorf("control request not signed by a node: %v %+v", err, e.From)
+			return
+		}
+		if err := job.Decode(e.Body, &req); err != nil || req.Validate() != nil {
 			t.Errorf("bad control request: %v %+v", err, req)
 			return
 		}

@@ -135,3 +135,14 @@ func (v *KeyVerifier) Verify(subject string, data []byte, now time.Time) (Messag
 	m.Key = e.Key
 	return m, nil
 }
+
+// Wrapper authenticates the messages of one sender: a JobWrapper under the job key, a
+// KeyWrapper with an NKey. Requesters that may be either (a job's owner, a node) take one.
+type Wrapper interface {
+	Wrap(subject string, body []byte, now time.Time) ([]byte, error)
+}
+
+var (
+	_ Wrapper = (*JobWrapper)(nil)
+	_ Wrapper = (*KeyWrapper)(nil)
+)

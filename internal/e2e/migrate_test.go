@@ -215,7 +215,7 @@ func (c *cluster) waitRunning(t *testing.T, id string) {
 		if err == nil && len(m.Data) > 0 {
 			// mpirun answers only from its event loop; the ranks have said hello when a
 			// harmless control request is no longer refused as "starting".
-			data, _ := job.Encode(job.ControlRequest{Kind: job.ControlMigrate, Rank: 1 << 20, To: "probe"})
+			data, _ := testbin.OwnerControl(c.env, id, job.ControlRequest{Kind: job.ControlMigrate, Rank: 1 << 20, To: "probe"})
 			if r, err := c.nc.Request(job.ControlSubject(id), data, time.Second); err == nil {
 				var rep job.ControlReply
 				if job.Decode(r.Data, &rep) == nil && !strings.Contains(rep.Error, "not running") {
@@ -234,7 +234,10 @@ func (c *cluster) waitRunning(t *testing.T, id string) {
 // control sends a control request to job id and returns the reply.
 func (c *cluster) control(id string, req job.ControlRequest) job.ControlReply {
 	c.t.Helper()
-	data, _ := job.Encode(req)
+	data, err := testbin.OwnerControl(c.env, id, req)
+	if err != nil {
+		c.t.Fatalf("control request %+v: %v", req, err)
+	}
 	m, err := c.nc.Request(job.ControlSubject(id), data, 10*time.Second)
 	if err != nil {
 		c.t.Fatalf("control request %+v: %v", req, err)

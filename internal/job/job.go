@@ -667,6 +667,9 @@ type ControlRequest struct {
 	// weight per new rank: rank r holds rows in proportion to Weights[r]); nil for equal
 	// shares. With NP the job's size, the request rebalances the ranks in place.
 	Weights []float64 `msgpack:"weights,omitempty"`
+	// Drain: a node asks to move its own ranks because it is leaving (pcmd drain), which a
+	// job started with --policy none still allows; the node's signature vouches for it.
+	Drain bool `msgpack:"drain,omitempty"`
 }
 
 // Validate checks a ControlRequest's form.

@@ -3,6 +3,7 @@
 package jobrecord
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/procstate"
 )
 
@@ -24,6 +26,46 @@ type Record struct {
 	Started time.Time `json:"started"`
 	NP      int       `json:"np"`
 	Program string    `json:"program"`
+	// Secret is the job's secret (hex), from which its control-plane key derives
+	// (ctlauth.DeriveJobKey): the job's owner signs control requests with it (pcmd migrate,
+	// checkpoint, resize). The file is private to the user, like the credentials above.
+	Secret string `json:"secret,omitempty"`
+}
+
+// ErrNoSecret: a job record carries no job secret (written by an older mpirun).
+var ErrNoSecret = errors.New("job record has no job secret")
+
+// OwnerWrapper returns what signs control requests as the owner of the job rec describes:
+// a ctlauth.JobWrapper under the job's key, as a ctlauth.RoleTool sender numbered from now.
+func (rec Record) OwnerWrapper(now time.Time) (*ctlauth.JobWrapper, error) {
+	if rec.Secret == "" {
+		return nil, fmt.Errorf("jobrecord: job %s: %w", rec.JobID, ErrNoSecret)
+	}
+	secret, err := hex.DecodeString(rec.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("jobrecord: job %s: secret: %w", rec.JobID, err)
+	}
+	key, err := ctlauth.DeriveJobKey(rec.JobID, secret)
+	if err != nil {
+		return nil, fmt.Errorf("jobrecord: %w", err)
+	}
+	return ctlauth.NewJobWrapper(key, ctlauth.Sender{Role: ctlauth.RoleTool}, uint64(now.UnixNano()))
+}
+
+// ReadJob reads the record of job id in dir (RuntimeDir), which must still be running:
+// only the job's owner can read it.
+func ReadJob(dir, id string) (Record, error) {
+	rec, err := ReadRecord(RecordPath(dir, id))
+	if err != nil {
+		return rec, err
+	}
+	if rec.JobID != id {
+		return rec, fmt.Errorf("jobrecord: %s describes job %q, not %s", RecordPath(dir, id), rec.JobID, id)
+	}
+	if !procstate.Alive(rec.PID) {
+		return rec, fmt.Errorf("jobrecord: job %s: its mpirun (pid %d) is not running", id, rec.PID)
+	}
+	return rec, nil
 }
 
 // RuntimeDir returns the per-user directory holding job records: $XDG_RUNTIME_DIR/mpios, or

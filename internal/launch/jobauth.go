@@ -1,12 +1,16 @@
 package launch
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/reconf"
+	"github.com/mpios/mpios/internal/supervisor"
 )
 
 // jobKeySubject says whether messages on subject travel under the job key (ctlauth
@@ -48,4 +52,73 @@ func (r *runner) open(m *nats.Msg) ([]byte, bool) {
 		return nil, false
 	}
 	return body, true
+}
+
+// nodeKeyStarter is a Starter that knows the signing keys of its nodes (nodeclient.Remote):
+// control requests those nodes sign are verified with them.
+type nodeKeyStarter interface {
+	NodeSigningKey(node string) (string, bool)
+}
+
+// jobNodes trusts a node's signature when it is made by the key the starter pinned for it.
+type jobNodes struct{ starter nodeKeyStarter }
+
+// Trust implements ctlauth.KeySet.
+func (j jobNodes) Trust(publicKey string, s ctlauth.Sender) error {
+	if s.Role != ctlauth.RoleNode {
+		return fmt.Errorf("signed as %s, not as a node", s)
+	}
+	key, ok := j.starter.NodeSigningKey(s.Node)
+	switch {
+	case !ok:
+		return fmt.Errorf("node %s is not a node of the job, or has no key card", s.Node)
+	case key != publicKey:
+		return fmt.Errorf("node %s signs with %s", s.Node, key)
+	}
+	return nil
+}
+
+// errUnsignedControl answers a control request that is neither under the job key nor
+// signed by a node of the job.
+var errUnsignedControl = errors.New("control requests must be signed: with the job's key, which " +
+	"only its owner holds (pcmd reads it from mpirun's job record), or by a node of the job")
+
+// openControl authenticates a control request: under the job key it is the owner's, signed
+// with a node's pinned key it is that node's (supervisor.AuthorizeControl decides what
+// each may ask for).
+func (r *runner) openControl(m *nats.Msg) (supervisor.Requester, []byte, error) {
+	e, err := ctlauth.DecodeEnvelope(m.Data)
+	if err != nil {
+		return supervisor.Requester{}, nil, errUnsignedControl
+	}
+	now := time.Now()
+	switch e.Scheme {
+	case ctlauth.SchemeJobMAC:
+		body, _, err := r.auth.Open(m.Subject, m.Data, now)
+		if err != nil {
+			return supervisor.Requester{}, nil, err
+		}
+		return supervisor.Requester{Owner: true}, body, nil
+	case ctlauth.SchemeNKeySign:
+		if r.nodeCtl == nil {
+			return supervisor.Requester{}, nil, fmt.Errorf("%w (the job runs no rank on pcmd nodes with key cards)", errUnsignedControl)
+		}
+		msg, err := r.nodeCtl.Verify(m.Subject, m.Data, now)
+		if err != nil {
+			return supervisor.Requester{}, nil, err
+		}
+		return supervisor.Requester{Node: msg.From.Node}, msg.Body, nil
+	}
+	return supervisor.Requester{}, nil, errUnsignedControl
+}
+
+// refuseControl answers a control request that did not authenticate, without the Machine.
+func (r *runner) refuseControl(m *nats.Msg, err error) {
+	r.stderr.logf("refusing a control request: %v", err)
+	if m.Reply == "" {
+		return
+	}
+	if data, eerr := job.Encode(job.ControlReply{Error: "mpirun: " + err.Error()}); eerr == nil {
+		_ = r.nc.Publish(m.Reply, data)
+	}
 }

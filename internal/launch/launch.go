@@ -150,6 +150,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if r.auth, err = ctlauth.NewJobChannel(cfg.JobID, secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now()); err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
+	if ks, ok := cfg.Starter.(nodeKeyStarter); ok {
+		if r.nodeCtl, err = ctlauth.NewKeyVerifier(jobNodes{ks}, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
+	}
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
 		srv, err := natsembed.Start("127.0.0.1", "mpirun-"+cfg.JobID)
@@ -175,7 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	recPath, err := jobrecord.Write(cfg.RuntimeDir, jobrecord.Record{
 		JobID: cfg.JobID, NATSURL: natsURL, PID: os.Getpid(), Started: time.Now().UTC(),
-		NP: cfg.NP, Program: cfg.Program,
+		NP: cfg.NP, Program: cfg.Program, Secret: hex.EncodeToString(secret),
 	})
 	switch {
 	case errors.Is(err, jobrecord.ErrJobIDInUse):
@@ -273,6 +278,9 @@ type runner struct {
 	nc     *nats.Conn
 	msgs   chan *nats.Msg      // every job subject the Machine takes, in arrival order
 	auth   *ctlauth.JobChannel // the job-key subjects (jobauth.go)
+	// nodeCtl verifies the control requests the job's nodes sign; nil when the ranks do not
+	// run on pcmd nodes.
+	nodeCtl *ctlauth.KeyVerifier
 
 	sup   *supervisor.Machine
 	path  string  // the program
@@ -474,7 +482,12 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 			return supervisor.Lost{Data: body}
 		}
 	case job.ControlSubject(id):
-		return supervisor.Control{Reply: m.Reply, Data: m.Data}
+		from, body, err := r.openControl(m)
+		if err != nil {
+			r.refuseControl(m, err)
+			break
+		}
+		return supervisor.Control{Reply: m.Reply, Data: body, From: from}
 	case job.MigrateSubject(id):
 		if body, ok := r.open(m); ok {
 			return supervisor.SuccessorRequest{Reply: m.Reply, Data: body}

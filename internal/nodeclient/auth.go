@@ -152,3 +152,17 @@ func (p *remoteProcess) open(m *nats.Msg) ([]byte, error) {
 	body, _, err := p.auth.relay.Open(m.Subject, m.Data, time.Now())
 	return body, err
 }
+
+// NodeSigningKey returns the signing key of node as its verified key card names it, pinned
+// when the node was first asked (placement, migration or resize target): control requests
+// a node signs (IOS agents, drains) must verify with it. ok is false for a node the Remote
+// does not know, or that has no card.
+func (r *Remote) NodeSigningKey(node string) (key string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.nodes[node]
+	if n == nil || n.card == nil {
+		return "", false
+	}
+	return n.card.SigningKey, true
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/natsconn"
@@ -484,9 +485,10 @@ func NewestRecord(dir string) (jobrecord.Record, string, error) {
 // not running, or its ranks do not handle them yet.
 var ErrNoController = errors.New("nobody answers control requests")
 
-// Control sends a control request to a job on job.ControlSubject and waits up to timeout
-// for the reply.
-func Control(nc *nats.Conn, jobID string, req job.ControlRequest, timeout time.Duration) (job.ControlReply, error) {
+// Control sends a control request to a job on job.ControlSubject, authenticated by sign (the
+// job owner's jobrecord.Record.OwnerWrapper, or a node's key), and waits up to timeout for
+// the reply.
+func Control(nc *nats.Conn, jobID string, req job.ControlRequest, sign ctlauth.Wrapper, timeout time.Duration) (job.ControlReply, error) {
 	var rep job.ControlReply
 	if err := job.ValidateID(jobID); err != nil {
 		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
@@ -495,7 +497,15 @@ func Control(nc *nats.Conn, jobID string, req job.ControlRequest, timeout time.D
 		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
 	}
 	subj := job.ControlSubject(jobID)
-	err := ask(nc, subj, req, &rep, timeout, "job "+jobID, func() error {
+	body, err := job.Encode(req)
+	if err != nil {
+		return rep, fmt.Errorf("pcmd: %w", err)
+	}
+	data, err := sign.Wrap(subj, body, time.Now())
+	if err != nil {
+		return rep, fmt.Errorf("pcmd: %w", err)
+	}
+	err = askRaw(nc, subj, data, &rep, timeout, "job "+jobID, func() error {
 		return fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)",
 			jobID, ErrNoController, subj, req.Kind)
 	})
@@ -509,6 +519,11 @@ func ask(nc *nats.Conn, subj string, req, rep any, timeout time.Duration, who st
 	if err != nil {
 		return fmt.Errorf("pcmd: %w", err)
 	}
+	return askRaw(nc, subj, data, rep, timeout, who, noResponders)
+}
+
+// askRaw is ask with the request already encoded.
+func askRaw(nc *nats.Conn, subj string, data []byte, rep any, timeout time.Duration, who string, noResponders func() error) error {
 	msg, err := nc.Request(subj, data, timeout)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):

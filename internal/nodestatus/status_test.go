@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/testbin"
@@ -69,22 +70,36 @@ func TestControl(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: "n2"}
-	if _, err := Control(nc, "j", req, time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {
+	key, err := ctlauth.DeriveJobKey("j", []byte("0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := ctlauth.NewJobWrapper(key, ctlauth.Sender{Role: ctlauth.RoleTool}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Control(nc, "j", req, owner, time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {
 		t.Errorf("no responder: %v", err)
 	}
-	if _, err := Control(nc, "j", job.ControlRequest{Kind: "explode"}, time.Second); err == nil {
+	if _, err := Control(nc, "j", job.ControlRequest{Kind: "explode"}, owner, time.Second); err == nil {
 		t.Error("an invalid kind was sent")
 	}
 	// Stand in for the rank side, which is still to be written.
 	var got job.ControlRequest
+	verifier, err := ctlauth.NewJobVerifier(key, ctlauth.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := nc.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
-		_ = job.Decode(m.Data, &got)
+		if msg, err := verifier.Verify(m.Subject, m.Data, time.Now()); err == nil && msg.From.Role == ctlauth.RoleTool {
+			_ = job.Decode(msg.Body, &got)
+		}
 		b, _ := job.Encode(job.ControlReply{OK: true, Message: "migrating at iteration 12"})
 		_ = m.Respond(b)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Control(nc, "j", req, 2*time.Second)
+	rep, err := Control(nc, "j", req, owner, 2*time.Second)
 	if err != nil || !rep.OK || rep.Message != "migrating at iteration 12" || !reflect.DeepEqual(got, req) {
 		t.Errorf("Control = %+v, %v; request seen %+v", rep, err, got)
 	}

@@ -111,14 +111,14 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 	var wg sync.WaitGroup
 	for i := range moves {
 		m := &moves[i]
-		creq := job.ControlRequest{Kind: job.ControlMigrate, Rank: m.Ranks[0], To: m.To, Reason: why}
+		creq := job.ControlRequest{Kind: job.ControlMigrate, Rank: m.Ranks[0], To: m.To, Reason: why, Drain: true}
 		if len(m.Ranks) > 1 {
 			creq.Ranks = m.Ranks
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			crep, err := nodestatus.Control(s.nc, m.Job, creq, timeout)
+			crep, err := nodestatus.Control(s.nc, m.Job, creq, s.signer, timeout)
 			switch {
 			case err != nil:
 				m.Answer = strings.TrimPrefix(err.Error(), "pcmd: ")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/testbin"
@@ -140,7 +141,9 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 	asked := make(chan job.ControlRequest, 1)
 	if _, err := nc.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
 		var req job.ControlRequest
-		_ = job.Decode(m.Data, &req)
+		if e, err := ctlauth.DecodeEnvelope(m.Data); err == nil && e.Scheme == ctlauth.SchemeNKeySign && e.From.Node == "n1" {
+			_ = job.Decode(e.Body, &req)
+		}
 		asked <- req
 		b, _ := job.Encode(job.ControlReply{OK: true, Message: "moving at iteration 7"})
 		_ = m.Respond(b)
@@ -152,7 +155,7 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 	if rep.Error != "" || !reflect.DeepEqual(rep.Moves, want) {
 		t.Fatalf("drain = %+v, want moves %+v", rep, want)
 	}
-	if req := <-asked; req.Kind != job.ControlMigrate || req.To != "n2" || !reflect.DeepEqual(req.Ranks, []int{0, 1}) ||
+	if req := <-asked; req.Kind != job.ControlMigrate || req.To != "n2" || !reflect.DeepEqual(req.Ranks, []int{0, 1}) || !req.Drain ||
 		req.Reason != "pcmd drain of node n1: maintenance" {
 		t.Errorf("control request %+v", req)
 	}

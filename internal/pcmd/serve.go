@@ -151,8 +151,9 @@ type server struct {
 	store   string   // absolute store root, or ""
 	baseEnv []string // the variables of pcmd's environment that the ranks inherit
 	ranks   *spawner.Manager
-	card    []byte             // the signed key card, in every NodeInfo
-	agent   *agentdriver.Agent // nil when the IOS agent is disabled
+	card    []byte              // the signed key card, in every NodeInfo
+	signer  *ctlauth.KeyWrapper // the node's key: signs its control requests (drains, IOS)
+	agent   *agentdriver.Agent  // nil when the IOS agent is disabled
 
 	drained chan struct{} // closed when a drained node runs no rank any more
 
@@ -211,6 +212,11 @@ func Serve(ctx context.Context, cfg Config) error {
 	if s.card, err = signedCard(keys); err != nil {
 		return err
 	}
+	// Numbered from the clock: a restarted pcmd with the same --node-key does not reuse
+	// numbers the jobs have seen.
+	if s.signer, err = ctlauth.NewKeyWrapper(keys.Signing, ctlauth.Sender{Role: ctlauth.RoleNode, Node: cfg.Node}, uint64(time.Now().UnixNano())); err != nil {
+		return fmt.Errorf("pcmd: %w", err)
+	}
 
 	closed := make(chan struct{})
 	var closeOnce sync.Once
@@ -248,7 +254,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	if !cfg.IOS.Disabled {
 		// Before the first heartbeat: a node that hears of us can reach our agent at once.
-		if s.agent, err = agentdriver.Start(cfg.IOS, cfg.Node, nc, s.log, s.ranks.Ranks, s.alivePeers); err != nil {
+		ios := cfg.IOS
+		ios.Key = s.signer
+		if s.agent, err = agentdriver.Start(ios, cfg.Node, nc, s.log, s.ranks.Ranks, s.alivePeers); err != nil {
 			s.ranks.Shutdown()
 			return err
 		}

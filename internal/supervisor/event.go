@@ -55,10 +55,11 @@ type Abort struct{ Data []byte }
 type Lost struct{ Data []byte }
 
 // Control is a request to reconfigure the job (a msgpack job.ControlRequest) from pcmd or
-// an IOS agent.
+// an IOS agent, authenticated by the loop as coming From (see AuthorizeControl).
 type Control struct {
 	Reply string
 	Data  []byte
+	From  Requester
 }
 
 // NodeChecked reports the outcome of a CheckNode action: Err says why the node cannot take

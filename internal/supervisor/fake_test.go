@@ -128,12 +128,19 @@ func (j *fakeJob) exit(p ProcID, status int) []Action {
 	return j.step(Exited{Proc: p, Status: status, Desc: desc, At: j.now})
 }
 
-// control sends a control request; it returns the actions and the reply subject.
+// control sends a control request as the job's owner; it returns the actions and the
+// reply subject.
 func (j *fakeJob) control(c job.ControlRequest) ([]Action, string) {
+	j.t.Helper()
+	return j.controlFrom(Requester{Owner: true}, c)
+}
+
+// controlFrom sends a control request authenticated as from.
+func (j *fakeJob) controlFrom(from Requester, c job.ControlRequest) ([]Action, string) {
 	j.t.Helper()
 	to := fmt.Sprintf("ctl.%d", j.ctls)
 	j.ctls++
-	return j.step(Control{Reply: to, Data: enc(j.t, c)}), to
+	return j.step(Control{Reply: to, Data: enc(j.t, c), From: from}), to
 }
 
 func (j *fakeJob) lastReply(to string) job.ControlReply {

@@ -44,6 +44,11 @@ func (m *Machine) onControl(e Control) {
 		m.ctlError(e.Reply, "%v", job.TrimPrefix(err))
 		return
 	}
+	if err := AuthorizeControl(e.From, c, m.controlView()); err != nil {
+		m.logf("refused a %s request: %v", c.Kind, err)
+		m.ctlError(e.Reply, "%v", err)
+		return
+	}
 	if m.stopping || m.failing != nil || !m.rdvDone {
 		m.ctlError(e.Reply, "job %s is not running (starting or stopping)", m.cfg.JobID)
 		return

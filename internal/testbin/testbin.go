@@ -18,6 +18,8 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/solverkit"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
@@ -214,4 +216,29 @@ func NATSServerWith(t testing.TB, configure func(*natsserver.Options)) *natsserv
 	}
 	t.Cleanup(srv.Shutdown)
 	return srv
+}
+
+// OwnerControl encodes req for job jobID's control subject as the job's owner does (pcmd
+// migrate, checkpoint, resize): signed with the job key from the record its mpirun wrote
+// under the XDG_RUNTIME_DIR of env.
+func OwnerControl(env []string, jobID string, req job.ControlRequest) ([]byte, error) {
+	dir := jobrecord.RuntimeDir()
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "XDG_RUNTIME_DIR="); ok {
+			dir = filepath.Join(v, "mpios")
+		}
+	}
+	rec, err := jobrecord.ReadRecord(jobrecord.RecordPath(dir, jobID))
+	if err != nil {
+		return nil, err
+	}
+	w, err := rec.OwnerWrapper(time.Now())
+	if err != nil {
+		return nil, err
+	}
+	body, err := job.Encode(req)
+	if err != nil {
+		return nil, err
+	}
+	return w.Wrap(job.ControlSubject(jobID), body, time.Now())
 }
