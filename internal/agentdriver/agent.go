@@ -74,6 +74,11 @@ type Config struct {
 	// agent's migration requests are signed with it, and jobs take them only from the nodes
 	// that run the ranks concerned (supervisor.AuthorizeControl). Required unless Disabled.
 	Key *ctlauth.KeyWrapper
+	// Peers are the keys of the other nodes (pcmd's, pinned from their heartbeats or from
+	// --known-nodes): a protocol message (steal request, accept...) counts only if signed
+	// by the key of the node it claims to come from. Nil: the agent pins the first key
+	// each node signs with.
+	Peers *ctlauth.NodePins
 	// Protocol sets the protocol's timers (StealTimeout, BackoffMin/Max, HeartbeatInterval,
 	// PeerTimeout, PendingTimeout); its other fields are taken from the fields above.
 	Protocol iosbridge.Config
@@ -203,7 +208,8 @@ type Agent struct {
 	ranks func() []job.RankInfo // the node's rank table
 	peers func() []string       // the nodes whose heartbeats are current
 
-	inbox    chan []byte
+	inbox    chan inboxMsg
+	verifier *ctlauth.KeyVerifier // the protocol messages of the peers
 	results  chan migResult
 	stateReq chan chan job.IOSState
 	quit     chan struct{}
@@ -246,6 +252,13 @@ func Start(cfg Config, node string, nc *nats.Conn, logger *log.Logger, ranks fun
 	if cfg.Key == nil {
 		return nil, errors.New("pcmd: IOS agent: no node key to sign its requests with")
 	}
+	if cfg.Peers == nil {
+		cfg.Peers = ctlauth.NewNodePins(node, nil)
+	}
+	verifier, err := ctlauth.NewKeyVerifier(cfg.Peers, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)})
+	if err != nil {
+		return nil, fmt.Errorf("pcmd: IOS agent: %w", err)
+	}
 	policy, _ := iosbridge.PolicyByName(cfg.Policy)
 	seed := cfg.Seed
 	if seed == 0 {
@@ -269,7 +282,7 @@ func Start(cfg Config, node string, nc *nats.Conn, logger *log.Logger, ranks fun
 	}
 	a := &Agent{
 		cfg: cfg, node: node, nc: nc, log: logger, ranks: ranks, peers: peers,
-		inbox: make(chan []byte, agentInbox), results: make(chan migResult, 16),
+		verifier: verifier, inbox: make(chan inboxMsg, agentInbox), results: make(chan migResult, 16),
 		stateReq: make(chan chan job.IOSState), quit: make(chan struct{}), done: make(chan struct{}),
 		profiles: map[rankKey]*profEntry{}, warned: map[string]time.Time{}, suppressed: map[string]int{},
 		n: n, procs: map[int]procSample{}, tablePeers: map[string]bool{}, joinedAt: map[string]time.Time{},
@@ -347,10 +360,29 @@ func (a *Agent) warn(kind, format string, args ...any) {
 	a.log.Print("IOS agent: " + msg)
 }
 
-// onProtocol queues a protocol message for the agent's goroutine.
+// inboxMsg is a protocol message whose signature verified: its body and its signer's node.
+type inboxMsg struct {
+	from string
+	body []byte
+}
+
+// onProtocol verifies a protocol message (signed by the key of the node it comes from,
+// never seen before) and queues it for the agent's goroutine: a fake steal request must
+// not make the agent give a rank away.
 func (a *Agent) onProtocol(m *nats.Msg) {
+	msg, err := a.verifier.Verify(m.Subject, m.Data, time.Now())
+	if err != nil {
+		a.badMessages.Add(1)
+		a.warn("forged", "dropping a protocol message that does not verify: %v", err)
+		return
+	}
+	if !a.cfg.Peers.Pin(msg.From.Node, msg.Key) {
+		a.badMessages.Add(1)
+		a.warn("forged", "dropping a protocol message of node %s signed with another key than its pinned one", msg.From.Node)
+		return
+	}
 	select {
-	case a.inbox <- m.Data:
+	case a.inbox <- inboxMsg{from: msg.From.Node, body: msg.Body}:
 	default:
 		a.badMessages.Add(1)
 		a.warn("overflow", "dropping a protocol message: %d messages are waiting", agentInbox)
@@ -450,8 +482,8 @@ func (a *Agent) run() {
 		case <-tick.C:
 			a.syncPeers()
 			a.n.Tick(a.cfg.Clock())
-		case data := <-a.inbox:
-			a.step(data)
+		case in := <-a.inbox:
+			a.step(in)
 		case r := <-a.results:
 			a.migrationDone(r)
 		case r := <-a.hierResults:
@@ -609,10 +641,14 @@ func (a *Agent) syncPeers() {
 }
 
 // step hands one protocol message to the node; bad ones are counted, logged and dropped.
-func (a *Agent) step(data []byte) {
+func (a *Agent) step(in inboxMsg) {
 	var m iosbridge.Message
-	if err := job.Decode(data, &m); err != nil {
+	if err := job.Decode(in.body, &m); err != nil {
 		a.drop("a malformed protocol message: %v", job.TrimPrefix(err).Error())
+		return
+	}
+	if m.From != in.from {
+		a.drop("a %s message claiming to come from %q, signed by node %s", m.Kind, m.From, in.from)
 		return
 	}
 	for _, name := range append([]string{m.From, m.To, m.Origin}, m.Peers...) {
@@ -692,6 +728,9 @@ func (a *Agent) flush() {
 			continue
 		}
 		data, err := job.Encode(m)
+		if err == nil {
+			data, err = a.cfg.Key.Wrap(job.IOSInboxSubject(m.To), data, time.Now())
+		}
 		if err == nil {
 			err = a.nc.Publish(job.IOSInboxSubject(m.To), data)
 		}

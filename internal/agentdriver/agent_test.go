@@ -383,25 +383,49 @@ func TestAgentDropsBadInput(t *testing.T) {
 	nc := testbin.Connect(t, url)
 	table := loadedRanks("j", 1)
 	b := startAgentT(t, url, "B", fastIOS(""), 0, table)
+	nodeKey := func(node string) *ctlauth.KeyWrapper {
+		kp, err := nkeys.CreateServer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := ctlauth.NewKeyWrapper(kp, ctlauth.Sender{Role: ctlauth.RoleNode, Node: node}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	keyA, otherA := nodeKey("A"), nodeKey("A")
+	signedBy := func(w *ctlauth.KeyWrapper, v any) []byte {
+		body, err := job.Encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := w.Wrap(job.IOSInboxSubject("B"), body, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
 	send := func(v any) {
 		data, ok := v.([]byte)
 		if !ok {
-			var err error
-			if data, err = job.Encode(v); err != nil {
-				t.Fatal(err)
-			}
+			data = signedBy(keyA, v) // node A's, as its agent signs them
 		}
 		if err := nc.Publish(job.IOSInboxSubject("B"), data); err != nil {
 			t.Fatal(err)
 		}
 	}
 	send([]byte("\xc1 not msgpack"))
+	// Issue 14: a fake steal request, unsigned or signed by another key than the one node A
+	// signed with first, is dropped.
+	send(must(job.Encode(iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "A", To: "B"})))
 	send(iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "A", To: "C"})                 // misaddressed
 	send(iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "x.>", To: "B"})               // not a node name
 	send(iosbridge.Message{Kind: iosbridge.KindJoin, From: "A", To: "B", TTL: 1000})           // TTL out of range
 	send(iosbridge.Message{Kind: "explode", From: "A", To: "B"})                               // unknown kind
 	send(iosbridge.Message{Kind: iosbridge.KindStealRequest, From: "A", To: "B", Origin: "A"}) // no profile
 	send(iosbridge.Message{Kind: iosbridge.KindAnnounce, From: "A", To: "B", Peers: []string{"ok", "bad name"}})
+	send(signedBy(otherA, iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "A", To: "B"}))
 	bad := func(data string) {
 		if err := nc.Publish(job.ProfileSubject("j"), []byte(data)); err != nil {
 			t.Fatal(err)
@@ -418,7 +442,7 @@ func TestAgentDropsBadInput(t *testing.T) {
 	var st job.IOSState
 	testbin.WaitFor(t, 5*time.Second, "the bad input to be counted", func() bool {
 		st = iosState(t, nc, "B")
-		return st.Stats.BadMessages == 7 && st.Stats.BadProfiles == 4
+		return st.Stats.BadMessages == 9 && st.Stats.BadProfiles == 4
 	})
 	if len(st.Peers) != 0 || len(st.Profiles) != 0 {
 		t.Fatalf("bad input changed the state: %+v", st)
@@ -430,12 +454,12 @@ func TestAgentDropsBadInput(t *testing.T) {
 		return len(st.Peers) == 1 && st.Peers[0] == "A"
 	})
 	logText := b.log.String()
-	for _, want := range []string{"dropping a malformed protocol message", "dropping a malformed profile"} {
+	for _, want := range []string{"dropping a protocol message that does not verify", "dropping a malformed profile"} {
 		if !strings.Contains(logText, want) {
 			t.Errorf("log lacks %q:\n%s", want, logText)
 		}
 	}
-	if st.Stats.BadMessages != 7 {
+	if st.Stats.BadMessages != 9 {
 		t.Errorf("bad messages %d after a good one", st.Stats.BadMessages)
 	}
 }
@@ -476,4 +500,11 @@ func TestConfigErrors(t *testing.T) {
 	if err := c.Validate(); err != nil || c.Policy != "sras" || c.Period != DefaultPeriod || c.Sampler == nil || c.Procs == nil {
 		t.Errorf("defaults %+v %v", c, err)
 	}
+}
+
+func must(data []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return data
 }

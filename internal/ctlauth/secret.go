@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nkeys"
 	"github.com/vmihailenco/msgpack/v5"
@@ -182,4 +183,22 @@ func OpenEnv(jobID string, box []byte, fromCurveKey string, node nkeys.KeyPair) 
 		return nil, fmt.Errorf("%w: of job %s: not an environment box", ErrCannotOpen, jobID)
 	}
 	return s.Env, nil
+}
+
+// SignedCard returns k's card signed by its signing key for job.NodeCardSubject, as
+// job.NodeInfo.Card carries it.
+func (k NodeKeys) SignedCard(now time.Time) ([]byte, error) {
+	card, err := k.Card()
+	if err != nil {
+		return nil, err
+	}
+	body, err := job.Encode(card)
+	if err != nil {
+		return nil, fmt.Errorf("ctlauth: key card: %w", err)
+	}
+	w, err := NewKeyWrapper(k.Signing, Sender{Role: RoleNode, Node: k.Node}, 0)
+	if err != nil {
+		return nil, err
+	}
+	return w.Wrap(job.NodeCardSubject(k.Node), body, now)
 }

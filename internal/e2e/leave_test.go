@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 )
 
@@ -94,8 +95,8 @@ func TestSIGTERMThatCannotPlaceTheRanksKeepsServing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("n1 stopped serving after a leave it could not carry out: %v", err)
 	}
-	var info job.NodeInfo
-	if err := job.Decode(m.Data, &info); err != nil || info.Draining {
+	info, err := ctlauth.VerifyNodeInfo(m.Subject, m.Data, ctlauth.AnyKey{})
+	if err != nil || info.Draining {
 		t.Fatalf("n1 after a refused leave: %+v, %v; want it open to new ranks", info, err)
 	}
 	if err := n1.Process.Signal(syscall.SIGTERM); err != nil {

@@ -57,25 +57,7 @@ func (r *runner) open(m *nats.Msg) ([]byte, bool) {
 // nodeKeyStarter is a Starter that knows the signing keys of its nodes (nodeclient.Remote):
 // control requests those nodes sign are verified with them.
 type nodeKeyStarter interface {
-	NodeSigningKey(node string) (string, bool)
-}
-
-// jobNodes trusts a node's signature when it is made by the key the starter pinned for it.
-type jobNodes struct{ starter nodeKeyStarter }
-
-// Trust implements ctlauth.KeySet.
-func (j jobNodes) Trust(publicKey string, s ctlauth.Sender) error {
-	if s.Role != ctlauth.RoleNode {
-		return fmt.Errorf("signed as %s, not as a node", s)
-	}
-	key, ok := j.starter.NodeSigningKey(s.Node)
-	switch {
-	case !ok:
-		return fmt.Errorf("node %s is not a node of the job, or has no key card", s.Node)
-	case key != publicKey:
-		return fmt.Errorf("node %s signs with %s", s.Node, key)
-	}
-	return nil
+	NodeKeys() ctlauth.KeySet
 }
 
 // errUnsignedControl answers a control request that is neither under the job key nor

@@ -151,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("launch: %w", err)
 	}
 	if ks, ok := cfg.Starter.(nodeKeyStarter); ok {
-		if r.nodeCtl, err = ctlauth.NewKeyVerifier(jobNodes{ks}, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
+		if r.nodeCtl, err = ctlauth.NewKeyVerifier(ks.NodeKeys(), ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
 			return fmt.Errorf("launch: %w", err)
 		}
 	}

@@ -166,3 +166,26 @@ func (r *Remote) NodeSigningKey(node string) (key string, ok bool) {
 	}
 	return n.card.SigningKey, true
 }
+
+// NodeKeys returns the KeySet of the Remote's nodes: a node's signature counts when made by
+// the key of the card pinned for it (NodeSigningKey). The launcher verifies the control
+// requests nodes sign with it.
+func (r *Remote) NodeKeys() ctlauth.KeySet { return pinnedNodes{r} }
+
+// pinnedNodes trusts a node's signature made by the key of the card the Remote pinned for it.
+type pinnedNodes struct{ r *Remote }
+
+// Trust implements ctlauth.KeySet.
+func (p pinnedNodes) Trust(publicKey string, s ctlauth.Sender) error {
+	if s.Role != ctlauth.RoleNode {
+		return fmt.Errorf("signed as %s, not as a node", s)
+	}
+	key, ok := p.r.NodeSigningKey(s.Node)
+	switch {
+	case !ok:
+		return fmt.Errorf("node %s is not watched, or has no key card", s.Node)
+	case key != publicKey:
+		return fmt.Errorf("node %s signs with %s", s.Node, key)
+	}
+	return nil
+}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/ctlauth"
-	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/internal/rankproc"
 	"github.com/mpios/mpios/internal/testbin"
@@ -87,7 +86,7 @@ func TestNodesJoinFromTheirHeartbeats(t *testing.T) {
 	n1.die()
 	wantGone(t, nextEvent(t, r), "n1")
 	back := startFakeNodeAs(t, url, "n1", 2, fastBeat, 4343, nil)
-	wantJoin(t, nextEvent(t, r), "n1", 2, "pcmd on node n1 came back (pid 4343)")
+	wantJoin(t, nextEvent(t, r), "n1", 2, "pcmd on node n1 came back (pid 4343, a new key)")
 	if err := r.CheckNode("n1"); err != nil {
 		t.Errorf("CheckNode of the returned node: %v", err)
 	}
@@ -105,8 +104,8 @@ func TestNodesJoinFromTheirHeartbeats(t *testing.T) {
 	}
 }
 
-// signedCard returns a node's key card signed as pcmd signs it, and its known-nodes line.
-func signedCard(t *testing.T, node string) ([]byte, string) {
+// nodeKeys returns fresh keys of a node, and their known-nodes line.
+func nodeKeys(t *testing.T, node string) (*ctlauth.NodeKeys, string) {
 	t.Helper()
 	keys, err := ctlauth.NewNodeKeys(node, rand.Reader)
 	if err != nil {
@@ -116,19 +115,7 @@ func signedCard(t *testing.T, node string) ([]byte, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := job.Encode(card)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := ctlauth.NewKeyWrapper(keys.Signing, ctlauth.Sender{Role: ctlauth.RoleNode, Node: node}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := w.Wrap(job.NodeCardSubject(node), body, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data, `node="` + node + `" ` + card.SigningKey
+	return &keys, `node="` + node + `" ` + card.SigningKey
 }
 
 // A returning pcmd with a new key joins only if --known-nodes lists that key for the node;
@@ -136,9 +123,9 @@ func signedCard(t *testing.T, node string) ([]byte, string) {
 func TestReturningNodeWithANewKeyJoinsOnlyIfKnown(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "u", "p")
-	cardA, lineA := signedCard(t, "n1")
-	cardB, lineB := signedCard(t, "n1")
-	cardX, _ := signedCard(t, "n1")
+	cardA, lineA := nodeKeys(t, "n1")
+	cardB, lineB := nodeKeys(t, "n1")
+	cardX, _ := nodeKeys(t, "n1")
 	known, err := ctlauth.ParseKnownNodes(strings.NewReader(lineA+"\n"+lineB+"\n"), "known")
 	if err != nil {
 		t.Fatal(err)

@@ -189,6 +189,7 @@ type Remote struct {
 	nodes map[string]*remoteNode
 	jobs  map[string]bool // job ids to send keepalives for
 	auth  map[string]*jobAuth
+	beats *ctlauth.KeyVerifier // the nodes' heartbeats
 	quit  chan struct{}
 	// events: nodes gone and joined, in order (see Events)
 	events  chan NodeEvent
@@ -262,6 +263,11 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		return nil, fmt.Errorf("nodeclient: connect to NATS at %s: %w", natsconn.RedactURL(cfg.NATSURL), err)
 	}
 	r.nc = nc
+	// Heartbeats count only signed (onHeartbeat checks whose key).
+	if r.beats, err = ctlauth.NewKeyVerifier(ctlauth.AnyKey{}, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("nodeclient: %w", err)
+	}
 	if err := r.setup(); err != nil {
 		nc.Close()
 		return nil, err
@@ -324,11 +330,18 @@ func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 	var info job.NodeInfo
 	msg, err := r.nc.Request(job.NodeInfoSubject(node), nil, r.cfg.RequestTimeout)
 	if err == nil {
-		if err := job.Decode(msg.Data, &info); err != nil {
-			return info, fmt.Errorf("nodeclient: node %s: %w", node, err)
+		var keys ctlauth.KeySet = ctlauth.AnyKey{}
+		if r.cfg.KnownNodes != nil {
+			keys = r.cfg.KnownNodes
 		}
-		if err := info.Validate(); err != nil || info.Name != node {
-			return info, fmt.Errorf("nodeclient: node %s answered with an invalid node description", node)
+		// Signed by the key its own card names (and the known-nodes file lists): a forged
+		// answer must not place ranks on a node, nor pin another key for it.
+		info, err := ctlauth.VerifyNodeInfo(msg.Subject, msg.Data, keys)
+		if errors.Is(err, ctlauth.ErrUntrusted) && r.cfg.KnownNodes != nil {
+			return info, fmt.Errorf("nodeclient: node %s: its description is not signed by its key in the known-nodes file: %w", node, ErrUntrustedNode)
+		}
+		if err != nil || info.Name != node {
+			return info, fmt.Errorf("nodeclient: node %s answered with an invalid node description: %v", node, err)
 		}
 		return info, nil
 	}
@@ -591,9 +604,15 @@ func mpiosEnv(env []string) []string {
 // onHeartbeat refreshes a node's liveness; a node that restarted or is leaving is gone, one
 // that is not the job's may join it (join.go).
 func (r *Remote) onHeartbeat(m *nats.Msg) {
-	var info job.NodeInfo
-	if job.Decode(m.Data, &info) != nil || info.Validate() != nil {
-		return // not ours to judge; pcmd status shows broken nodes
+	// Signed by the key its own card names, and not replayed; a joining node's card is
+	// then checked as at placement (maybeJoin), a watched node's key must be the pinned one.
+	msg, err := r.beats.Verify(m.Subject, m.Data, time.Now())
+	if err != nil {
+		return // a forgery or a replay: a forged "leaving" must not end ranks
+	}
+	info, err := ctlauth.NodeInfoOf(msg)
+	if err != nil {
+		return
 	}
 	r.mu.Lock()
 	node := r.nodes[info.Name]
@@ -601,6 +620,10 @@ func (r *Remote) onHeartbeat(m *nats.Msg) {
 		r.mu.Unlock()
 		r.maybeJoin(info, node)
 		return
+	}
+	if node.card == nil || node.card.SigningKey != msg.Key {
+		r.mu.Unlock()
+		return // not the key the node was placed with: someone else's, or a forgery
 	}
 	switch {
 	case info.Leaving:

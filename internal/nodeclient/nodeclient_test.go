@@ -2,6 +2,7 @@ package nodeclient_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/launch"
 	"github.com/mpios/mpios/internal/nodeclient"
@@ -89,6 +91,10 @@ func TestPlace(t *testing.T) {
 	}
 }
 
+// testSecret is a job secret for the ranks the tests start without launch.Run: nodes with a
+// key card get it sealed, and relay the ranks' output and exit under the key it derives.
+var testSecret = job.EnvSecret + "=000102030405060708090a0b0c0d0e0f"
+
 // fastBeat is the heartbeat period of fake nodes.
 const fastBeat = 50 * time.Millisecond
 
@@ -100,8 +106,7 @@ type fakeNode struct {
 	name     string
 	slots    int
 	interval time.Duration
-	pid      int    // its pcmd's
-	card     []byte // its signed key card, nil for none
+	pid      int // its pcmd's
 
 	mu      sync.Mutex
 	seq     uint64 // heartbeats sent
@@ -109,6 +114,11 @@ type fakeNode struct {
 	ranks   map[int]job.SpawnRequest
 	stopped chan struct{}
 	onSpawn func(req job.SpawnRequest) // publishes the rank's output, in the spawn handler
+
+	card   []byte              // its signed key card, as pcmd's
+	signer *ctlauth.KeyWrapper // signs its heartbeats and info replies, as pcmd's
+	keys   ctlauth.NodeKeys
+	relays map[int]*ctlauth.JobChannel // per rank: its output and exit under the job key
 }
 
 func startFakeNode(t *testing.T, url, name string, slots int, interval time.Duration) *fakeNode {
@@ -116,16 +126,31 @@ func startFakeNode(t *testing.T, url, name string, slots int, interval time.Dura
 	return startFakeNodeAs(t, url, name, slots, interval, 4242, nil)
 }
 
-// startFakeNodeAs starts a fake node whose pcmd has pid and presents card.
-func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Duration, pid int, card []byte) *fakeNode {
+// startFakeNodeAs starts a fake node whose pcmd has pid and keys (nil: fresh ones, as a
+// pcmd without --node-key makes).
+func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Duration, pid int, keys *ctlauth.NodeKeys) *fakeNode {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	n := &fakeNode{t: t, nc: nc, name: name, slots: slots, interval: interval, pid: pid, card: card,
+	n := &fakeNode{t: t, nc: nc, name: name, slots: slots, interval: interval, pid: pid,
 		ranks: make(map[int]job.SpawnRequest), stopped: make(chan struct{})}
+	if keys == nil {
+		fresh, err := ctlauth.NewNodeKeys(name, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = &fresh
+	}
+	n.keys, n.relays = *keys, map[int]*ctlauth.JobChannel{}
+	if n.card, err = keys.SignedCard(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n.signer, err = ctlauth.NewKeyWrapper(keys.Signing, ctlauth.Sender{Role: ctlauth.RoleNode, Node: name}, 0); err != nil {
+		t.Fatal(err)
+	}
 	sub := func(subj string, fn nats.MsgHandler) {
 		s, err := nc.Subscribe(subj, fn)
 		if err != nil {
@@ -133,7 +158,7 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		}
 		n.subs = append(n.subs, s)
 	}
-	sub(job.NodeInfoSubject(name), func(m *nats.Msg) { n.reply(m, n.info()) })
+	sub(job.NodeInfoSubject(name), func(m *nats.Msg) { n.signed(m.Reply, n.info()) })
 	sub(job.NodesDiscoverSubject, func(m *nats.Msg) { n.reply(m, job.NodeView{Self: n.info()}) })
 	sub(job.NodeSpawnSubject(name), func(m *nats.Msg) {
 		var req job.SpawnRequest
@@ -146,8 +171,20 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 				Error: "pcmd: node " + name + " refuses to run /bin/sh: not allowed by --allow"})
 			return
 		}
+		// As pcmd: the job's secret, sealed for this node, keys the rank's relay.
+		secret, err := ctlauth.OpenSecret(req.Job, req.SealedSecret, req.SealedFrom, n.keys.Curve)
+		if err != nil {
+			n.reply(m, job.SpawnReply{Refusal: job.RefuseInvalid, Error: "sealed secret: " + err.Error()})
+			return
+		}
+		relay, err := ctlauth.NewJobChannel(req.Job, secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: req.Rank, Node: name}, time.Now())
+		if err != nil {
+			n.reply(m, job.SpawnReply{Refusal: job.RefuseInvalid, Error: err.Error()})
+			return
+		}
 		n.mu.Lock()
 		n.ranks[req.Rank] = req
+		n.relays[req.Rank] = relay
 		n.mu.Unlock()
 		n.reply(m, job.SpawnReply{Node: name, PID: 1000 + req.Rank})
 		if n.onSpawn != nil {
@@ -165,7 +202,7 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		n.mu.Unlock()
 		n.reply(m, job.SignalReply{NotFound: !ok})
 		if ok {
-			n.publish(job.RankExitSubject(req.Job, req.Rank), job.RankExit{Code: -1, Signal: req.Signal})
+			n.relay(req.Rank, job.RankExitSubject(req.Job, req.Rank), job.RankExit{Code: -1, Signal: req.Signal})
 		}
 	})
 	if err := nc.Flush(); err != nil {
@@ -182,7 +219,7 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 				n.mu.Lock()
 				n.seq++
 				n.mu.Unlock()
-				n.publish(job.NodesHeartbeatSubject, n.info())
+				n.signed(job.NodesHeartbeatSubject, n.info())
 			}
 		}
 	}()
@@ -209,15 +246,36 @@ func (n *fakeNode) reply(m *nats.Msg, v any) {
 	}
 }
 
-func (n *fakeNode) publish(subj string, v any) {
-	data, err := job.Encode(v)
+// signed publishes v on subj signed by the node's key, as pcmd does its heartbeats and
+// info replies.
+func (n *fakeNode) signed(subj string, v any) {
+	body, err := job.Encode(v)
 	if err == nil {
-		err = n.nc.Publish(subj, data)
+		var data []byte
+		if data, err = n.signer.Wrap(subj, body, time.Now()); err == nil {
+			err = n.nc.Publish(subj, data)
+		}
 	}
 	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		n.t.Errorf("fake node publish: %v", err)
 	}
 }
+
+// relay publishes v, a message of rank's, on subj under the job key, as pcmd relays a
+// rank's output and exit.
+func (n *fakeNode) relay(rank int, subj string, v any) {
+	n.mu.Lock()
+	ch := n.relays[rank]
+	n.mu.Unlock()
+	data, err := ch.Encode(subj, v, time.Now())
+	if err == nil {
+		err = n.nc.Publish(subj, data)
+	}
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		n.t.Errorf("fake node relay: %v", err)
+	}
+}
+
 
 // die makes the node vanish as a killed pcmd does: no more answers, no more heartbeats.
 func (n *fakeNode) die() {
@@ -291,13 +349,13 @@ func TestRemoteRun(t *testing.T) {
 	for _, n := range nodes {
 		n.onSpawn = func(req job.SpawnRequest) {
 			out := job.RankOutSubject(req.Job, req.Rank)
-			n.publish(out, job.RankOutput{Stream: job.StreamStdout, Seq: 1, Line: []byte(fmt.Sprintf("rank %d on %s bind=%s", req.Rank, n.name, rankproc.EnvValue(req.Env, job.EnvBind)))})
-			n.publish(out, job.RankOutput{Stream: job.StreamStderr, Seq: 2, Line: []byte("long-"), Partial: true})
-			n.publish(out, job.RankOutput{Stream: job.StreamStderr, Seq: 3, Line: []byte("line")})
+			n.relay(req.Rank, out, job.RankOutput{Stream: job.StreamStdout, Seq: 1, Line: []byte(fmt.Sprintf("rank %d on %s bind=%s", req.Rank, n.name, rankproc.EnvValue(req.Env, job.EnvBind)))})
+			n.relay(req.Rank, out, job.RankOutput{Stream: job.StreamStderr, Seq: 2, Line: []byte("long-"), Partial: true})
+			n.relay(req.Rank, out, job.RankOutput{Stream: job.StreamStderr, Seq: 3, Line: []byte("line")})
 			if err := n.nc.Publish(out, []byte("\xc1garbage")); err != nil {
 				t.Error(err)
 			}
-			n.publish(out, job.RankOutput{Stream: 7, Seq: 4, Line: []byte("bad stream")})
+			n.relay(req.Rank, out, job.RankOutput{Stream: 7, Seq: 4, Line: []byte("bad stream")})
 			sent := uint64(3)
 			if req.Rank == 3 {
 				sent = 5 // as if two messages were lost
@@ -305,7 +363,7 @@ func TestRemoteRun(t *testing.T) {
 			n.mu.Lock()
 			delete(n.ranks, req.Rank)
 			n.mu.Unlock()
-			n.publish(job.RankExitSubject(req.Job, req.Rank), job.RankExit{Sent: sent})
+			n.relay(req.Rank, job.RankExitSubject(req.Job, req.Rank), job.RankExit{Sent: sent})
 		}
 	}
 	r, logs, err := newRemote(t, url, "n1:2,n2:2", 4)
@@ -352,7 +410,7 @@ func TestRemoteSpawnEnvAndRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"HOME=/root", "LD_PRELOAD=/evil.so", "MPIOS_JOB_ID=stale", "MPIOS_JOB_ID=j1", "MPIOS_RANK=0"}
+	env := []string{"HOME=/root", "LD_PRELOAD=/evil.so", "MPIOS_JOB_ID=stale", "MPIOS_JOB_ID=j1", "MPIOS_RANK=0", testSecret}
 	_, err = r.Start(rankproc.Spec{Rank: 0, Path: "/bin/sh", Env: env, Output: func(rankproc.Stream, []byte) {}})
 	var se *nodeclient.SpawnError
 	if !errors.As(err, &se) || se.Refusal != job.RefuseNotAllowed || !strings.Contains(err.Error(), "refuses to run /bin/sh") {
@@ -393,7 +451,7 @@ func TestRemoteNodeGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"MPIOS_JOB_ID=gone"}
+	env := []string{"MPIOS_JOB_ID=gone", testSecret}
 	p0, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
 	if err != nil {
 		t.Fatal(err)
@@ -449,7 +507,7 @@ func TestRemoteSignalDeadNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=sig"}, Output: func(rankproc.Stream, []byte) {}})
+	p, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=sig", testSecret}, Output: func(rankproc.Stream, []byte) {}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mpios/mpios/internal/ctlauth"
-	"github.com/mpios/mpios/internal/job"
 )
 
 // nodeKeys returns the node's key pairs: its signing key from seedFile ("" = a fresh one)
@@ -28,21 +27,9 @@ func nodeKeys(node, seedFile string) (ctlauth.NodeKeys, error) {
 
 // signedCard returns the node's key card signed by its signing key, as NodeInfo carries it.
 func signedCard(keys ctlauth.NodeKeys) ([]byte, error) {
-	card, err := keys.Card()
+	data, err := keys.SignedCard(time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("pcmd: %w", err)
-	}
-	body, err := job.Encode(card)
-	if err != nil {
-		return nil, fmt.Errorf("pcmd: key card: %w", err)
-	}
-	w, err := ctlauth.NewKeyWrapper(keys.Signing, ctlauth.Sender{Role: ctlauth.RoleNode, Node: keys.Node}, 0)
-	if err != nil {
-		return nil, fmt.Errorf("pcmd: %w", err)
-	}
-	data, err := w.Wrap(job.NodeCardSubject(keys.Node), body, time.Now())
-	if err != nil {
-		return nil, fmt.Errorf("pcmd: key card: %w", err)
 	}
 	return data, nil
 }

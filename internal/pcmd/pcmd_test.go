@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/agentdriver"
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/spawner"
@@ -166,11 +167,8 @@ func info(t *testing.T, nc *nats.Conn, node string) job.NodeInfo {
 	if err != nil {
 		t.Fatalf("node %s info: %v", node, err)
 	}
-	var ni job.NodeInfo
-	if err := job.Decode(m.Data, &ni); err != nil {
-		t.Fatal(err)
-	}
-	if err := ni.Validate(); err != nil {
+	ni, err := ctlauth.VerifyNodeInfo(m.Subject, m.Data, ctlauth.AnyKey{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return ni
@@ -475,8 +473,8 @@ func TestShutdownStopsRanksAndDeregisters(t *testing.T) {
 		if err != nil {
 			t.Fatal("no leaving heartbeat")
 		}
-		var ni job.NodeInfo
-		leaving = job.Decode(m.Data, &ni) == nil && ni.Leaving
+		ni, err := ctlauth.VerifyNodeInfo(m.Subject, m.Data, ctlauth.AnyKey{})
+		leaving = err == nil && ni.Leaving
 	}
 	if _, err := nc.Request(job.NodeInfoSubject("n1"), nil, time.Second); !errors.Is(err, nats.ErrNoResponders) {
 		t.Errorf("stopped node still listens: %v", err)

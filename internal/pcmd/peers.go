@@ -79,11 +79,14 @@ func (t *peerTable) view(now time.Time) []job.PeerInfo {
 	return out
 }
 
-// forget drops the peers silent for longer than forgetAfter at now.
-func (t *peerTable) forget(now time.Time) {
+// forget drops the peers silent for longer than forgetAfter at now, and names them.
+func (t *peerTable) forget(now time.Time) []string {
+	var gone []string
 	for name, p := range t.peers {
 		if now.Sub(p.last) > forgetAfter {
 			delete(t.peers, name)
+			gone = append(gone, name)
 		}
 	}
+	return gone
 }

@@ -152,7 +152,9 @@ type server struct {
 	baseEnv []string // the variables of pcmd's environment that the ranks inherit
 	ranks   *spawner.Manager
 	card    []byte              // the signed key card, in every NodeInfo
-	signer  *ctlauth.KeyWrapper // the node's key: signs its control requests (drains, IOS)
+	signer  *ctlauth.KeyWrapper // the node's key: signs its heartbeats, info and control requests
+	pins    *ctlauth.NodePins   // the peers' keys (--known-nodes, or the first each used)
+	beats   *ctlauth.KeyVerifier
 	agent   *agentdriver.Agent  // nil when the IOS agent is disabled
 
 	drained chan struct{} // closed when a drained node runs no rank any more
@@ -161,6 +163,7 @@ type server struct {
 	peers    *peerTable
 	seq      uint64
 	draining bool // a drain was asked for (pcmd drain)
+	forged   map[string]time.Time // when noteForged last logged, per kind
 
 	// watch keeps an outage of the node's own NATS connection from expiring the leases of
 	// launchers it cannot hear.
@@ -217,6 +220,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	if s.signer, err = ctlauth.NewKeyWrapper(keys.Signing, ctlauth.Sender{Role: ctlauth.RoleNode, Node: cfg.Node}, uint64(time.Now().UnixNano())); err != nil {
 		return fmt.Errorf("pcmd: %w", err)
 	}
+	s.pins, s.forged = ctlauth.NewNodePins(cfg.Node, nil), map[string]time.Time{}
+	if s.beats, err = ctlauth.NewKeyVerifier(s.pins, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
+		return fmt.Errorf("pcmd: %w", err)
+	}
 
 	closed := make(chan struct{})
 	var closeOnce sync.Once
@@ -255,7 +262,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	if !cfg.IOS.Disabled {
 		// Before the first heartbeat: a node that hears of us can reach our agent at once.
 		ios := cfg.IOS
-		ios.Key = s.signer
+		ios.Key, ios.Peers = s.signer, s.pins
 		if s.agent, err = agentdriver.Start(ios, cfg.Node, nc, s.log, s.ranks.Ranks, s.alivePeers); err != nil {
 			s.ranks.Shutdown()
 			return err
@@ -347,8 +354,8 @@ func (s *server) checkUnique() error {
 	if err != nil {
 		return nil // no responders (or no answer): the name is free
 	}
-	var other job.NodeInfo
-	if job.Decode(msg.Data, &other) != nil {
+	other, err := ctlauth.VerifyNodeInfo(msg.Subject, msg.Data, ctlauth.AnyKey{})
+	if err != nil {
 		return fmt.Errorf("pcmd: node %s: something already answers on %s: %w",
 			s.cfg.Node, job.NodeInfoSubject(s.cfg.Node), ErrNodeNameInUse)
 	}
@@ -362,7 +369,7 @@ func (s *server) subscribe() error {
 		subj string
 		fn   nats.MsgHandler
 	}{
-		{job.NodeInfoSubject(name), func(m *nats.Msg) { s.respond(m, s.info()) }},
+		{job.NodeInfoSubject(name), func(m *nats.Msg) { s.respondSigned(m, s.info()) }},
 		{job.NodesDiscoverSubject, func(m *nats.Msg) { s.respond(m, s.view()) }},
 		{job.NodesHeartbeatSubject, s.onHeartbeat},
 		{job.NodeDrainSubject(name), s.onDrain},
@@ -392,8 +399,33 @@ func (s *server) respond(m *nats.Msg, v any) {
 	}
 }
 
+// respondSigned answers a request with v signed by the node's key for the requester's
+// inbox (its info: launchers and peers act on what it says).
+func (s *server) respondSigned(m *nats.Msg, v any) {
+	if m.Reply == "" {
+		return
+	}
+	data, err := s.sign(m.Reply, v)
+	if err == nil {
+		err = m.Respond(data)
+	}
+	if err != nil {
+		s.log.Printf("reply on %s: %v", m.Subject, err)
+	}
+}
+
+// sign encodes v signed by the node's key for publication on subject.
+func (s *server) sign(subject string, v any) ([]byte, error) {
+	body, err := job.Encode(v)
+	if err != nil {
+		return nil, err
+	}
+	return s.signer.Wrap(subject, body, time.Now())
+}
+
+// publish publishes v on subject signed by the node's key (its heartbeats).
 func (s *server) publish(subject string, v any) {
-	data, err := job.Encode(v)
+	data, err := s.sign(subject, v)
 	if err == nil {
 		err = s.nc.Publish(subject, data)
 	}
@@ -430,19 +462,29 @@ func (s *server) view() job.NodeView {
 	return v
 }
 
+// onHeartbeat takes a peer's heartbeat signed by the key pinned for its name (the first it
+// used, or its key in --known-nodes): a forged one, saying a node is leaving or has free
+// slots, is dropped.
 func (s *server) onHeartbeat(m *nats.Msg) {
-	var info job.NodeInfo
-	if err := job.Decode(m.Data, &info); err != nil {
-		s.log.Printf("ignoring a malformed heartbeat: %v", job.TrimPrefix(err))
+	msg, err := s.beats.Verify(m.Subject, m.Data, time.Now())
+	if err != nil {
+		s.noteForged("heartbeat", err)
 		return
 	}
-	if err := info.Validate(); err != nil {
-		s.log.Printf("ignoring an invalid heartbeat: %v", job.TrimPrefix(err))
+	info, err := ctlauth.NodeInfoOf(msg)
+	if err != nil {
+		s.noteForged("heartbeat", err)
 		return
+	}
+	if !s.pins.Pin(info.Name, msg.Key) {
+		return // a concurrent first heartbeat with another key won
 	}
 	s.mu.Lock()
 	twin := s.peers.heard(info, time.Now())
 	s.mu.Unlock()
+	if info.Leaving {
+		s.pins.Unpin(info.Name) // its next pcmd may have a new key
+	}
 	if twin {
 		s.log.Printf("warning: another pcmd (pid %d, advertise %s) also uses node name %s", info.PID, info.Advertise, info.Name)
 	}
@@ -475,8 +517,26 @@ func (s *server) beat() {
 
 func (s *server) forgetPeers() {
 	s.mu.Lock()
-	s.peers.forget(time.Now())
+	gone := s.peers.forget(time.Now())
 	s.mu.Unlock()
+	for _, name := range gone {
+		s.pins.Unpin(name)
+	}
+}
+
+// noteForged logs a message of the peer network that failed authentication, at most once a
+// minute per kind: an attacker must not flood the log.
+func (s *server) noteForged(what string, err error) {
+	now := time.Now()
+	s.mu.Lock()
+	last := s.forged[what]
+	if now.Sub(last) >= time.Minute {
+		s.forged[what] = now
+	}
+	s.mu.Unlock()
+	if now.Sub(last) >= time.Minute {
+		s.log.Printf("ignoring a %s that does not verify (more are not logged for a minute): %v", what, err)
+	}
 }
 
 // loadAvg reads the 1, 5 and 15 minute load averages; zeros where /proc/loadavg is missing.

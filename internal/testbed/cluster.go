@@ -24,6 +24,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/testbin"
 )
@@ -351,8 +352,8 @@ func (c *Cluster) startNATS() error {
 }
 
 func (c *Cluster) onHeartbeat(m *nats.Msg) {
-	var info job.NodeInfo
-	if job.Decode(m.Data, &info) != nil || info.Validate() != nil {
+	info, err := ctlauth.VerifyNodeInfo(m.Subject, m.Data, ctlauth.AnyKey{})
+	if err != nil {
 		return
 	}
 	c.mu.Lock()
