@@ -276,7 +276,6 @@ func (n *fakeNode) relay(rank int, subj string, v any) {
 	}
 }
 
-
 // die makes the node vanish as a killed pcmd does: no more answers, no more heartbeats.
 func (n *fakeNode) die() {
 	close(n.stopped)

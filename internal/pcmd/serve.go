@@ -155,14 +155,14 @@ type server struct {
 	signer  *ctlauth.KeyWrapper // the node's key: signs its heartbeats, info and control requests
 	pins    *ctlauth.NodePins   // the peers' keys (--known-nodes, or the first each used)
 	beats   *ctlauth.KeyVerifier
-	agent   *agentdriver.Agent  // nil when the IOS agent is disabled
+	agent   *agentdriver.Agent // nil when the IOS agent is disabled
 
 	drained chan struct{} // closed when a drained node runs no rank any more
 
 	mu       sync.Mutex
 	peers    *peerTable
 	seq      uint64
-	draining bool // a drain was asked for (pcmd drain)
+	draining bool                 // a drain was asked for (pcmd drain)
 	forged   map[string]time.Time // when noteForged last logged, per kind
 
 	// watch keeps an outage of the node's own NATS connection from expiring the leases of
