@@ -96,7 +96,7 @@ func joinJob(env job.Env) (joined, error) {
 		return joined{}, err
 	}
 	host, _ := os.Hostname()
-	hello, err := job.Encode(job.Hello{Rank: env.Rank, Addr: ln.Addr().String(), PID: os.Getpid(), Host: host})
+	hello, err := holder.auth.Encode(job.HelloSubject(env.JobID), job.Hello{Rank: env.Rank, Addr: ln.Addr().String(), PID: os.Getpid(), Host: host}, time.Now())
 	if err != nil {
 		return fail(err)
 	}
@@ -105,7 +105,7 @@ func joinJob(env job.Env) (joined, error) {
 		return fail(fmt.Errorf("rendezvous: no address table from the launcher within %v: %w", env.Timeout, err))
 	}
 	var table job.Table
-	if err := job.Decode(reply.Data, &table); err != nil {
+	if _, err := holder.auth.Decode(reply.Subject, reply.Data, &table, time.Now()); err != nil {
 		return fail(fmt.Errorf("rendezvous: %w", err))
 	}
 	if table.Error != "" {

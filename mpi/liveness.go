@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rewire"
 	"github.com/nats-io/nats.go"
@@ -21,6 +22,7 @@ type liveness struct {
 	done sync.WaitGroup
 	once sync.Once
 	nc   *nats.Conn
+	auth *ctlauth.JobChannel // the beats travel under the job key
 	subj string
 	msg  job.Alive
 }
@@ -39,7 +41,7 @@ func startLiveness(env job.Env, nc *nats.Conn, l *rewire.Launched) *liveness {
 	if every == 0 || nc == nil {
 		return nil
 	}
-	lv := &liveness{quit: make(chan struct{}), nc: nc, subj: job.AliveSubject(env.JobID),
+	lv := &liveness{quit: make(chan struct{}), nc: nc, auth: l.Auth, subj: job.AliveSubject(env.JobID),
 		msg: job.Alive{Rank: env.Rank, PID: os.Getpid()}}
 	lv.done.Add(1)
 	go lv.run(every, l)
@@ -53,7 +55,7 @@ func (lv *liveness) run(every time.Duration, l *rewire.Launched) {
 	for {
 		msg := lv.msg
 		msg.Iteration = l.Iteration()
-		if data, err := job.Encode(msg); err == nil {
+		if data, err := rewire.Seal(lv.auth, lv.subj, msg); err == nil {
 			_ = lv.nc.Publish(lv.subj, data) // a lost beat is made up by the next one
 		}
 		select {
@@ -75,7 +77,7 @@ func (lv *liveness) stop() {
 		lv.done.Wait()
 		msg := lv.msg
 		msg.Done = true
-		if data, err := job.Encode(msg); err == nil && lv.nc.Publish(lv.subj, data) == nil {
+		if data, err := rewire.Seal(lv.auth, lv.subj, msg); err == nil && lv.nc.Publish(lv.subj, data) == nil {
 			_ = lv.nc.FlushTimeout(time.Second)
 		}
 	})

@@ -257,7 +257,7 @@ func joinAtResize(env job.Env, seqText string) (joined, error) {
 	if err != nil {
 		return joined{}, err
 	}
-	table, err := rewire.AskResizeTable(nc, env.JobID, job.ResizeHello{Seq: seq, Rank: env.Rank, OldRank: -1, Addr: ln.Addr().String(), PID: os.Getpid()})
+	table, err := rewire.AskResizeTable(nc, holder.auth, env.JobID, job.ResizeHello{Seq: seq, Rank: env.Rank, OldRank: -1, Addr: ln.Addr().String(), PID: os.Getpid()})
 	if err != nil {
 		return fail(err)
 	}

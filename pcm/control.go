@@ -95,7 +95,7 @@ func (c *control) StartSuccessor(req job.MigrateRequest) (job.MigrateReply, erro
 		return job.MigrateReply{}, fmt.Errorf("no answer from the launcher: %w", err)
 	}
 	var rep job.MigrateReply
-	if err := job.Decode(m.Data, &rep); err != nil {
+	if err := c.decode(m.Subject, m.Data, &rep); err != nil {
 		return rep, err
 	}
 	if rep.Error != "" {

@@ -378,10 +378,20 @@ func (p *Process) SetIterations(total int) {
 // startProfiler publishes this rank's profile on the job's profile subject (best effort:
 // a process that cannot profile still computes).
 func (p *Process) startProfiler() {
-	nc, subj := p.ctl.nc, job.ProfileSubject(p.opts.JobID)
+	nc, auth, subj := p.ctl.nc, p.ctl.auth, job.ProfileSubject(p.opts.JobID)
 	jp, err := profiler.StartJob(p.world, profiler.JobOptions{
-		Publish: func(data []byte) error { return nc.Publish(subj, data) },
-		JobID:   p.opts.JobID, Node: p.opts.Node, Every: p.opts.ProfileEvery, Policy: p.opts.Policy,
+		// Under the job key: the IOS agents act on profiles (a job's policy among them),
+		// so a forged one must not count.
+		Publish: func(data []byte) error {
+			if auth != nil {
+				var err error
+				if data, err = auth.Wrap(subj, data, time.Now()); err != nil {
+					return err
+				}
+			}
+			return nc.Publish(subj, data)
+		},
+		JobID: p.opts.JobID, Node: p.opts.Node, Every: p.opts.ProfileEvery, Policy: p.opts.Policy,
 	})
 	if err != nil {
 		fmt.Fprintf(p.opts.Log, "pcm: rank %d: profiling off: %v\n", p.world.Rank(), err)

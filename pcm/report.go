@@ -43,7 +43,7 @@ func (p *Process) reportUnrestorable(err error) {
 }
 
 func (p *Process) publish(subject string, msg any) {
-	data, err := job.Encode(msg)
+	data, err := p.ctl.encode(subject, msg)
 	if err == nil && p.ctl.nc.Publish(subject, data) == nil {
 		// The report must reach mpirun before a failure that may follow at once.
 		_ = p.ctl.nc.FlushTimeout(time.Second)

@@ -76,7 +76,7 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 	var err error
 	if nr >= 0 {
 		if ln, err = mpi.ListenResize(old); err == nil {
-			table, err = rewire.AskResizeTable(p.launched.Conn, p.launched.Env.JobID, job.ResizeHello{
+			table, err = rewire.AskResizeTable(p.launched.Conn, p.launched.Auth, p.launched.Env.JobID, job.ResizeHello{
 				Seq: rs.Seq, Rank: nr, OldRank: me, Addr: ln.Addr(), PID: os.Getpid(), Iteration: iter})
 			if err == nil && len(table) != rs.NewSize {
 				err = fmt.Errorf("resize: table has %d addresses for %d ranks", len(table), rs.NewSize)
@@ -337,7 +337,7 @@ func identity(n int) []int {
 
 // reportResize tells the launcher how a resize ended.
 func (p *Process) reportResize(r job.ResizeReport) {
-	data, err := job.Encode(r)
+	data, err := rewire.Seal(p.launched.Auth, job.ResizedSubject(p.launched.Env.JobID), r)
 	if err != nil {
 		return
 	}
@@ -361,7 +361,7 @@ func (p *Process) watchResize(seq uint64) *resizeWatch {
 	nc := p.launched.Conn
 	sub, err := nc.Subscribe(job.ResizeGoneSubject(p.launched.Env.JobID), func(m *nats.Msg) {
 		var g job.ResizeGone
-		if job.Decode(m.Data, &g) != nil || g.Seq != seq {
+		if rewire.Unseal(p.launched.Auth, m.Subject, m.Data, &g) != nil || g.Seq != seq {
 			return
 		}
 		w.mu.Lock()
@@ -403,7 +403,7 @@ func (p *Process) announceMalleable() {
 	if p.launched == nil || p.ctl == nil || p.world.Rank() != 0 || p.status == Joined {
 		return
 	}
-	data, err := job.Encode(job.Malleable{Distributed: p.hasDistributed()})
+	data, err := rewire.Seal(p.launched.Auth, job.MalleableSubject(p.launched.Env.JobID), job.Malleable{Distributed: p.hasDistributed()})
 	if err == nil {
 		p.launched.Conn.Publish(job.MalleableSubject(p.launched.Env.JobID), data)
 	}

@@ -59,10 +59,7 @@ func authNode(t *testing.T, url, name, authorized, nodeKey string, args ...strin
 // a job whose nodes list its launcher's key runs to the right result while another client
 // of the same server tries to start, signal and move its ranks and to read its secret.
 func TestSpawnAuthorization(t *testing.T) {
-	if _, err := os.Stat(debianNATS); err != nil {
-		t.Skipf("%s not installed", debianNATS)
-	}
-	url := binaryServer(t)
+	url := attackServer(t)
 	dir := t.TempDir()
 	heat2d := filepath.Join(bin, "heat2d")
 

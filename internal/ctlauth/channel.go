@@ -70,3 +70,9 @@ func (c *JobChannel) Open(subject string, data []byte, now time.Time) ([]byte, S
 	}
 	return m.Body, m.From, nil
 }
+
+// Wrap returns body, already encoded (a JSON profile), authenticated for publication on
+// subject.
+func (c *JobChannel) Wrap(subject string, body []byte, now time.Time) ([]byte, error) {
+	return c.w.Wrap(subject, body, now)
+}

@@ -9,30 +9,32 @@ import (
 
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
-	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/internal/supervisor"
 )
 
-// jobKeySubject says whether messages on subject travel under the job key (ctlauth
-// envelopes): the events and the reconfiguration log mpirun sends the ranks, and the ranks'
-// aborts, lost-peer reports and migration requests and reports. The job's other subjects are not authenticated yet (see
-// docs/security.md).
+// jobKeySubject says whether messages mpirun publishes on subject travel under the job key
+// (ctlauth envelopes): the events, the reconfiguration log and the reports of a successor's
+// or a resize joiner's end. Everything the ranks send mpirun travels under it too (open).
 func jobKeySubject(jobID, subject string) bool {
 	switch subject {
 	case job.EventSubject(jobID), job.AbortSubject(jobID), job.LostSubject(jobID),
-		job.ReconfSubject(jobID), job.SuccessorGoneSubject(jobID), job.MigrateSubject(jobID), job.MigratedSubject(jobID):
+		job.ReconfSubject(jobID), job.SuccessorGoneSubject(jobID), job.MigrateSubject(jobID), job.MigratedSubject(jobID),
+		job.ResizeGoneSubject(jobID):
 		return true
 	}
 	return false
 }
 
-// encodeReply encodes a reply to a request: the reconfiguration log goes under the job key
-// (a rank acts on its entries), other replies in clear.
+// encodeReply encodes a reply to a request: to the ranks (the rendezvous and resize
+// tables, the reconfiguration log, the successor's start) under the job key, bound to the
+// requester's inbox; to tools and nodes (control replies, job info), which hold no key, in
+// clear.
 func (r *runner) encodeReply(inbox string, v any) ([]byte, error) {
-	if _, ok := v.(reconf.Log); ok {
-		return r.auth.Encode(inbox, v, time.Now())
+	switch v.(type) {
+	case job.ControlReply, job.JobInfo:
+		return job.Encode(v)
 	}
-	return job.Encode(v)
+	return r.auth.Encode(inbox, v, time.Now())
 }
 
 // encode encodes v for publication on subject, under the job key where that subject needs it.

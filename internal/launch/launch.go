@@ -171,7 +171,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer r.nc.Close()
 	if cfg.ProfileOut != "" {
-		pw, err := profilewriter.Start(r.nc, job.ProfileSubject(cfg.JobID), cfg.ProfileOut, r.stderr.logf)
+		pw, err := profilewriter.Start(r.nc, job.ProfileSubject(cfg.JobID), cfg.ProfileOut, func(subject string, data []byte) ([]byte, error) {
+			body, _, err := r.auth.Open(subject, data, time.Now())
+			return body, err
+		}, r.stderr.logf)
 		if err != nil {
 			return fmt.Errorf("launch: --profile-out: %w", err)
 		}
@@ -472,7 +475,9 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 	id := r.cfg.JobID
 	switch m.Subject {
 	case job.HelloSubject(id):
-		return supervisor.Hello{Reply: m.Reply, Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Hello{Reply: m.Reply, Data: body}
+		}
 	case job.AbortSubject(id):
 		if body, ok := r.open(m); ok {
 			return supervisor.Abort{Data: body}
@@ -501,17 +506,29 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 	case job.JobInfoSubject(id):
 		return supervisor.InfoRequest{Reply: m.Reply}
 	case job.ResizeSubject(id):
-		return supervisor.ResizeHello{Reply: m.Reply, Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.ResizeHello{Reply: m.Reply, Data: body}
+		}
 	case job.ResizedSubject(id):
-		return supervisor.ResizeReport{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.ResizeReport{Data: body}
+		}
 	case job.MalleableSubject(id):
-		return supervisor.Malleable{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Malleable{Data: body}
+		}
 	case job.AliveSubject(id):
-		return supervisor.Alive{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Alive{Data: body}
+		}
 	case job.CommittedSubject(id):
-		return supervisor.Committed{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Committed{Data: body}
+		}
 	case job.RestoredSubject(id):
-		return supervisor.Restored{Data: m.Data}
+		if body, ok := r.open(m); ok {
+			return supervisor.Restored{Data: body}
+		}
 	}
 	return supervisor.Tick{} // not subscribed: nothing happened
 }

@@ -402,6 +402,7 @@ func TestBadHellosAreIgnored(t *testing.T) {
 	if res.err != nil {
 		t.Fatalf("Run: %v", res.err)
 	}
+	wantLine(t, res.stderr, `mpirun: ignoring a message on mpios.job.\S+.hello: ctlauth: malformed envelope.*`)
 	wantLine(t, res.stderr, `mpirun: ignoring malformed hello: decode \*job.Hello: .*`)
 	wantLine(t, res.stderr, `mpirun: ignoring invalid hello: hello from rank 7: outside \[0,2\)`)
 	wantLine(t, res.stderr, `mpirun: ignoring duplicate hello for rank 0 from pid \d+ .*`)

@@ -59,7 +59,7 @@ func (n *fakeNode) waitBeats(k uint64) {
 // startRank starts rank 0 of a job on r's first placed node.
 func startRank(t *testing.T, r *nodeclient.Remote, jobID string) rankproc.Process {
 	t.Helper()
-	p, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=" + jobID}, Output: func(rankproc.Stream, []byte) {}})
+	p, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=" + jobID, testSecret}, Output: func(rankproc.Stream, []byte) {}})
 	if err != nil {
 		t.Fatal(err)
 	}

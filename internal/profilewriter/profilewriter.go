@@ -23,20 +23,24 @@ type Writer struct {
 	f    *os.File
 	sub  *nats.Subscription
 	logf func(format string, args ...any)
+	open func(subject string, data []byte) ([]byte, error)
 
-	mu  sync.Mutex
-	w   *bufio.Writer
-	bad int
+	mu     sync.Mutex
+	w      *bufio.Writer
+	bad    int
+	forged int
 }
 
 // Start creates the file at path (truncating it) and records the profiles published on
-// subject. logf receives the writer's complaints (malformed messages, write errors).
-func Start(nc *nats.Conn, subject, path string, logf func(format string, args ...any)) (*Writer, error) {
+// subject, each after open (nil: none) verified it and returned its body: the job's
+// profiles travel under its key, and a forged one must not reach the file. logf receives the
+// writer's complaints (malformed or forged messages, write errors).
+func Start(nc *nats.Conn, subject, path string, open func(subject string, data []byte) ([]byte, error), logf func(format string, args ...any)) (*Writer, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("profilewriter: %w", err)
 	}
-	pw := &Writer{path: path, f: f, w: bufio.NewWriter(f), logf: logf}
+	pw := &Writer{path: path, f: f, w: bufio.NewWriter(f), logf: logf, open: open}
 	pw.sub, err = nc.Subscribe(subject, pw.take)
 	if err != nil {
 		f.Close()
@@ -49,13 +53,23 @@ func Start(nc *nats.Conn, subject, path string, logf func(format string, args ..
 func (pw *Writer) take(m *nats.Msg) {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	if !json.Valid(m.Data) || bytes.ContainsAny(m.Data, "\n") {
+	data := m.Data
+	if pw.open != nil {
+		var err error
+		if data, err = pw.open(m.Subject, m.Data); err != nil {
+			if pw.forged++; pw.forged == 1 {
+				pw.logf("ignoring a profile message that does not verify: %v", err)
+			}
+			return
+		}
+	}
+	if !json.Valid(data) || bytes.ContainsAny(data, "\n") {
 		if pw.bad++; pw.bad == 1 {
 			pw.logf("ignoring a malformed profile message")
 		}
 		return
 	}
-	pw.w.Write(m.Data) // a write error stays in the bufio.Writer and is reported by Stop
+	pw.w.Write(data) // a write error stays in the bufio.Writer and is reported by Stop
 	pw.w.WriteByte('\n')
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/nats-io/nats.go"
 )
@@ -14,9 +15,10 @@ import (
 const ResizeWait = 2 * time.Minute
 
 // AskResizeTable says hello to the launcher of job jobID as a member of a resize's new world
-// and returns the new world's address table, or why the launcher gave the resize up.
-func AskResizeTable(nc *nats.Conn, jobID string, h job.ResizeHello) ([]string, error) {
-	data, err := job.Encode(h)
+// and returns the new world's address table, or why the launcher gave the resize up. Both
+// travel under auth's job key (nil: in clear, see Seal).
+func AskResizeTable(nc *nats.Conn, auth *ctlauth.JobChannel, jobID string, h job.ResizeHello) ([]string, error) {
+	data, err := Seal(auth, job.ResizeSubject(jobID), h)
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +30,7 @@ func AskResizeTable(nc *nats.Conn, jobID string, h job.ResizeHello) ([]string, e
 		return nil, fmt.Errorf("resize: no address table from the launcher: %w", err)
 	}
 	var t job.Table
-	if err := job.Decode(m.Data, &t); err != nil {
+	if err := Unseal(auth, m.Subject, m.Data, &t); err != nil {
 		return nil, fmt.Errorf("resize: %w", err)
 	}
 	if t.Error != "" {

@@ -133,3 +133,22 @@ type Spec struct {
 
 // String encodes s as "host:port/token-hex".
 func (s Spec) String() string { return fmt.Sprintf("%s/%x", s.Addr, s.Token) }
+
+// Seal encodes v for publication on subject under auth's job key, or in clear when auth is
+// nil (a world mpi did not launch, whose launcher holds no key).
+func Seal(auth *ctlauth.JobChannel, subject string, v any) ([]byte, error) {
+	if auth == nil {
+		return job.Encode(v)
+	}
+	return auth.Encode(subject, v, time.Now())
+}
+
+// Unseal verifies data received on subject under auth's job key (when auth is not nil) and
+// decodes it into v: a forged or replayed message of the launcher must not be acted on.
+func Unseal(auth *ctlauth.JobChannel, subject string, data []byte, v any) error {
+	if auth == nil {
+		return job.Decode(data, v)
+	}
+	_, err := auth.Decode(subject, data, v, time.Now())
+	return err
+}

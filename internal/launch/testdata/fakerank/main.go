@@ -137,25 +137,45 @@ func rendezvous(env job.Env) *nats.Conn {
 	if err != nil {
 		fatalf("listen: %v", err)
 	}
-	auth, err := natsconn.FromEnviron(nil).AuthOptions() // as a real rank (mpi.Init)
+	natsAuth, err := natsconn.FromEnviron(nil).AuthOptions() // as a real rank (mpi.Init)
 	if err != nil {
 		fatalf("nats: %v", err)
 	}
-	nc, err := nats.Connect(env.NATSURL, append(auth, nats.Name(fmt.Sprintf("fakerank %d", r)))...)
+	nc, err := nats.Connect(env.NATSURL, append(natsAuth, nats.Name(fmt.Sprintf("fakerank %d", r)))...)
 	if err != nil {
 		fatalf("nats: %v", err)
 	}
 	host, _ := os.Hostname()
 	hello := job.Hello{Rank: r, Addr: ln.Addr().String(), PID: os.Getpid(), Host: host}
 	subj := job.HelloSubject(env.JobID)
+	// As mpi.Init: hellos and tables travel under the job key.
+	auth, err := ctlauth.NewJobChannel(env.JobID, env.Secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: r}, time.Now())
+	if err != nil {
+		fatalf("job key: %v", err)
+	}
+	sealed := func(v any) []byte {
+		data, err := auth.Encode(subj, v, time.Now())
+		if err != nil {
+			fatalf("encode: %v", err)
+		}
+		return data
+	}
 	if *garbage && r == 0 {
-		for _, data := range [][]byte{[]byte("\xc1garbage"), mustEncode(job.Hello{Rank: env.Size + 5, Addr: "x:1"})} {
+		// Not under the job key: mpirun drops it without an answer.
+		if err := nc.Publish(subj, mustEncode(job.Hello{Rank: r, Addr: "forged:1"})); err != nil {
+			fatalf("garbage: %v", err)
+		}
+		malformed, err := auth.Wrap(subj, []byte("\xc1garbage"), time.Now())
+		if err != nil {
+			fatalf("encode: %v", err)
+		}
+		for _, data := range [][]byte{malformed, sealed(job.Hello{Rank: env.Size + 5, Addr: "x:1"})} {
 			m, err := nc.Request(subj, data, 5*time.Second)
 			if err != nil {
 				fatalf("garbage request: %v", err)
 			}
 			var t job.Table
-			_ = job.Decode(m.Data, &t)
+			_, _ = auth.Decode(m.Subject, m.Data, &t, time.Now())
 			fmt.Printf("rank %d garbage reply %q\n", r, t.Error)
 		}
 	}
@@ -164,13 +184,13 @@ func rendezvous(env job.Env) *nats.Conn {
 	if err != nil {
 		fatalf("subscribe: %v", err)
 	}
-	if err := nc.PublishRequest(subj, inbox, mustEncode(hello)); err != nil {
+	if err := nc.PublishRequest(subj, inbox, sealed(hello)); err != nil {
 		fatalf("hello: %v", err)
 	}
 	if *dup && r == 0 {
 		fake := hello
 		fake.PID += 1000000
-		if err := nc.PublishRequest(subj, inbox, mustEncode(fake)); err != nil {
+		if err := nc.PublishRequest(subj, inbox, sealed(fake)); err != nil {
 			fatalf("dup hello: %v", err)
 		}
 	}
@@ -180,7 +200,7 @@ func rendezvous(env job.Env) *nats.Conn {
 			fatalf("rendezvous: %v", err)
 		}
 		var t job.Table
-		if err := job.Decode(m.Data, &t); err != nil {
+		if _, err := auth.Decode(m.Subject, m.Data, &t, time.Now()); err != nil {
 			fatalf("table: %v", err)
 		}
 		if t.Error != "" {
