@@ -79,6 +79,11 @@ type Config struct {
 	// by the key of the node it claims to come from. Nil: the agent pins the first key
 	// each node signs with.
 	Peers *ctlauth.NodePins
+	// Jobs are the keys of the jobs whose ranks the node started (pcmd's keyring): a rank's
+	// profile counts only under its job's key, so a forged one cannot put a job under
+	// another policy than its own (--policy none) or fake a slow rank. Nil: profiles are
+	// taken as published (an agent tested alone).
+	Jobs *ctlauth.JobKeyring
 	// Protocol sets the protocol's timers (StealTimeout, BackoffMin/Max, HeartbeatInterval,
 	// PeerTimeout, PendingTimeout); its other fields are taken from the fields above.
 	Protocol iosbridge.Config
@@ -419,8 +424,24 @@ func (a *Agent) onProfile(m *nats.Msg) {
 		return
 	}
 	jobID := tok[2]
+	data := m.Data
+	if a.cfg.Jobs != nil {
+		body, from, err := a.cfg.Jobs.Open(jobID, m.Subject, m.Data, time.Now())
+		if errors.Is(err, ctlauth.ErrUnknownJob) {
+			return // not a job of this node's
+		}
+		if err == nil && from.Role != ctlauth.RoleRank {
+			err = fmt.Errorf("sent by %s, not by a rank", from)
+		}
+		if err != nil {
+			a.badProfiles.Add(1)
+			a.warn("profile", "dropping a profile on %s that does not verify: %v", m.Subject, err)
+			return
+		}
+		data = body
+	}
 	var p profiler.RankProfile
-	if err := json.Unmarshal(m.Data, &p); err != nil {
+	if err := json.Unmarshal(data, &p); err != nil {
 		a.badProfiles.Add(1)
 		a.warn("profile", "dropping a malformed profile on %s: %v", m.Subject, err)
 		return
@@ -458,7 +479,7 @@ func (a *Agent) onProfile(m *nats.Msg) {
 		return
 	}
 	a.pmu.Lock()
-	a.profiles[rankKey{p.Job, p.Rank}] = &profEntry{raw: slices.Clone(m.Data), prof: p, recv: a.cfg.Clock()}
+	a.profiles[rankKey{p.Job, p.Rank}] = &profEntry{raw: slices.Clone(data), prof: p, recv: a.cfg.Clock()}
 	a.pmu.Unlock()
 }
 

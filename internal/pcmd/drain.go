@@ -136,7 +136,7 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			crep, err := nodestatus.Control(s.nc, m.Job, creq, timeout)
+			crep, err := nodestatus.Control(s.nc, m.Job, creq, s.signer, timeout)
 			switch {
 			case err != nil:
 				m.Answer = strings.TrimPrefix(err.Error(), "pcmd: ")

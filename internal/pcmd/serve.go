@@ -262,7 +262,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	if !cfg.IOS.Disabled {
 		// Before the first heartbeat: a node that hears of us can reach our agent at once.
 		ios := cfg.IOS
-		ios.Key, ios.Peers = s.signer, s.pins
+		ios.Key, ios.Peers, ios.Jobs = s.signer, s.pins, jobKeys
 		if s.agent, err = agentdriver.Start(ios, cfg.Node, nc, s.log, s.ranks.Ranks, s.alivePeers); err != nil {
 			s.ranks.Shutdown()
 			return err
