@@ -114,3 +114,52 @@ func TestMachineRefusesANodesRequestForAnotherNodesRank(t *testing.T) {
 		t.Errorf("a node's request for its own rank was not taken: %v", acts)
 	}
 }
+
+// FuzzAuthorizeControl feeds the decision every request a sender could encode: it never
+// panics, the owner is always allowed, and a node is never allowed a checkpoint, a job it
+// runs no rank of, or a move of a rank that runs elsewhere unless it is the manager.
+func FuzzAuthorizeControl(f *testing.F) {
+	for _, c := range []job.ControlRequest{
+		{Kind: job.ControlMigrate, Rank: 2, To: "n1"},
+		{Kind: job.ControlMigrate, Rank: 0, Ranks: []int{0, 3}, To: "n2", Drain: true},
+		{Kind: job.ControlResize, NP: 2, On: []job.NodeSlots{{Node: "n2"}}},
+		{Kind: job.ControlCheckpoint},
+	} {
+		data, err := job.Encode(c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, "n2", false)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, node string, none bool) {
+		var c job.ControlRequest
+		if job.Decode(data, &c) != nil || c.Validate() != nil {
+			return
+		}
+		v := ControlView{RankNodes: authzView.RankNodes, PolicyNone: none}
+		if err := AuthorizeControl(Requester{Owner: true}, c, v); err != nil {
+			t.Fatalf("the owner was refused %+v: %v", c, err)
+		}
+		err := AuthorizeControl(Requester{Node: node}, c, v)
+		if err == nil {
+			switch {
+			case c.Kind == job.ControlCheckpoint:
+				t.Fatalf("node %q allowed a checkpoint", node)
+			case node != "n1" && node != "n2":
+				t.Fatalf("node %q, running no rank, allowed %+v", node, c)
+			case c.Kind == job.ControlMigrate && (node != "n1" || none):
+				ranks := c.Ranks
+				if len(ranks) == 0 {
+					ranks = []int{c.Rank}
+				}
+				for _, r := range ranks {
+					if r < 0 || r >= len(v.RankNodes) || v.RankNodes[r] != node {
+						t.Fatalf("node %q allowed to move rank %d: %+v", node, r, c)
+					}
+				}
+			}
+		} else if !errors.Is(err, ErrNotAuthorized) {
+			t.Fatalf("refusal %v does not wrap ErrNotAuthorized", err)
+		}
+	})
+}
