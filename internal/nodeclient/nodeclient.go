@@ -190,7 +190,9 @@ type Remote struct {
 	jobs  map[string]bool // job ids to send keepalives for
 	auth  map[string]*jobAuth
 	beats *ctlauth.KeyVerifier // the nodes' heartbeats
-	quit  chan struct{}
+	// placed: the hosts were asked and the ranks placed; heartbeats count from then on.
+	placed bool
+	quit   chan struct{}
 	// events: nodes gone and joined, in order (see Events)
 	events  chan NodeEvent
 	started time.Time // heartbeats of unknown nodes begun later are of pcmds started after the job
@@ -321,6 +323,9 @@ func (r *Remote) setup() error {
 	for i, n := range names {
 		r.slots[n] += caps[i]
 	}
+	r.mu.Lock()
+	r.placed = true
+	r.mu.Unlock()
 	return nil
 }
 
@@ -610,12 +615,18 @@ func (r *Remote) onHeartbeat(m *nats.Msg) {
 	if err != nil {
 		return // a forgery or a replay: a forged "leaving" must not end ranks
 	}
-	info, err := ctlauth.NodeInfoOf(msg)
+	pinned, _ := r.NodeSigningKey(msg.From.Node)
+	info, err := ctlauth.PinnedNodeInfo(msg, pinned)
 	if err != nil {
 		return
 	}
 	r.mu.Lock()
 	node := r.nodes[info.Name]
+	if !r.placed {
+		// Placement is still asking the hosts: a host's heartbeat is not a join.
+		r.mu.Unlock()
+		return
+	}
 	if node == nil || node.gone != nil {
 		r.mu.Unlock()
 		r.maybeJoin(info, node)

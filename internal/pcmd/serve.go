@@ -471,7 +471,8 @@ func (s *server) onHeartbeat(m *nats.Msg) {
 		s.noteForged("heartbeat", err)
 		return
 	}
-	info, err := ctlauth.NodeInfoOf(msg)
+	pinned, _ := s.pins.Key(msg.From.Node)
+	info, err := ctlauth.PinnedNodeInfo(msg, pinned)
 	if err != nil {
 		s.noteForged("heartbeat", err)
 		return
