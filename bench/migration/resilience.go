@@ -108,7 +108,7 @@ func (b *bench) drainTrial(rep int) (drainTrial, string, error) {
 	}
 	time.Sleep(b.settle)
 	t0 := time.Now()
-	rep0, err := nodestatus.Drain(c.nc, "n1", job.DrainRequest{Reason: "bench/migration"}, 5*time.Minute)
+	rep0, err := nodestatus.Drain(c.nc, "n1", job.DrainRequest{Reason: "bench/migration"}, nil, 5*time.Minute)
 	if err != nil || rep0.Error != "" {
 		return failed("drain n1: %v %s", err, rep0.Error)
 	}

@@ -208,6 +208,14 @@ func TestControlPlaneAuthorization(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(job.NodesHeartbeatSubject, must(w.Wrap(job.NodesHeartbeatSubject, must(job.Encode(leaving)), time.Now())))
+	// ... drains of n1, unsigned and signed by the attacker's key as n1 (only n1's own key,
+	// its operator's, may drain it) ...
+	for name, sign := range map[string]ctlauth.Wrapper{"unsigned": nil, "signed by the attacker as n1": w} {
+		rep, err := nodestatus.Drain(spy, "n1", job.DrainRequest{Reason: "attack"}, sign, 10*time.Second)
+		if err != nil || rep.Error == "" || len(rep.Moves) > 0 {
+			t.Errorf("%s drain of n1: %+v, %v; want a refusal", name, rep, err)
+		}
+	}
 	// ... a signal to rank 0, rank 1's exit status, an abort and an event ending the job ...
 	publish(job.NodeSignalSubject("n1"), must(job.Encode(job.SignalRequest{Job: "victim", Rank: 0, Signal: 9})))
 	publish(job.RankExitSubject("victim", 1), must(job.Encode(job.RankExit{Code: 3, Reason: "forged"})))

@@ -19,9 +19,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/urfave/cli/v2"
 
 	"github.com/mpios/mpios/internal/agentdriver"
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/natsconn"
@@ -502,17 +504,21 @@ func drainCommand(stderr, stdout io.Writer, onUsage cli.OnUsageErrorFunc) *cli.C
 	return &cli.Command{
 		Name:      "drain",
 		Usage:     "make a node leave gracefully",
-		UsageText: "pcmd drain [--node NAME] [--reason TEXT] [--nats URL] [--timeout DURATION]",
+		UsageText: "pcmd drain [--node NAME] [--node-key FILE] [--reason TEXT] [--nats URL] [--timeout DURATION]",
 		Description: `Asks the pcmd of node NAME (default: this host's short name) to leave
 (mpios.node.NAME.drain): it places each of its ranks on a free slot of an alive peer,
 each job on as few nodes as possible, and asks the jobs to migrate them there
 (mpios.job.JOB.ctl, as "pcmd migrate"). From then on it takes no new ranks, and it
 exits once it runs none. If some rank finds no free slot the drain is refused, the
 node says which ranks and goes on as before. Prints each move and the job's answer.
-Exit status 0 if every job accepted, 1 otherwise.`,
+The request is signed with the node's own key (--node-key: the seed file given to
+"pcmd serve --node-key" on that node), as a drain is its operator's decision; only a
+node started with --insecure-open takes an unsigned one. Stopping pcmd with SIGTERM
+drains it too, without a key. Exit status 0 if every job accepted, 1 otherwise.`,
 		OnUsageError: onUsage,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "the node `NAME` to drain"},
+			&cli.StringFlag{Name: "node-key", Usage: "the node's NKey server seed `FILE` (as given to pcmd serve --node-key) to sign the request with"},
 			&cli.StringFlag{Name: "reason", Usage: "why, for the logs of the node and the jobs (default: \"by USER\")"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "wait `DURATION` for the node's reply (it waits for the jobs' answers)"},
 		}, natsFlags(false)...),
@@ -536,7 +542,17 @@ Exit status 0 if every job accepted, 1 otherwise.`,
 				return err
 			}
 			defer nc.Close()
-			rep, err := nodestatus.Drain(nc, node, req, c.Duration("timeout"))
+			var sign ctlauth.Wrapper
+			if path := c.String("node-key"); path != "" {
+				kp, err := ctlauth.LoadSeed(path, nkeys.PrefixByteServer)
+				if err != nil {
+					return fmt.Errorf("pcmd: --node-key: %w", err)
+				}
+				if sign, err = ctlauth.NewKeyWrapper(kp, ctlauth.Sender{Role: ctlauth.RoleNode, Node: node}, uint64(time.Now().UnixNano())); err != nil {
+					return fmt.Errorf("pcmd: %w", err)
+				}
+			}
+			rep, err := nodestatus.Drain(nc, node, req, sign, c.Duration("timeout"))
 			if err != nil {
 				return err
 			}

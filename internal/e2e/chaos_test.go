@@ -102,7 +102,7 @@ func TestChaosKillDrainJoinNATSRestartAndHangKeepTheResult(t *testing.T) {
 	j.waitLog(`node n4 joined \(8 free slots\)`, 1, 30*time.Second)
 
 	// 3. A node leaves gracefully.
-	rep, err := nodestatus.Drain(c.nc, "n2", job.DrainRequest{Reason: "chaos test"}, 60*time.Second)
+	rep, err := nodestatus.Drain(c.nc, "n2", job.DrainRequest{Reason: "chaos test"}, nil, 60*time.Second)
 	if err != nil || rep.Error != "" {
 		t.Fatalf("drain n2: %v %s\n%s", err, rep.Error, j.stderr.String())
 	}

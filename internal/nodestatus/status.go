@@ -540,8 +540,9 @@ func askRaw(nc *nats.Conn, subj string, data []byte, rep any, timeout time.Durat
 }
 
 // Drain asks the pcmd of node to leave gracefully (job.NodeDrainSubject) and waits up to
-// timeout for its reply, which it sends once the jobs of its ranks answered.
-func Drain(nc *nats.Conn, node string, req job.DrainRequest, timeout time.Duration) (job.DrainReply, error) {
+// timeout for its reply, which it sends once the jobs of its ranks answered. sign (the
+// node's own key; nil: unsigned, which only --insecure-open nodes take) authenticates it.
+func Drain(nc *nats.Conn, node string, req job.DrainRequest, sign ctlauth.Wrapper, timeout time.Duration) (job.DrainReply, error) {
 	var rep job.DrainReply
 	if err := job.ValidateNode(node); err != nil {
 		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
@@ -550,7 +551,14 @@ func Drain(nc *nats.Conn, node string, req job.DrainRequest, timeout time.Durati
 		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
 	}
 	subj := job.NodeDrainSubject(node)
-	err := ask(nc, subj, req, &rep, timeout, "node "+node, func() error {
+	data, err := job.Encode(req)
+	if err == nil && sign != nil {
+		data, err = sign.Wrap(subj, data, time.Now())
+	}
+	if err != nil {
+		return rep, fmt.Errorf("pcmd: %w", err)
+	}
+	err = askRaw(nc, subj, data, &rep, timeout, "node "+node, func() error {
 		return fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj)
 	})
 	if err == nil {

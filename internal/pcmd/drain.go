@@ -1,6 +1,7 @@
 package pcmd
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/agentdriver"
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
 )
@@ -222,7 +224,7 @@ func (s *server) onDrain(m *nats.Msg) {
 		return
 	}
 	var req job.DrainRequest
-	err := job.Decode(m.Data, &req)
+	err := s.openDrain(m, &req)
 	if err == nil {
 		err = req.Validate()
 	}
@@ -266,4 +268,33 @@ func (s *server) leave() {
 		}
 	}
 	s.checkDrained() // a node without ranks leaves at once
+}
+
+// ownKey trusts only the node's own signing key, as the node itself: a drain moves every
+// job's ranks off the node, which is its operator's decision alone (pcmd drain --node-key
+// with the seed of pcmd serve --node-key).
+type ownKey struct{ node, key string }
+
+// Trust implements ctlauth.KeySet.
+func (o ownKey) Trust(publicKey string, s ctlauth.Sender) error {
+	if publicKey != o.key || s.Role != ctlauth.RoleNode || s.Node != o.node {
+		return fmt.Errorf("not node %s's own key", o.node)
+	}
+	return nil
+}
+
+// openDrain authenticates a drain request into req: signed by the node's own key, or, on a
+// node started with --insecure-open, in clear.
+func (s *server) openDrain(m *nats.Msg, req *job.DrainRequest) error {
+	if _, err := ctlauth.DecodeEnvelope(m.Data); err != nil {
+		if !s.cfg.InsecureOpen {
+			return errors.New("takes drain requests only signed by its own key (pcmd drain --node-key, the seed of pcmd serve --node-key)")
+		}
+		return job.Decode(m.Data, req)
+	}
+	msg, err := s.drains.Verify(m.Subject, m.Data, time.Now())
+	if err != nil {
+		return err
+	}
+	return job.Decode(msg.Body, req)
 }

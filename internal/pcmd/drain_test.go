@@ -101,7 +101,7 @@ func TestADrainShrinksAMalleableJobWhenNoPeerHasRoom(t *testing.T) {
 
 func drain(t *testing.T, nc *nats.Conn, node string) job.DrainReply {
 	t.Helper()
-	rep, err := nodestatus.Drain(nc, node, job.DrainRequest{Reason: "maintenance"}, 15*time.Second)
+	rep, err := nodestatus.Drain(nc, node, job.DrainRequest{Reason: "maintenance"}, nil, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,7 +155,8 @@ type server struct {
 	signer  *ctlauth.KeyWrapper // the node's key: signs its heartbeats, info and control requests
 	pins    *ctlauth.NodePins   // the peers' keys (--known-nodes, or the first each used)
 	beats   *ctlauth.KeyVerifier
-	agent   *agentdriver.Agent // nil when the IOS agent is disabled
+	drains  *ctlauth.KeyVerifier // drain requests: the node's own key only
+	agent   *agentdriver.Agent   // nil when the IOS agent is disabled
 
 	drained chan struct{} // closed when a drained node runs no rank any more
 
@@ -221,6 +222,9 @@ func Serve(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("pcmd: %w", err)
 	}
 	s.pins, s.forged = ctlauth.NewNodePins(cfg.Node, nil), map[string]time.Time{}
+	if s.drains, err = ctlauth.NewKeyVerifier(ownKey{node: cfg.Node, key: s.signer.PublicKey()}, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
+		return fmt.Errorf("pcmd: %w", err)
+	}
 	if s.beats, err = ctlauth.NewKeyVerifier(s.pins, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
 		return fmt.Errorf("pcmd: %w", err)
 	}
