@@ -428,7 +428,13 @@ func (a *Agent) onProfile(m *nats.Msg) {
 	if a.cfg.Jobs != nil {
 		body, from, err := a.cfg.Jobs.Open(jobID, m.Subject, m.Data, time.Now())
 		if errors.Is(err, ctlauth.ErrUnknownJob) {
-			return // not a job of this node's
+			// A job the node holds no key of: one it runs ranks of was started without a
+			// secret (an --insecure-open node), and its profiles come in clear; any other
+			// is not this node's to judge.
+			if _, envErr := ctlauth.DecodeEnvelope(m.Data); envErr == nil || !a.runsJob(jobID) {
+				return
+			}
+			body, from, err = m.Data, ctlauth.Sender{Role: ctlauth.RoleRank}, nil
 		}
 		if err == nil && from.Role != ctlauth.RoleRank {
 			err = fmt.Errorf("sent by %s, not by a rank", from)
@@ -876,4 +882,9 @@ func (a *Agent) state() job.IOSState {
 	}
 	a.pmu.Unlock()
 	return st
+}
+
+// runsJob says whether the node runs a rank of job jobID.
+func (a *Agent) runsJob(jobID string) bool {
+	return slices.ContainsFunc(a.ranks(), func(r job.RankInfo) bool { return r.Job == jobID })
 }

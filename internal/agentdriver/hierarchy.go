@@ -116,7 +116,7 @@ func (a *Agent) planHierarchy(now time.Time) {
 				Reason: truncate(fmt.Sprintf("ios hierarchical: manager %s: %s", a.node, d.Reason), maxReasonBytes)}
 			a.log.Printf("IOS agent: hierarchical manager asks job %s to move ranks %v to %s (%s)", jobID, req.Ranks, to, d.Reason)
 			go func(jobID string, req job.ControlRequest) {
-				rep, err := nodestatus.Control(a.nc, jobID, req, a.cfg.ControlTimeout)
+				rep, err := nodestatus.Control(a.nc, jobID, req, a.cfg.Key, a.cfg.ControlTimeout)
 				select {
 				case a.hierResults <- hierResult{job: jobID, req: req, rep: rep, err: err}:
 				case <-a.quit:
