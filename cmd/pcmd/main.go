@@ -259,7 +259,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
 					&cli.StringFlag{Name: "policy", Value: iosbridge.DefaultPolicy, Usage: "IOS decision `POLICY` for this node's ranks: " + policyHelp + "; a job's own (mpirun --policy) overrides it"},
 					&cli.StringFlag{Name: "cluster", Usage: "this node's cluster `NAME`: with --policy crs its steals stay inside the cluster, but for one asynchronous wide-area steal at a time"},
-					&cli.BoolFlag{Name: "hierarchical", Usage: "also run Desell's hierarchical policy: when the iteration times of a job's nodes diverge or a peer is idle, the elected manager node asks the job to move ranks to each node's share of the processing power"},
+					&cli.BoolFlag{Name: "hierarchical", Usage: "also run Desell's hierarchical policy: when the iteration times of a job's nodes diverge or a peer is idle, the elected manager node grows a malleable job onto a joined node's free slots, rebalances its data by weights, or moves ranks to each node's share of the processing power (docs/pcmd.md)"},
 					&cli.DurationFlag{Name: "ios-period", Value: agentdriver.DefaultPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
 					&cli.Float64Flag{Name: "steal-threshold", Value: 0.25, Usage: "send steal requests while at least this `FRACTION` (0 to 1) of the node's CPUs is idle"},
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},

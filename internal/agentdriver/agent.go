@@ -64,6 +64,10 @@ type Config struct {
 	// ranks here: when their nodes' iteration times diverge, or a peer is idle, the elected
 	// manager asks the job to move ranks to the nodes' shares (pcmd serve --hierarchical).
 	Hierarchical bool
+	// FreeSlots gives the free slots of this node and its peers (pcmd's heartbeats): the
+	// hierarchical manager grows a malleable job onto a joined node by that many ranks. nil
+	// counts none, so jobs are never grown.
+	FreeSlots func() map[string]int
 	// QuotaOnly measures the node's spare CPU from its cgroup quota and usage only, not from
 	// the host's idle CPUs (see iosbridge.Sampler.QuotaOnly): for nodes sharing a machine.
 	QuotaOnly bool

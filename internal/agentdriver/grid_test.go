@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/iosbridge"
@@ -115,6 +117,50 @@ func TestAgentHierarchicalManagerMovesRanksToAnIdleNode(t *testing.T) {
 		return iosState(t, nc, "A").Stats.MigrationsOK > 0
 	})
 	// One request per cooldown (a minute): the job was not asked again meanwhile.
+	if n := ctl.count(); n != 1 {
+		t.Fatalf("%d requests", n)
+	}
+}
+
+// The same join for a malleable job (its launcher's JobInfo says so): the manager grows the
+// job onto the idle node by its free slots, in one resize request (§2.2.2: the decisions
+// become resize requests), instead of moving ranks.
+func TestAgentHierarchicalManagerGrowsAMalleableJobOntoAJoinedNode(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "growing"})
+	if _, err := nc.Subscribe(job.JobInfoSubject("j"), func(m *nats.Msg) {
+		data, _ := job.Encode(job.JobInfo{Job: "j", Size: 4, Malleable: true})
+		_ = m.Respond(data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	table := loadedRanks("j", 4)
+	cfg := fastIOS(iosbridge.PolicySheriff)
+	cfg.Hierarchical = true
+	cfg.FreeSlots = func() map[string]int { return map[string]int{"A": 2, "B": 0} }
+	startAgentT(t, url, "B", cfg, 0, table, "A")
+	startAgentT(t, url, "A", cfg, 1, nil, "B")
+	publishProfiles(t, nc, "B", "", table)
+
+	select {
+	case req := <-ctl.got:
+		if req.Kind != job.ControlResize || req.NP != 6 || len(req.On) != 1 || req.On[0] != (job.NodeSlots{Node: "A", Slots: 2}) ||
+			req.Weights != nil || !strings.HasPrefix(req.Reason, "ios hierarchical: manager A: ") || !strings.Contains(req.Reason, "grow 4 -> 6") {
+			t.Fatalf("control request %+v", req)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no request; A's state %+v", iosState(t, nc, "A"))
+	}
+	testbin.WaitFor(t, 5*time.Second, "A to record the accepted resize", func() bool {
+		for _, e := range iosState(t, nc, "A").Events {
+			if e.Kind == job.IOSResizeOK && strings.Contains(e.Reason, "grow to 6 ranks on A:2") {
+				return true
+			}
+		}
+		return false
+	})
 	if n := ctl.count(); n != 1 {
 		t.Fatalf("%d requests", n)
 	}

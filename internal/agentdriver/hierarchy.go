@@ -9,6 +9,7 @@ import (
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
+	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/iosbridge"
 )
 
@@ -96,60 +97,151 @@ func (a *Agent) planHierarchy(now time.Time) {
 		}
 		subs := a.hierSubordinates(now, jobID)
 		d, err := iosbridge.HierarchyConfig{}.Plan(jobID, iosbridge.LevelCluster, subs, false)
-		if err != nil || d.Manager != a.node || len(d.Migrations) == 0 {
+		if err != nil || d.Manager != a.node || d.Shares == nil {
 			continue
 		}
-		// The cluster level keeps the job's rank count (the granularity of eq. 2.9 needs
-		// cache sizes the agents do not measure), so the plan comes as migrations.
-		byTo := map[string][]int{}
-		var order []string
-		for _, m := range d.Migrations {
-			if _, ok := byTo[m.To]; !ok {
-				order = append(order, m.To)
-			}
-			byTo[m.To] = append(byTo[m.To], m.Rank.Rank)
-		}
+		// Whether the job can grow or be rebalanced is its launcher's to say (JobInfo), asked
+		// off the agent's goroutine; the requests follow one after the other.
 		a.hierBusy[jobID] = true
 		a.hierNext[jobID] = now.Add(a.cooldown())
-		for _, to := range order {
-			req := job.ControlRequest{Kind: job.ControlMigrate, Rank: byTo[to][0], Ranks: byTo[to], To: to,
-				Reason: truncate(fmt.Sprintf("ios hierarchical: manager %s: %s", a.node, d.Reason), maxReasonBytes)}
-			a.log.Printf("IOS agent: hierarchical manager asks job %s to move ranks %v to %s (%s)", jobID, req.Ranks, to, d.Reason)
-			go func(jobID string, req job.ControlRequest) {
-				rep, err := nodestatus.Control(a.nc, jobID, req, a.cfg.Key, a.cfg.ControlTimeout)
-				select {
-				case a.hierResults <- hierResult{job: jobID, req: req, rep: rep, err: err}:
-				case <-a.quit:
-				}
-			}(jobID, req)
+		go a.carryOut(jobID, d, subs)
+	}
+}
+
+// carryOut asks job jobID's launcher for its shape, turns the manager's decision d into
+// control requests (iosbridge.HierarchyConfig.ClusterRequests) and sends them in order,
+// reporting each answer to the agent's goroutine, the last one marked.
+func (a *Agent) carryOut(jobID string, d iosbridge.MalleabilityDecision, subs []iosbridge.Subordinate) {
+	shape := a.jobShape(jobID, subs)
+	reqs := iosbridge.HierarchyConfig{}.ClusterRequests(d, subs, shape)
+	report := func(r hierResult) bool {
+		select {
+		case a.hierResults <- r:
+			return true
+		case <-a.quit:
+			return false
+		}
+	}
+	if len(reqs) == 0 {
+		report(hierResult{job: jobID, last: true})
+		return
+	}
+	for i, cr := range reqs {
+		req := controlRequest(cr)
+		req.Reason = truncate("ios hierarchical: manager "+a.node+": "+cr.Reason, maxReasonBytes)
+		a.log.Printf("IOS agent: hierarchical manager asks job %s to %s (%s)", jobID, describe(cr), cr.Reason)
+		rep, err := nodestatus.Control(a.nc, jobID, req, a.cfg.Key, a.cfg.ControlTimeout)
+		if !report(hierResult{job: jobID, req: req, what: describe(cr), rep: rep, err: err, last: i == len(reqs)-1}) {
+			return
+		}
+		if err != nil || !rep.OK {
+			// The later requests were planned for a job that did what this one asked.
+			if i < len(reqs)-1 {
+				report(hierResult{job: jobID, last: true})
+			}
+			return
 		}
 	}
 }
 
-// hierResult is a job's answer to a hierarchical manager's request.
-type hierResult struct {
-	job string
-	req job.ControlRequest
-	rep job.ControlReply
-	err error
+// jobShape is what the job's launcher says of it (size, malleability, the weights of its
+// last committed resize of that size) and the free slots of the nodes. A launcher that does
+// not answer leaves a job of the ranks the manager sees, taken as rigid.
+func (a *Agent) jobShape(jobID string, subs []iosbridge.Subordinate) iosbridge.JobShape {
+	var shape iosbridge.JobShape
+	for _, s := range subs {
+		shape.Size += len(s.Ranks)
+	}
+	if a.cfg.FreeSlots != nil {
+		shape.FreeSlots = a.cfg.FreeSlots()
+	}
+	m, err := a.nc.Request(job.JobInfoSubject(jobID), nil, a.cfg.ControlTimeout)
+	var info job.JobInfo
+	if err != nil || job.Decode(m.Data, &info) != nil || info.Job != jobID || info.Size < 1 {
+		return shape
+	}
+	shape.Size, shape.Malleable = info.Size, info.Malleable
+	for i := len(info.Reconfigurations) - 1; i >= 0; i-- {
+		r := info.Reconfigurations[i]
+		if r.Kind == reconf.Resize && r.State == reconf.Committed {
+			if r.NP == info.Size && len(r.Weights) == info.Size {
+				shape.Weights = r.Weights
+			}
+			break
+		}
+	}
+	return shape
 }
 
-// hierDone records a job's answer; the job may be planned again after the cooldown.
+// controlRequest is the job.ControlRequest of a manager's request.
+func controlRequest(cr iosbridge.ClusterRequest) job.ControlRequest {
+	switch cr.Kind {
+	case iosbridge.RequestGrow, iosbridge.RequestRebalance:
+		req := job.ControlRequest{Kind: job.ControlResize, NP: cr.NP, Weights: cr.Weights}
+		for _, on := range cr.On {
+			req.On = append(req.On, job.NodeSlots{Node: on.Node, Slots: on.Ranks})
+		}
+		return req
+	default:
+		return job.ControlRequest{Kind: job.ControlMigrate, Rank: cr.Ranks[0], Ranks: cr.Ranks, To: cr.To}
+	}
+}
+
+// describe says what a manager's request asks, for logs and events.
+func describe(cr iosbridge.ClusterRequest) string {
+	switch cr.Kind {
+	case iosbridge.RequestGrow:
+		var on []string
+		for _, o := range cr.On {
+			on = append(on, fmt.Sprintf("%s:%d", o.Node, o.Ranks))
+		}
+		return fmt.Sprintf("grow to %d ranks on %s", cr.NP, strings.Join(on, ","))
+	case iosbridge.RequestRebalance:
+		return fmt.Sprintf("rebalance its %d ranks by weights %v", cr.NP, cr.Weights)
+	default:
+		return fmt.Sprintf("move ranks %v to %s", cr.Ranks, cr.To)
+	}
+}
+
+// hierResult is a job's answer to a hierarchical manager's request; a result without a
+// request only ends the job's round.
+type hierResult struct {
+	job  string
+	req  job.ControlRequest
+	what string
+	rep  job.ControlReply
+	err  error
+	last bool // the round's last answer: the job may be planned again after the cooldown
+}
+
+// hierDone records a job's answer.
 func (a *Agent) hierDone(r hierResult) {
-	a.hierBusy[r.job] = false
-	e := job.IOSEvent{At: a.cfg.Clock(), Kind: job.IOSMigrateOK, Job: r.job, Rank: r.req.Rank, Peer: r.req.To, Policy: "hierarchical", Reason: r.rep.Message}
+	if r.last {
+		a.hierBusy[r.job] = false
+	}
+	if r.what == "" {
+		return
+	}
+	ok, failed := job.IOSMigrateOK, job.IOSMigrateFailed
+	if r.req.Kind == job.ControlResize {
+		ok, failed = job.IOSResizeOK, job.IOSResizeFailed
+	}
+	e := job.IOSEvent{At: a.cfg.Clock(), Kind: ok, Job: r.job, Rank: -1, Peer: r.req.To, Policy: "hierarchical", Reason: r.what + ": " + r.rep.Message}
+	if r.req.Kind == job.ControlMigrate {
+		e.Rank = r.req.Rank
+	}
 	switch {
 	case r.err != nil:
-		e.Kind, e.Reason = job.IOSMigrateFailed, strings.TrimPrefix(r.err.Error(), "pcmd: ")
+		e.Kind, e.Reason = failed, r.what+": "+strings.TrimPrefix(r.err.Error(), "pcmd: ")
 	case !r.rep.OK:
-		e.Kind, e.Reason = job.IOSMigrateFailed, "refused: "+r.rep.Error
+		e.Kind, e.Reason = failed, r.what+": refused: "+r.rep.Error
 	}
-	if e.Kind == job.IOSMigrateOK {
+	if e.Kind == ok {
 		a.migOK++
 	} else {
 		a.migFailed++
 	}
-	a.log.Printf("IOS agent: hierarchical request to job %s (ranks %v to %s): %s %s", r.job, r.req.Ranks, r.req.To, e.Kind, e.Reason)
+	a.log.Printf("IOS agent: hierarchical request to job %s (%s): %s %s", r.job, r.what, e.Kind, e.Reason)
 	a.event(true, e)
 }
 

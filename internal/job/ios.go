@@ -116,6 +116,8 @@ const (
 	IOSStealFailed   = "steal-failed"   // this node's steal request failed (Reason says why)
 	IOSMigrateOK     = "migrate-ok"     // the job accepted the ControlRequest for Rank
 	IOSMigrateFailed = "migrate-failed" // the job refused it or did not answer: Rank stays
+	IOSResizeOK      = "resize-ok"      // the job accepted a hierarchical manager's resize (grow or rebalance)
+	IOSResizeFailed  = "resize-failed"  // the job refused it or did not answer
 )
 
 // IOSEvent is one decision of an agent or its outcome.

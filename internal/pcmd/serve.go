@@ -267,6 +267,9 @@ func Serve(ctx context.Context, cfg Config) error {
 		// Before the first heartbeat: a node that hears of us can reach our agent at once.
 		ios := cfg.IOS
 		ios.Key, ios.Peers, ios.Jobs = s.signer, s.pins, jobKeys
+		if ios.FreeSlots == nil {
+			ios.FreeSlots = s.freeSlots
+		}
 		if s.agent, err = agentdriver.Start(ios, cfg.Node, nc, s.log, s.ranks.Ranks, s.alivePeers); err != nil {
 			s.ranks.Shutdown()
 			return err
@@ -448,6 +451,18 @@ func (s *server) info() job.NodeInfo {
 		Advertise: s.cfg.Advertise, PID: os.Getpid(), Version: Version(),
 		Interval: s.cfg.Heartbeat, Seq: seq, Draining: draining, Ranks: s.ranks.Ranks(), Card: s.card,
 	}
+}
+
+// freeSlots is the free slots of this node and of its alive peers, from their heartbeats:
+// where the hierarchical manager may grow a job.
+func (s *server) freeSlots() map[string]int {
+	free := map[string]int{s.cfg.Node: max(0, s.cfg.Slots-s.ranks.Used())}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.peers.aliveInfos(time.Now()) {
+		free[p.Name] = max(0, p.Slots-p.Used)
+	}
+	return free
 }
 
 // alivePeers names the peers whose heartbeats are current, sorted.

@@ -60,10 +60,10 @@ func ManagerNode(rankNodes []string) string {
 }
 
 // AuthorizeControl decides whether from may ask for c (already validated) of a job seen as
-// v. The job's owner may ask for anything. Of the nodes, only those running a rank of the
-// job may ask at all. A node may move only its own ranks, may shrink
+// v. The job's owner may ask for anything. A node may move only its own ranks, may shrink
 // the job only off itself (always: a drain gives its slots back) and grow it only onto
-// itself (not under --policy none). The job's manager node may also resize the job and move
+// itself (not under --policy none; the only request of a node that runs no rank of the job
+// yet, such as one that joined). The job's manager node may also resize the job and move
 // any of its ranks, except under --policy none. Checkpoints are the owner's alone. The
 // error wraps ErrNotAuthorized and says why.
 func AuthorizeControl(from Requester, c job.ControlRequest, v ControlView) error {
@@ -75,9 +75,6 @@ func AuthorizeControl(from Requester, c job.ControlRequest, v ControlView) error
 	}
 	refuse := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s may not %s", ErrNotAuthorized, from, fmt.Sprintf(format, args...))
-	}
-	if !slices.Contains(v.RankNodes, from.Node) {
-		return refuse("reconfigure a job it runs no rank of")
 	}
 	manager := !v.PolicyNone && ManagerNode(v.RankNodes) == from.Node
 	switch c.Kind {
@@ -100,6 +97,9 @@ func AuthorizeControl(from Requester, c job.ControlRequest, v ControlView) error
 		return nil
 	case job.ControlResize:
 		self := len(c.On) > 0 && !slices.ContainsFunc(c.On, func(ns job.NodeSlots) bool { return ns.Node != from.Node })
+		if !slices.Contains(v.RankNodes, from.Node) && !(c.NP > len(v.RankNodes) && self && !v.PolicyNone) {
+			return refuse("reconfigure a job it runs no rank of, except by growing it onto itself")
+		}
 		switch {
 		case c.NP < len(v.RankNodes) && self:
 			return nil // a shrink off itself

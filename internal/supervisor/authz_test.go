@@ -58,7 +58,9 @@ func TestAuthorizeControl(t *testing.T) {
 		{"a node grows the job onto itself", n2, resize(6, "n2"), authzView, true},
 		{"a node may not grow the job onto itself under --policy none", n2, resize(6, "n2"), none, false},
 		{"a node may not grow the job onto another", n2, resize(6, "n3"), authzView, false},
-		{"a node the job does not use may not grow it onto itself", evil, resize(6, "evil"), authzView, false},
+		{"a node the job does not use may grow it onto itself (a joined node)", evil, resize(6, "evil"), authzView, true},
+		{"a node the job does not use may not grow it onto itself under --policy none", evil, resize(6, "evil"), none, false},
+		{"a node the job does not use may not shrink it", evil, resize(2, "evil"), authzView, false},
 		{"the manager resizes anywhere", n1, resize(6, "n3"), authzView, true},
 		{"the manager shrinks by the highest ranks", n1, resize(3), authzView, true},
 		{"the manager may not resize under --policy none", n1, resize(6, "n3"), none, false},
@@ -145,7 +147,7 @@ func FuzzAuthorizeControl(f *testing.F) {
 			switch {
 			case c.Kind == job.ControlCheckpoint:
 				t.Fatalf("node %q allowed a checkpoint", node)
-			case node != "n1" && node != "n2":
+			case node != "n1" && node != "n2" && (c.Kind != job.ControlResize || c.NP <= len(v.RankNodes) || none):
 				t.Fatalf("node %q, running no rank, allowed %+v", node, c)
 			case c.Kind == job.ControlMigrate && (node != "n1" || none):
 				ranks := c.Ranks
