@@ -20,6 +20,7 @@ import (
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 // TestJobDataAttacks is issue 14's attacker on a shared NATS server, for the job's data
@@ -32,10 +33,13 @@ import (
 // Each attempt is refused or ignored, the job ends with the undisturbed result, its
 // genuine keepalives hold its short leases, and the nodes serve the next job.
 func TestJobDataAttacks(t *testing.T) {
-	if _, err := os.Stat(debianNATS); err != nil {
-		t.Skipf("%s not installed", debianNATS)
+	// Debian's nats-server when installed (CI installs it), else the same server in process.
+	url := ""
+	if _, err := os.Stat(debianNATS); err == nil {
+		url = binaryServer(t)
+	} else {
+		url = testbin.NATSServer(t, "", "")
 	}
-	url := binaryServer(t)
 	dir := t.TempDir()
 	heat2d := filepath.Join(bin, "heat2d")
 
@@ -182,11 +186,24 @@ func TestJobDataAttacks(t *testing.T) {
 			t.Errorf("spawn with %s: %+v, want a refusal saying %q", name, rep, c.want)
 		}
 	}
-	// The attacker's own job on n1: its rank waits for a launcher that never comes; the node
-	// learns its key.
+	// The attacker's own job on n1: its rank waits for a launcher that listens but never
+	// answers; the node learns its key.
+	if _, err := spy.Subscribe(job.HelloSubject("mjob"), func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
 	mine := with("mjob", func(r *job.SpawnRequest) {
 		r.Env = []string{secretOf(0xaa), job.EnvNATS + "=" + url, job.EnvSize + "=2", job.EnvTimeout + "=120s"}
 	})
+	var mineOut testbin.Buffer
+	spy.Subscribe(job.RankSubjects("mjob", 0), func(m *nats.Msg) {
+		if e, err := ctlauth.DecodeEnvelope(m.Data); err == nil {
+			var o job.RankOutput
+			if job.Decode(e.Body, &o) == nil {
+				mineOut.Write(append(o.Line, '\n'))
+			}
+		}
+	})
+	spy.Flush()
 	if rep := spawn(mine); rep.PID == 0 {
 		t.Fatalf("the attacker's own job was refused: %+v", rep)
 	}
@@ -280,7 +297,7 @@ func TestJobDataAttacks(t *testing.T) {
 		return ok && n.State == nodestatus.StateAlive && n.Used == 0
 	})
 	if !strings.Contains(n1.stderr.String(), "job mjob rank 0: started") || !strings.Contains(n1.stderr.String(), "stopping its ranks") {
-		t.Errorf("n1 did not reap the attacker's rank when its lease ran out:\n%s", n1.stderr.String())
+		t.Errorf("n1 did not reap the attacker's rank when its lease ran out:\n%s\nthe rank's output:\n%s", n1.stderr.String(), mineOut.String())
 	}
 	next := filepath.Join(dir, "next.bin")
 	if p := run(t, 120*time.Second, []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, "mpirun", "--nats", url, "--hosts", "n1:2,n2:2", "--job-id", "next",

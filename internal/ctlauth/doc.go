@@ -28,5 +28,5 @@
 // fetch, a copy to send) is taken with an OfferProof, an HMAC of its token under the job key.
 //
 // Everything here is pure: time and randomness are passed in, no goroutine is started, no
-// I/O is done. docs/security.md says where each mechanism is used.
+// I/O is done, except by JobKeyring.Persist's directory of keys. docs/security.md says where each mechanism is used.
 package ctlauth

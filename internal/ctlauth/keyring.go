@@ -3,9 +3,13 @@ package ctlauth
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +44,7 @@ type JobKeyring struct {
 	mu   sync.Mutex
 	jobs map[string]*ringEntry
 	tick uint64 // use counter, for least-recently-used eviction
+	dir  string // where the keys are kept across restarts (Persist); "" = memory only
 }
 
 type ringEntry struct {
@@ -96,7 +101,11 @@ func (r *JobKeyring) Learn(jobID string, secret []byte, owner string) error {
 	if len(r.jobs) >= r.max {
 		r.evictLocked()
 	}
-	r.jobs[jobID] = &ringEntry{key: key, owner: owner, used: r.tick, v: v, w: w}
+	e := &ringEntry{key: key, owner: owner, used: r.tick, v: v, w: w}
+	if err := r.saveLocked(jobID, e); err != nil {
+		return err
+	}
+	r.jobs[jobID] = e
 	return nil
 }
 
@@ -109,6 +118,9 @@ func (r *JobKeyring) evictLocked() {
 		}
 	}
 	delete(r.jobs, oldest)
+	if r.dir != "" {
+		os.Remove(filepath.Join(r.dir, oldest+keyFileExt))
+	}
 }
 
 func (r *JobKeyring) entry(jobID string) (*ringEntry, error) {
@@ -155,7 +167,7 @@ func (r *JobKeyring) AllowRead(jobID, other string) error {
 		return fmt.Errorf("ctlauth: job %s already restarts from %d jobs", jobID, len(e.reads))
 	}
 	e.reads = append(e.reads, other)
-	return nil
+	return r.saveLocked(jobID, e)
 }
 
 // MayRead reports whether the processes of job jobID may read the checkpoints of job other:
@@ -241,4 +253,82 @@ func (r *JobKeyring) Open(jobID, subject string, data []byte, now time.Time) ([]
 		return nil, Sender{}, err
 	}
 	return m.Body, m.From, nil
+}
+
+// keyFileExt ends the name of a job's key file in a Persist directory.
+const keyFileExt = ".jobkey"
+
+// keyFile is what a Persist directory holds per job.
+type keyFile struct {
+	Job   string   `json:"job"`
+	Key   []byte   `json:"key"` // the derived job key, not the job's secret
+	Owner string   `json:"owner,omitempty"`
+	Reads []string `json:"reads,omitempty"`
+}
+
+// Persist keeps the keyring's jobs in dir (created 0700, one 0600 file per job) and loads
+// those already there: a node that restarts still serves the checkpoints it holds to the
+// jobs it learned before, and still refuses their ids to others. Call it before any Learn.
+// The files hold derived job keys: dir must be as private as the checkpoints beside it.
+func (r *JobKeyring) Persist(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("ctlauth: keyring: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("ctlauth: keyring: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range ents {
+		name, ok := strings.CutSuffix(d.Name(), keyFileExt)
+		if !ok || d.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, d.Name()))
+		var f keyFile
+		if err != nil || json.Unmarshal(b, &f) != nil || f.Job != name || job.ValidateID(f.Job) != nil || len(f.Key) != macSize || len(r.jobs) >= r.max {
+			continue // a damaged or foreign file: the job is learned again at its next spawn
+		}
+		key := JobKey{job: f.Job, mac: f.Key}
+		v, err := NewJobVerifier(key, ReplayOptions{NotBefore: r.notBefore})
+		if err != nil {
+			continue
+		}
+		w, err := NewJobWrapper(key, r.from, uint64(time.Now().UnixNano()))
+		if err != nil {
+			continue
+		}
+		r.tick++
+		r.jobs[f.Job] = &ringEntry{key: key, owner: f.Owner, reads: f.Reads, used: r.tick, v: v, w: w}
+	}
+	r.dir = dir
+	return nil
+}
+
+// saveLocked writes e's file when the keyring persists. r.mu held.
+func (r *JobKeyring) saveLocked(jobID string, e *ringEntry) error {
+	if r.dir == "" {
+		return nil
+	}
+	b, err := json.Marshal(keyFile{Job: jobID, Key: e.key.mac, Owner: e.owner, Reads: e.reads})
+	if err != nil {
+		return fmt.Errorf("ctlauth: keyring: %w", err)
+	}
+	tmp, err := os.CreateTemp(r.dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("ctlauth: keyring: %w", err)
+	}
+	_, werr := tmp.Write(b)
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), filepath.Join(r.dir, jobID+keyFileExt))
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("ctlauth: keyring: keep the key of job %s: %w", jobID, werr)
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package ctlauth
 import (
 	"crypto/rand"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +198,54 @@ func TestAJobReadsOnlyItsOwnCheckpointsAndThoseItRestartsFrom(t *testing.T) {
 	}
 	if err := r.AllowRead("job2", "../x"); err == nil {
 		t.Error("allowed a bad job id")
+	}
+}
+
+// A node that restarts with its store keeps the keys of the jobs whose checkpoints it
+// holds: it still serves them, and still refuses their ids to other secrets.
+func TestAPersistedKeyringSurvivesARestart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "keys")
+	r := newRing(t, 0)
+	if err := r.Persist(dir); err != nil {
+		t.Fatal(err)
+	}
+	r.Learn("job1", testSecret(1), "UALICE")
+	r.Learn("job2", testSecret(2), "UALICE")
+	r.AllowRead("job2", "job1")
+	if fi, err := os.Stat(filepath.Join(dir, "job1"+keyFileExt)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", fi, err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("key directory: %v %v", fi, err)
+	}
+	os.WriteFile(filepath.Join(dir, "bad"+keyFileExt), []byte("{"), 0o600)
+
+	again := newRing(t, 0)
+	if err := again.Persist(dir); err != nil {
+		t.Fatal(err)
+	}
+	rank, _ := NewJobChannel("job1", testSecret(1), Sender{Role: RoleRank}, time.Now())
+	data, _ := rank.Encode(pieceSubject, pieceReq{Job: "job1"}, time.Now())
+	var got pieceReq
+	if _, err := again.Decode("job1", pieceSubject, data, &got, time.Now()); err != nil {
+		t.Errorf("after the restart: %v", err)
+	}
+	if owner, ok := again.Owner("job1"); !ok || owner != "UALICE" || !again.MayRead("job2", "job1") {
+		t.Errorf("owner %q %v, reads %v", owner, ok, again.MayRead("job2", "job1"))
+	}
+	if err := again.Learn("job1", testSecret(9), "UMALLORY"); !errors.Is(err, ErrKeyConflict) {
+		t.Errorf("another secret after the restart: %v", err)
+	}
+	if _, ok := again.Owner("bad"); ok {
+		t.Error("a damaged file was loaded")
+	}
+
+	small := newRing(t, 1)
+	sdir := filepath.Join(t.TempDir(), "small")
+	small.Persist(sdir)
+	small.Learn("a", testSecret(1), "")
+	small.Learn("b", testSecret(2), "")
+	if _, err := os.Stat(filepath.Join(sdir, "a"+keyFileExt)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the evicted job's key file stays: %v", err)
 	}
 }

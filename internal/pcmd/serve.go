@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -250,6 +251,12 @@ func Serve(ctx context.Context, cfg Config) error {
 	jobKeys, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: cfg.Node}, 0, time.Now())
 	if err != nil {
 		return err
+	}
+	if s.store != "" && cfg.CkptStore != StoreMem {
+		// Beside the checkpoints they open: a restarted pcmd still serves its pieces.
+		if err := jobKeys.Persist(filepath.Join(s.store, JobKeysDir)); err != nil {
+			return fmt.Errorf("pcmd: --store: %w", err)
+		}
 	}
 	s.ranks, err = spawner.Start(nc, spawner.Config{
 		Node: cfg.Node, Allow: cfg.Allow, PinArgs: cfg.PinArgs, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
@@ -600,6 +607,10 @@ func Version() string {
 	}
 	return "devel-" + rev + dirty
 }
+
+// JobKeysDir is the directory of a disk store (--store) that keeps the keys of the jobs the
+// node learned (ctlauth.JobKeyring.Persist), private like the store.
+const JobKeysDir = ".jobkeys"
 
 // nodeEnv is what the node sets in the environment of the rank that req starts, overriding
 // the request: the address the rank listens on, the node's name, its count of ranks here
