@@ -22,7 +22,8 @@ type JobShape struct {
 	// Weights are the ranks' current block weights (those of the last committed resize of
 	// this size); nil means equal shares.
 	Weights []float64
-	// FreeSlots are the ranks each node can take now: one per free CPU (see ClusterRequests).
+	// FreeSlots are the ranks each node can take now: its free slots (pcmd serve --slots,
+	// which defaults to the CPUs, minus the ranks it runs), one rank each (see ClusterRequests).
 	FreeSlots map[string]int
 }
 
@@ -68,8 +69,8 @@ const DefaultWeightThreshold = 0.1
 //   - a malleable job grows onto the available nodes that host none of its ranks and have
 //     free slots (one request, NP = Size + the new ranks). The number of ranks per node is
 //     eq. 2.9–2.10's granularity, which needs the nodes' cache sizes; the agents do not
-//     measure them, so it is one rank per free CPU (the node's processors, each its own
-//     entity, as eq. 2.10 gives with M = ∞ per processor);
+//     measure them, so it is one rank per free slot (a slot is a CPU: the node's processors,
+//     each its own entity, as eq. 2.10 gives with M = ∞ per processor);
 //   - a malleable job whose ranks all run on available nodes, all of which host some, is
 //     rebalanced in place when a rank's share of the data by eq. 2.15 (its node's share,
 //     split evenly among the node's ranks) differs from its current weight by more than
@@ -111,7 +112,7 @@ func growRequest(d MalleabilityDecision, subs []Subordinate, j JobShape) (Cluste
 	if len(r.On) == 0 {
 		return r, false
 	}
-	r.Reason = fmt.Sprintf("%s; grow %d -> %d onto %s (one rank per free CPU)", d.Reason, j.Size, r.NP, strings.Join(names, ","))
+	r.Reason = fmt.Sprintf("%s; grow %d -> %d onto %s (one rank per free slot)", d.Reason, j.Size, r.NP, strings.Join(names, ","))
 	return r, true
 }
 
