@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/internal/nodestatus"
+	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -101,7 +103,16 @@ func TestChaosKillDrainJoinNATSRestartAndHangKeepTheResult(t *testing.T) {
 	c.startNode("n4", node...)
 	j.waitLog(`node n4 joined \(8 free slots\)`, 1, 30*time.Second)
 
-	// 3. A node leaves gracefully.
+	// 3. A node leaves gracefully. It places its ranks on the peers it heard: n4 first.
+	testbin.WaitFor(t, 30*time.Second, "n2 to hear n4", func() bool {
+		views, _ := nodeclient.DiscoverNodes(c.nc, 300*time.Millisecond)
+		for _, v := range views {
+			if v.Self.Name == "n2" {
+				return slices.ContainsFunc(v.Peers, func(p job.PeerInfo) bool { return p.Info.Name == "n4" })
+			}
+		}
+		return false
+	})
 	rep, err := nodestatus.Drain(c.nc, "n2", job.DrainRequest{Reason: "chaos test"}, nil, 60*time.Second)
 	if err != nil || rep.Error != "" {
 		t.Fatalf("drain n2: %v %s\n%s", err, rep.Error, j.stderr.String())
