@@ -1,6 +1,8 @@
 package pcmd
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
@@ -193,5 +196,49 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 	}
 	if !strings.Contains(n1.log.String(), "drained: no rank left, shutting down") {
 		t.Errorf("n1's log:\n%s", n1.log)
+	}
+}
+
+// A node that is not --insecure-open takes a drain only signed by its own key (its
+// operator's, pcmd drain --node-key): unsigned ones and ones signed by another key claiming
+// the node are refused and leave it open; its own key drains it.
+func TestADrainMustBeSignedByTheNodesOwnKey(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	dir := t.TempDir()
+	launcher, _ := nkeys.CreateUser()
+	pub, _ := launcher.PublicKey()
+	authorized := filepath.Join(dir, "authorized")
+	if err := os.WriteFile(authorized, []byte(pub+" alice\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	own, _ := nkeys.CreateServer()
+	seed, _ := own.Seed()
+	seedFile := filepath.Join(dir, "n1.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, nc, Config{Node: "n1", AuthorizedLaunchers: authorized, NodeKey: seedFile, NATS: NATSOptions{URL: url}, Slots: 2})
+	other, _ := nkeys.CreateServer()
+	signer := func(kp nkeys.KeyPair) ctlauth.Wrapper {
+		w, err := ctlauth.NewKeyWrapper(kp, ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, uint64(time.Now().UnixNano()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	for name, sign := range map[string]ctlauth.Wrapper{"unsigned": nil, "another key": signer(other)} {
+		rep, err := nodestatus.Drain(nc, "n1", job.DrainRequest{Reason: "x"}, sign, 5*time.Second)
+		if err != nil || rep.Error == "" {
+			t.Errorf("%s drain: %+v, %v; want a refusal", name, rep, err)
+		}
+		if info(t, nc, "n1").Draining {
+			t.Fatalf("%s drain closed the node", name)
+		}
+	}
+	rep, err := nodestatus.Drain(nc, "n1", job.DrainRequest{Reason: "maintenance"}, signer(own), 5*time.Second)
+	if err != nil || rep.Error != "" {
+		t.Fatalf("drain signed by the node's own key: %+v, %v", rep, err)
 	}
 }
