@@ -97,7 +97,10 @@ func (c *cluster) startNode(name string, args ...string) *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	beats.Unsubscribe()
-	all := []string{"serve", "--insecure-open", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "200ms"}
+	// Heartbeats every 500 ms: a node is declared gone after three missed (1.5 s), which a test
+	// that kills a node still sees quickly, while a busy machine (CI running every package at
+	// once) does not starve a healthy pcmd past it.
+	all := []string{"serve", "--insecure-open", "--node", name, "--nats", c.url, "--slots", "8", "--heartbeat", "500ms"}
 	if !slices.Contains(args, "--ckpt-store") {
 		c.stores[name] = filepath.Join(c.t.TempDir(), "store")
 		all = append(all, "--store", c.stores[name])
