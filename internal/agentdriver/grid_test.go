@@ -88,7 +88,8 @@ func TestAgentReportsItsCluster(t *testing.T) {
 }
 
 // Desell's hierarchical policy over NATS (§2.2.2): an idle node joins a job's node; both
-// compute the same election, the manager finds the data split diverged from the nodes'
+// compute the same plan, the job's manager (B, the node its ranks run on: the one mpirun
+// lets move them) finds the data split diverged from the nodes'
 // processing power ("available and idle") and asks the job to move the ranks above the
 // busy node's share to the idle one, in one request. The policy sheriff (equal nodes) moves
 // nothing by itself.
@@ -107,14 +108,14 @@ func TestAgentHierarchicalManagerMovesRanksToAnIdleNode(t *testing.T) {
 	select {
 	case req := <-ctl.got:
 		if req.Kind != job.ControlMigrate || req.To != "A" || len(req.Ranks) != 2 || req.Ranks[0] != 2 || req.Ranks[1] != 3 ||
-			!strings.HasPrefix(req.Reason, "ios hierarchical: manager A: ") || !strings.Contains(req.Reason, "available and idle") {
+			!strings.HasPrefix(req.Reason, "ios hierarchical: manager B: ") || !strings.Contains(req.Reason, "available and idle") {
 			t.Fatalf("control request %+v", req)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("no request; A's state %+v", iosState(t, nc, "A"))
+		t.Fatalf("no request; B's state %+v", iosState(t, nc, "B"))
 	}
-	testbin.WaitFor(t, 5*time.Second, "A to record the accepted request", func() bool {
-		return iosState(t, nc, "A").Stats.MigrationsOK > 0
+	testbin.WaitFor(t, 5*time.Second, "B to record the accepted request", func() bool {
+		return iosState(t, nc, "B").Stats.MigrationsOK > 0
 	})
 	// One request per cooldown (a minute): the job was not asked again meanwhile.
 	if n := ctl.count(); n != 1 {
@@ -147,14 +148,14 @@ func TestAgentHierarchicalManagerGrowsAMalleableJobOntoAJoinedNode(t *testing.T)
 	select {
 	case req := <-ctl.got:
 		if req.Kind != job.ControlResize || req.NP != 6 || len(req.On) != 1 || req.On[0] != (job.NodeSlots{Node: "A", Slots: 2}) ||
-			req.Weights != nil || !strings.HasPrefix(req.Reason, "ios hierarchical: manager A: ") || !strings.Contains(req.Reason, "grow 4 -> 6") {
+			req.Weights != nil || !strings.HasPrefix(req.Reason, "ios hierarchical: manager B: ") || !strings.Contains(req.Reason, "grow 4 -> 6") {
 			t.Fatalf("control request %+v", req)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("no request; A's state %+v", iosState(t, nc, "A"))
+		t.Fatalf("no request; B's state %+v", iosState(t, nc, "B"))
 	}
-	testbin.WaitFor(t, 5*time.Second, "A to record the accepted resize", func() bool {
-		for _, e := range iosState(t, nc, "A").Events {
+	testbin.WaitFor(t, 5*time.Second, "B to record the accepted resize", func() bool {
+		for _, e := range iosState(t, nc, "B").Events {
 			if e.Kind == job.IOSResizeOK && strings.Contains(e.Reason, "grow to 6 ranks on A:2") {
 				return true
 			}

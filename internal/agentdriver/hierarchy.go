@@ -10,14 +10,15 @@ import (
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/reconf"
+	"github.com/mpios/mpios/internal/supervisor"
 	"github.com/mpios/mpios/iosbridge"
 )
 
 // The hierarchical manager (pcmd serve --hierarchical): Desell's §2.2.2 policy
 // (iosbridge.HierarchyConfig.Plan) run for every job with ranks on this node, over this node
-// and its peers. Every agent computes the same election from the same heartbeats
-// (iosbridge.ElectManager); only the manager acts, and it turns the plan's migrations into
-// migrate requests, one per target node, to the job's launcher.
+// and its peers. Every agent computes the same plan from the same heartbeats; only the job's
+// manager (jobManager: the node mpirun lets resize the job and move its ranks) acts, and it
+// turns the plan into grow, rebalance or migrate requests to the job's launcher.
 
 // remoteIter is the latest iteration time of a rank anywhere, from its profile.
 type remoteIter struct {
@@ -69,6 +70,19 @@ func (a *Agent) hierSubordinates(now time.Time, jobID string) []iosbridge.Subord
 	return subs
 }
 
+// jobManager is the node that may resize the job and move any of its ranks: the manager
+// among the nodes its ranks run on (supervisor.ManagerNode), as every agent computes it alone
+// from the same heartbeat table.
+func jobManager(subs []iosbridge.Subordinate) string {
+	var nodes []string
+	for _, s := range subs {
+		if len(s.Ranks) > 0 {
+			nodes = append(nodes, s.Name)
+		}
+	}
+	return supervisor.ManagerNode(nodes)
+}
+
 // planHierarchy runs the plan of every job with ranks here whose last request is older than
 // the cooldown, and carries out the decisions of those this node manages.
 func (a *Agent) planHierarchy(now time.Time) {
@@ -97,7 +111,10 @@ func (a *Agent) planHierarchy(now time.Time) {
 		}
 		subs := a.hierSubordinates(now, jobID)
 		d, err := iosbridge.HierarchyConfig{}.Plan(jobID, iosbridge.LevelCluster, subs, false)
-		if err != nil || d.Manager != a.node || d.Shares == nil {
+		// The node that acts is the job's manager as mpirun authorizes it (the first by name
+		// of the nodes running the job's ranks), not the plan's most powerful member: requests
+		// from any other node would be refused (supervisor.AuthorizeControl).
+		if err != nil || jobManager(subs) != a.node || d.Shares == nil {
 			continue
 		}
 		// Whether the job can grow or be rebalanced is its launcher's to say (JobInfo), asked
