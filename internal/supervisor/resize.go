@@ -394,8 +394,10 @@ func (m *Machine) abortResize(why string) {
 		return
 	}
 	rs.aborted = fmt.Sprintf("resize %d -> %d aborted: %s", rs.old, rs.np, why)
-	for _, h := range rs.hellos {
-		m.reply(h.reply, job.Table{Error: "mpirun: " + rs.aborted})
+	// In rank order, as everything the machine does: its actions are the same for the same
+	// events.
+	for _, r := range slices.Sorted(maps.Keys(rs.hellos)) {
+		m.reply(rs.hellos[r].reply, job.Table{Error: "mpirun: " + rs.aborted})
 	}
 	rs.hellos = map[int]resizeHello{}
 	m.killJoiners(rs)
@@ -406,7 +408,8 @@ func (m *Machine) abortResize(why string) {
 }
 
 func (m *Machine) killJoiners(rs *resizing) {
-	for _, id := range rs.joiners {
+	for _, r := range slices.Sorted(maps.Keys(rs.joiners)) {
+		id := rs.joiners[r]
 		if p := m.procs[id]; p != nil && p.running && !p.killed {
 			m.kill(id)
 		}
@@ -462,8 +465,8 @@ func (m *Machine) resizeRankLost(p *proc, e Exited) {
 	if rs.tableSent {
 		m.emit(Publish{Subject: job.ResizeGoneSubject(m.cfg.JobID), Msg: job.ResizeGone{Seq: rs.seq, Reason: why}, Flush: true})
 	}
-	for _, h := range rs.hellos {
-		m.reply(h.reply, job.Table{Error: fmt.Sprintf("mpirun: resize %d -> %d aborted: %s", rs.old, rs.np, why)})
+	for _, r := range slices.Sorted(maps.Keys(rs.hellos)) {
+		m.reply(rs.hellos[r].reply, job.Table{Error: fmt.Sprintf("mpirun: resize %d -> %d aborted: %s", rs.old, rs.np, why)})
 	}
 	m.killJoiners(rs)
 	if le := m.log.Get(rs.seq); le != nil && le.State.CanMoveTo(reconf.Aborted) {
