@@ -111,44 +111,35 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 		timeout = agentdriver.DefaultControlTimeout
 	}
 	var wg sync.WaitGroup
+	// send asks m's job for creq, off this goroutine, and records and logs the answer.
+	send := func(m *job.DrainMove, creq job.ControlRequest, what string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			crep, err := nodestatus.Control(s.nc, m.Job, creq, s.signer, timeout)
+			switch {
+			case err != nil:
+				m.Answer = strings.TrimPrefix(err.Error(), "pcmd: ")
+			case !crep.OK:
+				m.Answer = "refused: " + crep.Error
+			default:
+				m.Accepted, m.Answer = true, crep.Message
+			}
+			s.log.Printf("drain: job %s %s: %s", m.Job, what, m.Answer)
+		}()
+	}
 	for i := range moves {
 		m := &moves[i]
 		creq := job.ControlRequest{Kind: job.ControlMigrate, Rank: m.Ranks[0], To: m.To, Reason: why, Drain: true}
 		if len(m.Ranks) > 1 {
 			creq.Ranks = m.Ranks
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			crep, err := nodestatus.Control(s.nc, m.Job, creq, s.signer, timeout)
-			switch {
-			case err != nil:
-				m.Answer = strings.TrimPrefix(err.Error(), "pcmd: ")
-			case !crep.OK:
-				m.Answer = "refused: " + crep.Error
-			default:
-				m.Accepted, m.Answer = true, crep.Message
-			}
-			s.log.Printf("drain: job %s ranks %v to %s: %s", m.Job, m.Ranks, m.To, m.Answer)
-		}()
+		send(m, creq, fmt.Sprintf("ranks %v to %s", m.Ranks, m.To))
 	}
 	for i := range shrinks {
 		m := &shrinks[i]
 		creq := job.ControlRequest{Kind: job.ControlResize, NP: m.ShrinkTo, On: []job.NodeSlots{{Node: s.cfg.Node, Slots: len(m.Ranks)}}, Reason: why}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			crep, err := nodestatus.Control(s.nc, m.Job, creq, s.signer, timeout)
-			switch {
-			case err != nil:
-				m.Answer = strings.TrimPrefix(err.Error(), "pcmd: ")
-			case !crep.OK:
-				m.Answer = "refused: " + crep.Error
-			default:
-				m.Accepted, m.Answer = true, crep.Message
-			}
-			s.log.Printf("drain: job %s shrinks to %d ranks, its ranks %v here leave: %s", m.Job, m.ShrinkTo, m.Ranks, m.Answer)
-		}()
+		send(m, creq, fmt.Sprintf("shrinks to %d ranks, its ranks %v here leave", m.ShrinkTo, m.Ranks))
 	}
 	wg.Wait()
 	rep.Moves = append(moves, shrinks...)
