@@ -1,6 +1,7 @@
 package pcm
 
 import (
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -46,6 +47,11 @@ type Options struct {
 	Cap int64
 	// Restart is the id of the job to restart from; "" starts afresh (Status New).
 	Restart string
+	// RestartSecret is the secret of job Restart (MPIOS_RESTART_SECRET, which mpirun
+	// --restart passes from that job's launch record): with it a launched process asks the
+	// nodes for Restart's checkpoints as one of Restart's processes, under its key. Without
+	// it, it asks under its own job's key. Never logged.
+	RestartSecret []byte
 	// Control follows the launcher's reconfiguration requests (migrations, checkpoints
 	// asked for with pcmd) when the process was started by mpirun. OptionsFromEnv sets it.
 	Control bool
@@ -153,6 +159,14 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	// pcmd names its node for the ranks it starts: pieces record where they are stored.
 	o.Node = getenv(job.EnvNode)
 	o.Restart = getenv(job.EnvRestart)
+	if s := getenv(job.EnvRestartSecret); s != "" {
+		b, err := hex.DecodeString(strings.TrimSpace(s))
+		if err != nil || len(b) == 0 {
+			// The value is a secret: not repeated in the error.
+			return o, fmt.Errorf("pcm: %s: not a hex secret: %w", job.EnvRestartSecret, ErrConfig)
+		}
+		o.RestartSecret = b
+	}
 	if s := getenv(job.EnvReconfBase); s != "" {
 		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
 		if err != nil {

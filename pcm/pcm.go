@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rewire"
 	"github.com/mpios/mpios/mpi"
@@ -101,15 +102,18 @@ type Process struct {
 
 	want atomic.Bool // RequestCheckpoint was called since the last agreement
 
-	launched  *rewire.Launched // nil unless world is a launched process's world (mpi.Launched)
-	ctl       *control         // the launcher's reconfiguration log; nil when not launched
-	applied   uint64           // log entries acted upon
-	left      bool             // Reconfigure returned Leave
-	inherited []byte           // hand-over state of a Migrated process, until Load
-	storeID   [2]uint64
-	prof      *profiler.JobProfiler // nil when not profiling
-	total     int                   // planned iterations (SetIterations), 0 if unknown
-	dist      distSet               // distributed objects (NewBlock)
+	launched *rewire.Launched // nil unless world is a launched process's world (mpi.Launched)
+	// restartAuth speaks as a process of the job restarted from (Options.RestartSecret);
+	// nil without that secret.
+	restartAuth *ctlauth.JobChannel
+	ctl         *control // the launcher's reconfiguration log; nil when not launched
+	applied     uint64   // log entries acted upon
+	left        bool     // Reconfigure returned Leave
+	inherited   []byte   // hand-over state of a Migrated process, until Load
+	storeID     [2]uint64
+	prof        *profiler.JobProfiler // nil when not profiling
+	total       int                   // planned iterations (SetIterations), 0 if unknown
+	dist        distSet               // distributed objects (NewBlock)
 
 	// Poll schedule of on-demand requests, in Reconfigure calls.
 	calls, nextPoll int64
@@ -152,6 +156,13 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 		}
 		if p.launched.Joined != 0 {
 			p.status = Joined
+		}
+	}
+	if p.launched != nil && opts.Restart != "" && opts.Restart != opts.JobID && len(opts.RestartSecret) > 0 {
+		var err error
+		from := ctlauth.Sender{Role: ctlauth.RoleRank, Rank: world.Rank()}
+		if p.restartAuth, err = ctlauth.NewJobChannel(opts.Restart, opts.RestartSecret, from, time.Now()); err != nil {
+			return nil, fmt.Errorf("pcm: %s: %w", job.EnvRestartSecret, err)
 		}
 	}
 	if opts.PollEvery > 0 {

@@ -92,7 +92,11 @@ func (p *Process) openPieceOf(m ckptstore.Manifest, rank int) (io.ReadCloser, er
 // fetchPiece reads a piece from the pcmd of node, which holds it or a copy of it.
 func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.PieceInfo, node string) (io.ReadCloser, error) {
 	id := ckptstore.PieceID{Job: m.Job, Seq: m.Seq, Rank: rank}
-	rep, err := p.askNode(job.PieceSubject(node, p.launched.Auth.Job()), job.PieceRequest{Job: m.Job, Seq: m.Seq, Rank: rank}, 10*time.Second)
+	auth := p.readAuth(m.Job)
+	if auth == nil {
+		return nil, fmt.Errorf("fetch %s from node %s: this process has no job key to ask a node with", id, node)
+	}
+	rep, err := p.askNodeAs(auth, job.PieceSubject(node, auth.Job()), job.PieceRequest{Job: m.Job, Seq: m.Seq, Rank: rank}, 10*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
@@ -100,7 +104,7 @@ func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.Piec
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
-	if _, err := conn.Write(p.launched.Auth.OfferProof(rep.Token)); err != nil {
+	if _, err := conn.Write(auth.OfferProof(rep.Token)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
@@ -123,7 +127,12 @@ const clearRefusalWait = 500 * time.Millisecond
 // while the wait lasts; a refusal in clear (from a node that does not know the job's key)
 // is the error if nothing better arrives.
 func (p *Process) askNode(subject string, req any, wait time.Duration) (job.PieceReply, error) {
-	auth, nc := p.launched.Auth, p.launched.Conn
+	return p.askNodeAs(p.launched.Auth, subject, req, wait)
+}
+
+// askNodeAs is askNode as a process of auth's job (readAuth).
+func (p *Process) askNodeAs(auth *ctlauth.JobChannel, subject string, req any, wait time.Duration) (job.PieceReply, error) {
+	nc := p.launched.Conn
 	if auth == nil {
 		return job.PieceReply{}, errors.New("this process has no job key to ask a node with")
 	}
@@ -189,10 +198,27 @@ func (rp remotePiece) Len() int {
 // remoteCandidates asks the pcmd nodes for the committed checkpoints of job (a rank whose
 // own store holds none of them restarts on a new node).
 func (p *Process) remoteCandidates(jobID string) map[uint64]candidate {
-	if p.launched == nil || p.launched.Conn == nil || p.launched.Auth == nil {
+	auth := p.readAuth(jobID)
+	if p.launched == nil || p.launched.Conn == nil || auth == nil {
 		return map[uint64]candidate{}
 	}
-	return collectManifests(p.launched.Conn, p.launched.Auth, jobID, manifestWait, p.opts.Log)
+	return collectManifests(p.launched.Conn, auth, jobID, manifestWait, p.opts.Log)
+}
+
+// readAuth returns the channel under whose key this process asks the nodes for the
+// checkpoints of job jobID: that of the job it restarts from, as one of that job's
+// processes, when it holds that job's secret (Options.RestartSecret), so that the nodes
+// that stored them, which know only that job, serve them; else its own job's, which the
+// nodes that started it let read the job it restarts from (ctlauth.JobKeyring.AllowRead).
+// nil when the process has no job key.
+func (p *Process) readAuth(jobID string) *ctlauth.JobChannel {
+	if p.restartAuth != nil && p.restartAuth.Job() == jobID {
+		return p.restartAuth
+	}
+	if p.launched == nil {
+		return nil
+	}
+	return p.launched.Auth
 }
 
 // collectManifests asks the nodes, as a process of auth's job, for the committed manifests

@@ -376,6 +376,9 @@ func config(c *cli.Context) (launch.Config, error) {
 			return cfg, &usageError{"--restart: " + msg}
 		}
 		ckptEnv = append(ckptEnv, job.EnvRestart+"="+c.String("restart"))
+		if id := c.String("restart"); id != cfg.JobID {
+			ckptEnv = append(ckptEnv, restartSecretEnv(id)...)
+		}
 	}
 	if c.IsSet("policy") {
 		name := c.String("policy")

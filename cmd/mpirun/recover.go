@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/launch"
 )
@@ -47,4 +49,20 @@ func recoveryFlags(c *cli.Context, cfg *launch.Config) error {
 		cfg.HangTimeout = d
 	}
 	return nil
+}
+
+// restartSecretEnv returns job.EnvRestartSecret set to the secret of job id, the job
+// --restart names, from its launch record: the ranks read its checkpoints on the nodes as
+// its processes, under its key. Only the job's owner can read the record (0600). Nothing
+// when there is no record or it holds no secret: the ranks then ask under their own job's
+// key, which only nodes that saw their spawns accept.
+func restartSecretEnv(id string) []string {
+	l, err := jobrecord.ReadLaunch(jobrecord.RuntimeDir(), id)
+	if err != nil || l.Secret == "" {
+		return nil
+	}
+	if b, err := hex.DecodeString(l.Secret); err != nil || len(b) == 0 {
+		return nil
+	}
+	return []string{job.EnvRestartSecret + "=" + l.Secret}
 }

@@ -40,6 +40,11 @@ const (
 	EnvCkptPoll  = "MPIOS_CKPT_POLL"  // agree on on-demand requests every M iterations; 0: adaptive
 	EnvCkptSync  = "MPIOS_CKPT_SYNC"  // 1: write and commit checkpoints at the boundary, not in the background
 	EnvRestart   = "MPIOS_RESTART"    // id of the job whose newest valid checkpoint to restart from
+	// EnvRestartSecret is the secret (hex) of the job EnvRestart names, from its owner's
+	// launch record: the ranks ask the nodes for that job's checkpoints as its processes,
+	// under its key, which the nodes that stored them know. Sealed for the node like
+	// EnvSecret; never passed in clear.
+	EnvRestartSecret = "MPIOS_RESTART_SECRET"
 	// EnvMigrate is set by the launcher for a process that takes over a migrating rank:
 	// where its predecessor waits to hand the rank over (see package internal/rewire).
 	EnvMigrate = "MPIOS_MIGRATE"
@@ -444,8 +449,9 @@ type SpawnRequest struct {
 	SealedSecret []byte `msgpack:"sealed_secret,omitempty"`
 	SealedFrom   string `msgpack:"sealed_from,omitempty"`
 	// SealedEnv holds the rank's NATS credentials (MPIOS_NATS_TOKEN, MPIOS_NATS_PASSWORD, a
-	// MPIOS_NATS_URL with a user or password in it), sealed like SealedSecret by SealedFrom
-	// (ctlauth.SealEnv). The node refuses them in Env.
+	// MPIOS_NATS_URL with a user or password in it) and the secret of the job it restarts
+	// from (EnvRestartSecret), sealed like SealedSecret by SealedFrom (ctlauth.SealEnv). The
+	// node refuses them in Env.
 	SealedEnv []byte `msgpack:"sealed_env,omitempty"`
 
 	// The rank's checkpoint settings, typed: the node sets EnvRestart, EnvCkptKeep and
@@ -533,6 +539,9 @@ func (s SpawnRequest) Validate() error {
 		if slices.ContainsFunc(s.Env, func(kv string) bool { return strings.HasPrefix(kv, EnvSecret+"=") }) {
 			return fmt.Errorf("job: spawn: %s both sealed and in clear", EnvSecret)
 		}
+	}
+	if slices.ContainsFunc(s.Env, func(kv string) bool { return strings.HasPrefix(kv, EnvRestartSecret+"=") }) {
+		return fmt.Errorf("job: spawn: environment variable %s: a secret travels only sealed for the node (SealedEnv), not in clear", EnvRestartSecret)
 	}
 	if len(s.SealedEnv) > 0 && (s.SealedFrom == "" || len(s.SealedEnv) > 16<<10) {
 		return errors.New("job: spawn: a sealed environment needs its sender's curve key and at most 16 KiB")

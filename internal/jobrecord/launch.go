@@ -19,6 +19,10 @@ type Launch struct {
 	NP      int      `json:"np"`
 	// Env are the job's MPIOS_CKPT_* settings (where its checkpoints are, how often).
 	Env []string `json:"env,omitempty"`
+	// Secret is the job's secret (hex), as in its Record, kept past the job's end: a
+	// restart from the job reads its checkpoints on the nodes under its key. The file is
+	// private to its owner (0600 in a 0700 directory), like the Record.
+	Secret string `json:"secret,omitempty"`
 }
 
 // LaunchPath is the launch file of job id in dir (a RuntimeDir).

@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 
-	r.writeLaunch()
+	r.writeLaunch(secret)
 
 	if prog.PackageDir != "" {
 		tmp, err := os.MkdirTemp("", "mpirun-build-")

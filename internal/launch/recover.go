@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"encoding/hex"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -86,8 +87,9 @@ func (c *controlPlane) event() supervisor.Event {
 	return supervisor.ControlPlaneDown{}
 }
 
-// writeLaunch keeps how a checkpointing job was started, for "mpirun --restart JOB".
-func (r *runner) writeLaunch() {
+// writeLaunch keeps how a checkpointing job was started, and its secret, for
+// "mpirun --restart JOB".
+func (r *runner) writeLaunch(secret []byte) {
 	var env []string
 	for _, name := range []string{job.EnvCkptEvery, job.EnvCkptDir, job.EnvCkptSync, job.EnvCkptKeep, job.EnvCkptPoll} {
 		if v := rankproc.EnvValue(r.cfg.Env, name); v != "" {
@@ -103,7 +105,7 @@ func (r *runner) writeLaunch() {
 			program = abs
 		}
 	}
-	l := jobrecord.Launch{JobID: r.cfg.JobID, Program: program, Args: r.cfg.Args, NP: r.cfg.NP, Env: env}
+	l := jobrecord.Launch{JobID: r.cfg.JobID, Program: program, Args: r.cfg.Args, NP: r.cfg.NP, Env: env, Secret: hex.EncodeToString(secret)}
 	if err := jobrecord.WriteLaunch(r.cfg.RuntimeDir, l); err != nil {
 		r.stderr.logf("warning: %v (mpirun --restart %s will need the program and -np)", trimLaunch(err), r.cfg.JobID)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,12 +89,12 @@ func (r *Remote) jobAuthLocked(jobID string, env []string) (*jobAuth, error) {
 	return a, nil
 }
 
-// seal moves the job's secret and the rank's NATS credentials out of req.Env into boxes
-// only card's node opens.
+// seal moves the job's secret, the rank's NATS credentials and the secret of the job it
+// restarts from out of req.Env into boxes only card's node opens.
 func (a *jobAuth) seal(req *job.SpawnRequest, card *ctlauth.NodeCard) error {
 	var creds, rest []string
 	for _, kv := range req.Env {
-		if natsconn.IsCredential(kv) {
+		if natsconn.IsCredential(kv) || isRestartSecret(kv) {
 			creds = append(creds, kv)
 		} else {
 			rest = append(rest, kv)
@@ -188,4 +189,14 @@ func (p pinnedNodes) Trust(publicKey string, s ctlauth.Sender) error {
 		return fmt.Errorf("node %s signs with %s", s.Node, key)
 	}
 	return nil
+}
+
+// isRestartSecret reports whether the environment entry kv is job.EnvRestartSecret.
+func isRestartSecret(kv string) bool { return strings.HasPrefix(kv, job.EnvRestartSecret+"=") }
+
+// dropRestartSecret removes job.EnvRestartSecret from req.Env, for a node without a key
+// card to seal it for: it never travels in clear, and the rank reads the checkpoints it
+// restarts from under its own job's key instead.
+func dropRestartSecret(req *job.SpawnRequest) {
+	req.Env = slices.DeleteFunc(req.Env, isRestartSecret)
 }

@@ -531,6 +531,8 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 		if err := auth.seal(&req, card); err != nil {
 			return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))
 		}
+	} else {
+		dropRestartSecret(&req)
 	}
 	data, err := auth.encode(job.NodeSpawnSubject(name), req)
 	if err != nil {

@@ -95,8 +95,9 @@ func (a *authorizer) secretEnv(req job.SpawnRequest) ([]string, error) {
 	return []string{job.EnvSecret + "=" + hex.EncodeToString(secret)}, nil
 }
 
-// sealedEnv opens the NATS credentials sealed in req (SealedEnv). Only MPIOS_NATS_*
-// variables may be sealed: the box cannot smuggle in what Env may not hold.
+// sealedEnv opens the NATS credentials and the restart secret sealed in req (SealedEnv).
+// Only MPIOS_NATS_* variables and job.EnvRestartSecret (with a job to restart from) may be
+// sealed: the box cannot smuggle in what Env may not hold.
 func (a *authorizer) sealedEnv(req job.SpawnRequest) ([]string, error) {
 	if len(req.SealedEnv) == 0 {
 		return nil, nil
@@ -110,8 +111,14 @@ func (a *authorizer) sealedEnv(req job.SpawnRequest) ([]string, error) {
 	}
 	for _, kv := range env {
 		name, _, ok := strings.Cut(kv, "=")
+		if name == job.EnvRestartSecret && strings.IndexByte(kv, 0) < 0 {
+			if req.Restart == "" {
+				return nil, fmt.Errorf("the sealed environment holds %s, but the request restarts from no job", name)
+			}
+			continue
+		}
 		if !ok || !strings.HasPrefix(name, "MPIOS_NATS_") || strings.IndexByte(kv, 0) >= 0 {
-			return nil, fmt.Errorf("the sealed environment holds %.40q: only MPIOS_NATS_* variables may be sealed", name)
+			return nil, fmt.Errorf("the sealed environment holds %.40q: only MPIOS_NATS_* variables and %s may be sealed", name, job.EnvRestartSecret)
 		}
 	}
 	return env, nil
