@@ -3,6 +3,7 @@ package pcm
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -189,5 +190,89 @@ func TestForgedPieceOffersAreSkipped(t *testing.T) {
 	nodeNC.Flush()
 	if _, err := p.askNode(other, job.PieceRequest{Job: "job1", Seq: 1, Rank: 0}, 30*time.Second); err == nil || !strings.Contains(err.Error(), "has not learned its key") {
 		t.Errorf("a refusal in clear: %v", err)
+	}
+}
+
+// A job restarted on other nodes (mpirun --restart rs1 as job rs2) reads rs1's checkpoints
+// from nodes that know only rs1: with rs1's secret (MPIOS_RESTART_SECRET) its rank asks for
+// rs1's manifests and pieces as a process of rs1, under rs1's key and on subjects naming
+// rs1, and the node's replies verify. Without the secret it asks under rs2's key, which such
+// a node does not know, and gets nothing.
+func TestRestartReadsTheOriginalJobsCheckpointsUnderItsKey(t *testing.T) {
+	conns := natsConns(t, 2)
+	rankNC, nodeNC := conns[0], conns[1]
+	rs1Secret, rs2Secret := bytes.Repeat([]byte{7}, 32), bytes.Repeat([]byte{9}, 32)
+	ring, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Learn("rs1", rs1Secret, "launcher"); err != nil {
+		t.Fatal(err)
+	}
+	// The node's policy, as internal/pieceserver applies it: the request verifies under
+	// the key of the job its subject names, which may read the job it asks about.
+	serve := func(m *nats.Msg, req any, jobOf func() string, rep any) {
+		requester := job.RequesterOf(m.Subject)
+		if _, err := ring.Decode(requester, m.Subject, m.Data, req, time.Now()); err != nil {
+			plain, _ := job.Encode(job.PieceReply{Error: "pcmd: node n1: " + err.Error()})
+			m.Respond(plain)
+			return
+		}
+		if !ring.MayRead(requester, jobOf()) {
+			t.Errorf("the node: job %s may not read job %s", requester, jobOf())
+			return
+		}
+		data, err := ring.Encode(requester, m.Reply, rep, time.Now())
+		if err != nil {
+			t.Errorf("the node: %v", err)
+			return
+		}
+		m.Respond(data)
+	}
+	if _, err := nodeNC.Subscribe(job.ManifestsSubjects, func(m *nats.Msg) {
+		var req job.ManifestsRequest
+		serve(m, &req, func() string { return req.Job }, job.ManifestsReply{Node: "n1", Manifests: [][]byte{manifestOf("rs1", 2)}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodeNC.Subscribe(job.PieceSubjects("n1"), func(m *nats.Msg) {
+		var req job.PieceRequest
+		serve(m, &req, func() string { return req.Job }, job.PieceReply{Addr: "127.0.0.1:7000", Token: []byte("fedcba9876543210"), Size: 8})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nodeNC.Flush()
+
+	own, err := ctlauth.NewJobChannel("rs2", rs2Secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: 0}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{JobID: "rs2", Restart: "rs1", RestartSecret: rs1Secret, Log: io.Discard}
+	restart, err := restartChannel(opts, 0, time.Now())
+	if err != nil || restart == nil || restart.Job() != "rs1" {
+		t.Fatalf("restart channel %v, %v; want one of job rs1", restart, err)
+	}
+	p := &Process{opts: opts, launched: &rewire.Launched{Conn: rankNC, Auth: own}, restartAuth: restart}
+	if cands := p.remoteCandidates("rs1"); len(cands) != 1 || !cands[2].ok {
+		t.Errorf("candidates %+v, want rs1's checkpoint 2", cands)
+	}
+	auth := p.readAuth("rs1")
+	rep, err := p.askNodeAs(auth, job.PieceSubject("n1", auth.Job()), job.PieceRequest{Job: "rs1", Seq: 2, Rank: 0}, 5*time.Second)
+	if err != nil || rep.Addr != "127.0.0.1:7000" {
+		t.Errorf("piece offer %+v, %v; want the node's", rep, err)
+	}
+
+	// Without rs1's secret the rank speaks as rs2, which this node never learned.
+	opts.RestartSecret = nil
+	if ch, err := restartChannel(opts, 0, time.Now()); ch != nil || err != nil {
+		t.Fatalf("restart channel without a secret: %v, %v", ch, err)
+	}
+	p = &Process{opts: opts, launched: &rewire.Launched{Conn: rankNC, Auth: own}}
+	if cands := p.remoteCandidates("rs1"); len(cands) != 0 {
+		t.Errorf("candidates %+v under rs2's key, which the node does not know; want none", cands)
+	}
+	auth = p.readAuth("rs1")
+	if _, err := p.askNodeAs(auth, job.PieceSubject("n1", auth.Job()), job.PieceRequest{Job: "rs1", Seq: 2, Rank: 0}, 5*time.Second); err == nil || !strings.Contains(err.Error(), "rs2") {
+		t.Errorf("a piece request under rs2's key: %v; want the node's refusal", err)
 	}
 }

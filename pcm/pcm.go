@@ -158,11 +158,10 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 			p.status = Joined
 		}
 	}
-	if p.launched != nil && opts.Restart != "" && opts.Restart != opts.JobID && len(opts.RestartSecret) > 0 {
+	if p.launched != nil {
 		var err error
-		from := ctlauth.Sender{Role: ctlauth.RoleRank, Rank: world.Rank()}
-		if p.restartAuth, err = ctlauth.NewJobChannel(opts.Restart, opts.RestartSecret, from, time.Now()); err != nil {
-			return nil, fmt.Errorf("pcm: %s: %w", job.EnvRestartSecret, err)
+		if p.restartAuth, err = restartChannel(opts, world.Rank(), time.Now()); err != nil {
+			return nil, err
 		}
 	}
 	if opts.PollEvery > 0 {
@@ -481,4 +480,18 @@ func errorsAs[T error](err error) (T, bool) {
 	var t T
 	ok := errors.As(err, &t)
 	return t, ok
+}
+
+// restartChannel returns the channel of rank as a process of the job opts restarts from,
+// under that job's key (Options.RestartSecret); nil when opts restarts from no other job or
+// carries no secret of it.
+func restartChannel(opts Options, rank int, now time.Time) (*ctlauth.JobChannel, error) {
+	if opts.Restart == "" || opts.Restart == opts.JobID || len(opts.RestartSecret) == 0 {
+		return nil, nil
+	}
+	ch, err := ctlauth.NewJobChannel(opts.Restart, opts.RestartSecret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: rank}, now)
+	if err != nil {
+		return nil, fmt.Errorf("pcm: %s: %w", job.EnvRestartSecret, err)
+	}
+	return ch, nil
 }

@@ -105,6 +105,21 @@ func TestSealedEnvironmentHoldsOnlyNATSVariables(t *testing.T) {
 	if _, err := a.sealedEnv(seal("MPIOS_CKPT_DIR=/victim")); err == nil {
 		t.Error("a sealed checkpoint directory was opened")
 	}
+	// The secret of the job restarted from travels sealed, for a request that restarts
+	// from a job, and never in clear.
+	secret := job.EnvRestartSecret + "=0123456789abcdef0123456789abcdef"
+	if _, err := a.sealedEnv(seal(secret)); err == nil {
+		t.Error("a restart secret was opened for a request that restarts from no job")
+	}
+	req := seal(secret, "MPIOS_NATS_TOKEN=t0k")
+	req.Restart = "old"
+	if env, err := a.sealedEnv(req); err != nil || !slices.Contains(env, secret) {
+		t.Errorf("the sealed restart secret: %v", err)
+	}
+	clear := job.SpawnRequest{Job: "j", Path: "/bin/true", Restart: "old", Env: []string{secret}}
+	if err := clear.Validate(); err == nil || !strings.Contains(err.Error(), "sealed") {
+		t.Errorf("a restart secret in clear: %v; want it refused", err)
+	}
 }
 
 // "Spawned processes without a lease hold slots forever" (issue 14, item 8): a lease is
