@@ -4,6 +4,7 @@ package testbed
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -17,12 +18,21 @@ import (
 )
 
 // inNetns runs fn on a thread that entered network namespace ns: sockets fn creates live
-// there. The thread stays locked and dies with its goroutine, so no other goroutine runs in ns.
+// there. The thread goes back to its own namespace afterwards: a thread left in ns could be
+// the process's main thread, which Go never ends, and the whole test process would then count
+// as one of ns's processes (and be killed with them). If going back fails the thread stays
+// locked and dies with its goroutine.
 func inNetns(t *testing.T, ns string, fn func()) {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
+		runtime.LockOSThread()
+		own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer own.Close()
 		f, err := os.Open("/run/netns/" + ns)
 		if err == nil {
 			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
@@ -30,6 +40,9 @@ func inNetns(t *testing.T, ns string, fn func()) {
 		}
 		if err == nil {
 			fn()
+			if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			}
 		}
 		errc <- err
 	}()
