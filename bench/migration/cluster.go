@@ -386,13 +386,7 @@ func (c *cluster) signControl(id string, req job.ControlRequest) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	dir := ""
-	for _, kv := range c.env {
-		if v, ok := strings.CutPrefix(kv, "XDG_RUNTIME_DIR="); ok {
-			dir = filepath.Join(v, "mpios")
-		}
-	}
-	rec, err := jobrecord.ReadRecord(jobrecord.RecordPath(dir, id))
+	rec, err := c.record(id)
 	if err != nil {
 		return nil, err
 	}
@@ -404,4 +398,15 @@ func (c *cluster) signControl(id string, req job.ControlRequest) ([]byte, error)
 		return nil, err
 	}
 	return w.Wrap(job.ControlSubject(id), data, time.Now())
+}
+
+// record reads job id's record, which mpirun writes in the cluster's runtime directory.
+func (c *cluster) record(id string) (jobrecord.Record, error) {
+	dir := ""
+	for _, kv := range c.env {
+		if v, ok := strings.CutPrefix(kv, "XDG_RUNTIME_DIR="); ok {
+			dir = filepath.Join(v, "mpios")
+		}
+	}
+	return jobrecord.ReadRecord(jobrecord.RecordPath(dir, id))
 }

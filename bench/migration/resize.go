@@ -226,9 +226,18 @@ func lastResize(c *cluster, id string) (reconf.Reconfiguration, error) {
 	if err != nil {
 		return reconf.Reconfiguration{}, fmt.Errorf("job info: %w", err)
 	}
-	var info job.JobInfo
-	if err := job.Decode(m.Data, &info); err != nil {
+	// mpirun answers under the job key: verify it as the job's owner, with its record.
+	rec, err := c.record(id)
+	if err != nil {
 		return reconf.Reconfiguration{}, err
+	}
+	key, err := rec.Key()
+	if err != nil {
+		return reconf.Reconfiguration{}, err
+	}
+	info, err := key.DecodeJobInfo(m.Subject, m.Data, time.Now())
+	if err != nil {
+		return reconf.Reconfiguration{}, fmt.Errorf("job info: %w", err)
 	}
 	for i := len(info.Reconfigurations) - 1; i >= 0; i-- {
 		if e := info.Reconfigurations[i]; e.Kind == reconf.Resize && e.State == reconf.Committed {

@@ -107,6 +107,12 @@ func loadedRanks(j string, n int) []job.RankInfo {
 // iterative job (990 iterations of 0.5 s left, 1 MiB of state).
 func publishProfiles(t *testing.T, nc *nats.Conn, node, policy string, table []job.RankInfo) {
 	t.Helper()
+	publishProfilesUnder(t, nc, nil, node, policy, table)
+}
+
+// publishProfilesUnder is publishProfiles under the job key of ranks (nil: in clear).
+func publishProfilesUnder(t *testing.T, nc *nats.Conn, ranks *ctlauth.JobChannel, node, policy string, table []job.RankInfo) {
+	t.Helper()
 	for _, r := range table {
 		p := profiler.RankProfile{Job: r.Job, Rank: r.Rank, Node: node, PID: r.PID, Policy: policy, At: time.Now(),
 			Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 1, CompSeconds: 9,
@@ -115,6 +121,11 @@ func publishProfiles(t *testing.T, nc *nats.Conn, node, policy string, table []j
 		data, err := json.Marshal(p)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if ranks != nil {
+			if data, err = ranks.Wrap(job.ProfileSubject(r.Job), data, time.Now()); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := nc.Publish(job.ProfileSubject(r.Job), data); err != nil {
 			t.Fatal(err)

@@ -2,11 +2,13 @@ package agentdriver
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/iosbridge"
@@ -123,27 +125,38 @@ func TestAgentHierarchicalManagerMovesRanksToAnIdleNode(t *testing.T) {
 	}
 }
 
-// The same join for a malleable job (its launcher's JobInfo says so): the manager grows the
-// job onto the idle node by its free slots, in one resize request (§2.2.2: the decisions
-// become resize requests), instead of moving ranks.
+// The same join for a malleable job (its launcher's JobInfo says so, under the job's key):
+// the manager grows the job onto the idle node by its free slots, in one resize request
+// (§2.2.2: the decisions become resize requests), instead of moving ranks.
 func TestAgentHierarchicalManagerGrowsAMalleableJobOntoAJoinedNode(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
 	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "growing"})
+	secret := []byte("the secret of job j, 32 bytes..")
+	launcher, err := ctlauth.NewJobChannel("j", secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := nc.Subscribe(job.JobInfoSubject("j"), func(m *nats.Msg) {
-		data, _ := job.Encode(job.JobInfo{Job: "j", Size: 4, Malleable: true})
+		data, _ := launcher.Encode(m.Reply, job.JobInfo{Job: "j", Size: 4, Malleable: true}, time.Now())
 		_ = m.Respond(data)
 	}); err != nil {
+		t.Fatal(err)
+	}
+	ranks, err := ctlauth.NewJobChannel("j", secret, ctlauth.Sender{Role: ctlauth.RoleRank}, time.Now())
+	if err != nil {
 		t.Fatal(err)
 	}
 	table := loadedRanks("j", 4)
 	cfg := fastIOS(iosbridge.PolicySheriff)
 	cfg.Hierarchical = true
 	cfg.FreeSlots = func() map[string]int { return map[string]int{"A": 2, "B": 0} }
+	cfg.Jobs = knowingJob(t, "B", "j", secret)
 	startAgentT(t, url, "B", cfg, 0, table, "A")
+	cfg.Jobs = knowingJob(t, "A", "j", secret)
 	startAgentT(t, url, "A", cfg, 1, nil, "B")
-	publishProfiles(t, nc, "B", "", table)
+	publishProfilesUnder(t, nc, ranks, "B", "", table)
 
 	select {
 	case req := <-ctl.got:
@@ -165,4 +178,70 @@ func TestAgentHierarchicalManagerGrowsAMalleableJobOntoAJoinedNode(t *testing.T)
 	if n := ctl.count(); n != 1 {
 		t.Fatalf("%d requests", n)
 	}
+}
+
+// A forged JobInfo (Issue 14, item 7): another NATS client answers the manager's info
+// request first, in clear or under a key that is not the job's, calling the job malleable.
+// The manager verifies the answer with the key its node learnt from the job's spawns,
+// ignores it and takes the job as rigid: it moves ranks to the joined node, as for any
+// rigid job, and never asks the job to grow.
+func TestAgentHierarchicalManagerIgnoresAForgedJobInfo(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving"})
+	secret := []byte("the secret of job j, 32 bytes..")
+	forger, err := ctlauth.NewJobChannel("j", []byte("not the secret of job j at all.."), ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int32
+	if _, err := nc.Subscribe(job.JobInfoSubject("j"), func(m *nats.Msg) {
+		info := job.JobInfo{Job: "j", Size: 4, Malleable: true}
+		data, _ := job.Encode(info) // in clear, as mpirun answered before
+		if asked.Add(1)%2 == 0 {
+			data, _ = forger.Encode(m.Reply, info, time.Now()) // under the wrong key
+		}
+		_ = m.Respond(data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ranks, err := ctlauth.NewJobChannel("j", secret, ctlauth.Sender{Role: ctlauth.RoleRank}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := loadedRanks("j", 4)
+	cfg := fastIOS(iosbridge.PolicySheriff)
+	cfg.Hierarchical = true
+	cfg.FreeSlots = func() map[string]int { return map[string]int{"A": 2, "B": 0} }
+	cfg.Jobs = knowingJob(t, "B", "j", secret)
+	b := startAgentT(t, url, "B", cfg, 0, table, "A")
+	cfg.Jobs = knowingJob(t, "A", "j", secret)
+	startAgentT(t, url, "A", cfg, 1, nil, "B")
+	publishProfilesUnder(t, nc, ranks, "B", "", table)
+
+	select {
+	case req := <-ctl.got:
+		if req.Kind != job.ControlMigrate || req.To != "A" {
+			t.Fatalf("control request %+v: the forged info was believed", req)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no request; B's state %+v", iosState(t, nc, "B"))
+	}
+	if asked.Load() == 0 || !strings.Contains(b.log.String(), "ignoring job j's info (taken as rigid)") {
+		t.Fatalf("%d info requests; B's log:\n%s", asked.Load(), b.log)
+	}
+}
+
+// knowingJob is the keyring of node, which learnt job jobID's key from a spawn.
+func knowingJob(t *testing.T, node, jobID string, secret []byte) *ctlauth.JobKeyring {
+	t.Helper()
+	keys, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: node}, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := keys.Learn(jobID, secret, ""); err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }

@@ -163,7 +163,8 @@ func (a *Agent) carryOut(jobID string, d iosbridge.MalleabilityDecision, subs []
 
 // jobShape is what the job's launcher says of it (size, malleability, the weights of its
 // last committed resize of that size) and the free slots of the nodes. A launcher that does
-// not answer leaves a job of the ranks the manager sees, taken as rigid.
+// not answer, or whose answer does not verify under the job's key (cfg.Jobs), leaves a job
+// of the ranks the manager sees, taken as rigid: a forged info cannot make it grow a job.
 func (a *Agent) jobShape(jobID string, subs []iosbridge.Subordinate) iosbridge.JobShape {
 	var shape iosbridge.JobShape
 	for _, s := range subs {
@@ -173,8 +174,12 @@ func (a *Agent) jobShape(jobID string, subs []iosbridge.Subordinate) iosbridge.J
 		shape.FreeSlots = a.cfg.FreeSlots()
 	}
 	m, err := a.nc.Request(job.JobInfoSubject(jobID), nil, a.cfg.ControlTimeout)
-	var info job.JobInfo
-	if err != nil || job.Decode(m.Data, &info) != nil || info.Job != jobID || info.Size < 1 {
+	if err != nil {
+		return shape
+	}
+	info, err := a.cfg.Jobs.DecodeJobInfo(jobID, m.Subject, m.Data, time.Now())
+	if err != nil {
+		a.log.Printf("IOS agent: ignoring job %s's info (taken as rigid): %v", jobID, err)
 		return shape
 	}
 	shape.Size, shape.Malleable = info.Size, info.Malleable

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/internal/testbin"
 	"github.com/nats-io/nats.go"
@@ -409,8 +410,23 @@ func (c *cluster) jobInfo(id string) job.JobInfo {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	var info job.JobInfo
-	if err := job.Decode(m.Data, &info); err != nil {
+	// mpirun answers under the job key: verify it as the job's owner, with its record.
+	rt := ""
+	for _, kv := range c.env {
+		if v, ok := strings.CutPrefix(kv, "XDG_RUNTIME_DIR="); ok {
+			rt = filepath.Join(v, "mpios")
+		}
+	}
+	rec, err := jobrecord.ReadJob(rt, id)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	key, err := rec.Key()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	info, err := key.DecodeJobInfo(m.Subject, m.Data, time.Now())
+	if err != nil {
 		c.t.Fatal(err)
 	}
 	return info

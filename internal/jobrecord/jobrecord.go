@@ -38,18 +38,28 @@ var ErrNoSecret = errors.New("job record has no job secret")
 // OwnerWrapper returns what signs control requests as the owner of the job rec describes:
 // a ctlauth.JobWrapper under the job's key, as a ctlauth.RoleTool sender numbered from now.
 func (rec Record) OwnerWrapper(now time.Time) (*ctlauth.JobWrapper, error) {
+	key, err := rec.Key()
+	if err != nil {
+		return nil, err
+	}
+	return ctlauth.NewJobWrapper(key, ctlauth.Sender{Role: ctlauth.RoleTool}, uint64(now.UnixNano()))
+}
+
+// Key returns the control-plane key of the job rec describes (ctlauth.DeriveJobKey of its
+// secret): what its owner signs requests and verifies mpirun's replies (job info) with.
+func (rec Record) Key() (ctlauth.JobKey, error) {
 	if rec.Secret == "" {
-		return nil, fmt.Errorf("jobrecord: job %s: %w", rec.JobID, ErrNoSecret)
+		return ctlauth.JobKey{}, fmt.Errorf("jobrecord: job %s: %w", rec.JobID, ErrNoSecret)
 	}
 	secret, err := hex.DecodeString(rec.Secret)
 	if err != nil {
-		return nil, fmt.Errorf("jobrecord: job %s: secret: %w", rec.JobID, err)
+		return ctlauth.JobKey{}, fmt.Errorf("jobrecord: job %s: secret: %w", rec.JobID, err)
 	}
 	key, err := ctlauth.DeriveJobKey(rec.JobID, secret)
 	if err != nil {
-		return nil, fmt.Errorf("jobrecord: %w", err)
+		return ctlauth.JobKey{}, fmt.Errorf("jobrecord: %w", err)
 	}
-	return ctlauth.NewJobWrapper(key, ctlauth.Sender{Role: ctlauth.RoleTool}, uint64(now.UnixNano()))
+	return key, nil
 }
 
 // ReadJob reads the record of job id in dir (RuntimeDir), which must still be running:

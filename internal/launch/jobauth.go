@@ -25,13 +25,14 @@ func jobKeySubject(jobID, subject string) bool {
 	return false
 }
 
-// encodeReply encodes a reply to a request: to the ranks (the rendezvous and resize
-// tables, the reconfiguration log, the successor's start) under the job key, bound to the
-// requester's inbox; to tools and nodes (control replies, job info), which hold no key, in
-// clear.
+// encodeReply encodes a reply to a request under the job key, bound to the requester's
+// inbox: to the ranks (the rendezvous and resize tables, the reconfiguration log, the
+// successor's start) and the job info, which nodes act on (a drain shrinks, the IOS manager
+// grows a job its info calls malleable): they verify it with the key they learnt from the
+// job's spawns, its owner with the job record. Control replies, to requesters that may hold
+// no key, go in clear.
 func (r *runner) encodeReply(inbox string, v any) ([]byte, error) {
-	switch v.(type) {
-	case job.ControlReply, job.JobInfo:
+	if _, ok := v.(job.ControlReply); ok {
 		return job.Encode(v)
 	}
 	return r.auth.Encode(inbox, v, time.Now())

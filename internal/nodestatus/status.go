@@ -45,6 +45,10 @@ type Status struct {
 	// Jobs are the running jobs whose mpirun answered: where each rank runs and every
 	// migration asked for, with its reason, outcome and pause.
 	Jobs []job.JobInfo `json:"jobs"`
+	// Unauthenticated are the jobs of Jobs whose answer was not verified: the caller holds
+	// no record of them (jobrecord: only a job's owner can verify its mpirun's answer),
+	// so any NATS client could have given it. Shown, labeled, never acted on.
+	Unauthenticated []string `json:"unauthenticated_jobs,omitempty"`
 }
 
 // NodeStatus is one node in Status.
@@ -124,12 +128,15 @@ func DiscoverStatus(nc *nats.Conn, wait time.Duration) (Status, error) {
 	st := Collect(views)
 	st.AttachIOS(states)
 	st.NATS = natsconn.RedactURL(nc.ConnectedUrl())
-	st.Jobs = jobInfos(nc, st.Ranks, wait)
+	st.Jobs, st.Unauthenticated = jobInfos(nc, st.Ranks, wait, jobrecord.RuntimeDir())
 	return st, nil
 }
 
-// jobInfos asks the mpirun of every job that has ranks for its JobInfo, in parallel.
-func jobInfos(nc *nats.Conn, ranks []RankStatus, wait time.Duration) []job.JobInfo {
+// jobInfos asks the mpirun of every job that has ranks for its JobInfo, in parallel. An
+// answer is verified under the job's key when records (jobrecord.RuntimeDir) holds the
+// caller's record of the job, and dropped if it does not verify; without a record it is
+// read unverified and its job listed in the second result.
+func jobInfos(nc *nats.Conn, ranks []RankStatus, wait time.Duration, records string) ([]job.JobInfo, []string) {
 	var ids []string
 	for _, r := range ranks {
 		if !slices.Contains(ids, r.Job) {
@@ -138,6 +145,7 @@ func jobInfos(nc *nats.Conn, ranks []RankStatus, wait time.Duration) []job.JobIn
 	}
 	slices.Sort(ids)
 	infos := make([]*job.JobInfo, len(ids))
+	unverified := make([]bool, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Add(1)
@@ -147,20 +155,49 @@ func jobInfos(nc *nats.Conn, ranks []RankStatus, wait time.Duration) []job.JobIn
 			if err != nil {
 				return
 			}
-			var info job.JobInfo
-			if job.Decode(m.Data, &info) == nil && info.Job == id {
-				infos[i] = &info
+			info, verified, err := readJobInfo(id, m, records)
+			if err == nil {
+				infos[i], unverified[i] = &info, !verified
 			}
 		}()
 	}
 	wg.Wait()
-	var out []job.JobInfo
-	for _, in := range infos {
+	var (
+		out  []job.JobInfo
+		open []string
+	)
+	for i, in := range infos {
 		if in != nil {
 			out = append(out, *in)
+			if unverified[i] {
+				open = append(open, in.Job)
+			}
 		}
 	}
-	return out
+	return out, open
+}
+
+// readJobInfo reads mpirun's answer m to a job info request: verified under the job key
+// of the caller's record of job id in records, or, without a record, unverified (the
+// envelope's body, or an older mpirun's answer in clear).
+func readJobInfo(id string, m *nats.Msg, records string) (info job.JobInfo, verified bool, err error) {
+	if rec, rerr := jobrecord.ReadJob(records, id); rerr == nil {
+		if key, kerr := rec.Key(); kerr == nil {
+			info, err = key.DecodeJobInfo(m.Subject, m.Data, time.Now())
+			return info, err == nil, err
+		}
+	}
+	data := m.Data
+	if e, eerr := ctlauth.DecodeEnvelope(m.Data); eerr == nil {
+		data = e.Body
+	}
+	if err := job.Decode(data, &info); err != nil {
+		return job.JobInfo{}, false, err
+	}
+	if info.Job != id {
+		return job.JobInfo{}, false, fmt.Errorf("pcmd: job %s's info describes job %.64q", id, info.Job)
+	}
+	return info, false, nil
 }
 
 // DiscoverIOS asks every IOS agent on nc's server for its state (job.IOSDiscoverSubject),
@@ -347,6 +384,10 @@ func (st Status) WriteText(w io.Writer) error {
 	}
 	st.writeMigrations(tw)
 	st.writeResizes(tw)
+	if len(st.Unauthenticated) > 0 {
+		fmt.Fprintf(tw, "\nunauthenticated: the migrations and resizes of job %s are as some NATS client answered "+
+			"(no job record of yours to verify them with; only the job's owner can)\n", strings.Join(st.Unauthenticated, ", "))
+	}
 	return tw.Flush()
 }
 

@@ -191,7 +191,8 @@ func planShrinks(ranks, stuck []job.RankInfo, infos map[string]job.JobInfo, self
 }
 
 // jobInfos asks the mpirun of each job of ranks for its job.JobInfo (size, malleability);
-// jobs that do not answer are left out.
+// jobs that do not answer, or whose answer does not verify under the job's key (the node
+// learnt it from the job's spawns), are left out: they are not shrunk.
 func (s *server) jobInfos(ranks []job.RankInfo) map[string]job.JobInfo {
 	infos := map[string]job.JobInfo{}
 	asked := map[string]bool{}
@@ -201,12 +202,25 @@ func (s *server) jobInfos(ranks []job.RankInfo) map[string]job.JobInfo {
 		}
 		asked[r.Job] = true
 		m, err := s.nc.Request(job.JobInfoSubject(r.Job), nil, time.Second)
-		var info job.JobInfo
-		if err == nil && job.Decode(m.Data, &info) == nil && info.Job == r.Job && info.Size >= 1 {
+		if err != nil {
+			continue
+		}
+		if info, ok := verifyJobInfo(s.jobKeys, r.Job, m, s.log.Printf); ok {
 			infos[r.Job] = info
 		}
 	}
 	return infos
+}
+
+// verifyJobInfo verifies a job info reply with the node's job keys; one that does not
+// verify is logged and ignored, as if the launcher had not answered.
+func verifyJobInfo(keys *ctlauth.JobKeyring, jobID string, m *nats.Msg, logf func(string, ...any)) (job.JobInfo, bool) {
+	info, err := keys.DecodeJobInfo(jobID, m.Subject, m.Data, time.Now())
+	if err != nil {
+		logf("pcmd: ignoring job %s's info (taken as not malleable): %v", jobID, err)
+		return job.JobInfo{}, false
+	}
+	return info, true
 }
 
 func (s *server) onDrain(m *nats.Msg) {

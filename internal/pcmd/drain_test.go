@@ -1,6 +1,7 @@
 package pcmd
 
 import (
+	"log"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -99,6 +100,71 @@ func TestADrainShrinksAMalleableJobWhenNoPeerHasRoom(t *testing.T) {
 	// A shrink is a valid drain reply entry without a target.
 	if err := (job.DrainReply{Node: "n1", Moves: shrinks}).Validate(); err != nil {
 		t.Errorf("a reply with a shrink: %v", err)
+	}
+}
+
+// A forged JobInfo (issue 14, item 7): another NATS client answers a drain's info requests
+// first, calling the jobs malleable, in clear or under a key that is not the job's. The node
+// verifies each answer with the key it learnt from the job's spawns: only mpirun's genuine
+// answer counts, the others are logged and their jobs not shrunk (they did not answer).
+func TestADrainShrinksOnlyOnAJobInfoUnderTheJobsKey(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	secret := func(j string) []byte { return []byte("the secret of job " + j + ", 32 bytes...") }
+	keys, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []string{"a", "b", "c"} {
+		if err := keys.Learn(j, secret(j), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer := func(j string, under []byte) {
+		var ch *ctlauth.JobChannel
+		if under != nil {
+			var err error
+			if ch, err = ctlauth.NewJobChannel(j, under, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := nc.Subscribe(job.JobInfoSubject(j), func(m *nats.Msg) {
+			info := job.JobInfo{Job: j, Size: 4, Malleable: true}
+			data, _ := job.Encode(info)
+			if ch != nil {
+				data, _ = ch.Encode(m.Reply, info, time.Now())
+			}
+			_ = m.Respond(data)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer("a", secret("a"))                           // mpirun
+	answer("b", nil)                                   // in clear
+	answer("c", []byte("not the secret of c, at all")) // under another key
+	answer("d", secret("d"))                           // a job this node never ran ranks of
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &testbin.Buffer{}
+	s := &server{nc: nc, jobKeys: keys, log: log.New(logs, "", 0)}
+	var ranks []job.RankInfo
+	for _, j := range []string{"a", "b", "c", "d"} {
+		ranks = append(ranks, ranksOf(j, 0, 1)...)
+	}
+	infos := s.jobInfos(ranks)
+	if len(infos) != 1 || !infos["a"].Malleable {
+		t.Fatalf("infos %+v; log:\n%s", infos, logs)
+	}
+	shrinks, rest, _ := planShrinks(ranks, ranks, infos, "n1")
+	if want := []job.DrainMove{{Job: "a", Ranks: []int{0, 1}, ShrinkTo: 2}}; !reflect.DeepEqual(shrinks, want) || len(rest) != 6 {
+		t.Errorf("shrinks %+v (want %+v), %d ranks left", shrinks, want, len(rest))
+	}
+	for _, j := range []string{"b", "c", "d"} {
+		if !strings.Contains(logs.String(), "ignoring job "+j+"'s info (taken as not malleable)") {
+			t.Errorf("no note of job %s's unverified info; log:\n%s", j, logs)
+		}
 	}
 }
 

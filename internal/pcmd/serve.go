@@ -155,6 +155,7 @@ type server struct {
 	card    []byte              // the signed key card, in every NodeInfo
 	signer  *ctlauth.KeyWrapper // the node's key: signs its heartbeats, info and control requests
 	pins    *ctlauth.NodePins   // the peers' keys (--known-nodes, or the first each used)
+	jobKeys *ctlauth.JobKeyring // the keys of the jobs this node started ranks of
 	beats   *ctlauth.KeyVerifier
 	drains  *ctlauth.KeyVerifier // drain requests: the node's own key only
 	agent   *agentdriver.Agent   // nil when the IOS agent is disabled
@@ -258,6 +259,7 @@ func Serve(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("pcmd: --store: %w", err)
 		}
 	}
+	s.jobKeys = jobKeys
 	s.ranks, err = spawner.Start(nc, spawner.Config{
 		Node: cfg.Node, Allow: cfg.Allow, PinArgs: cfg.PinArgs, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
 		Env: s.baseEnv, NodeEnv: s.nodeEnv, Log: s.log,
