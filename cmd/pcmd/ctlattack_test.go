@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -243,6 +245,36 @@ func TestControlPlaneAuthorization(t *testing.T) {
 		steal.ID++
 		publish(job.IOSInboxSubject("n1"), must(sw.Wrap(job.IOSInboxSubject("n1"), must(job.Encode(steal)), time.Now())))
 		time.Sleep(250 * time.Millisecond) // the agents' period: the attacker keeps at it
+	}
+	// A forged job info (the launcher's answer on job.JobInfoSubject, which a drain and the
+	// IOS manager act on): the attacker answers every info request at once, calling the job
+	// malleable under a policy of its own. The owner's pcmd status verifies the answer with
+	// the job record and never shows the forgery; another user's, without a record, shows
+	// what it got labeled unauthenticated.
+	forgedInfo := must(job.Encode(job.JobInfo{Job: "victim", Size: 4, Malleable: true, Policy: "forged"}))
+	infoSub, err := spy.Subscribe(job.JobInfoSubject("victim"), func(m *nats.Msg) { _ = m.Respond(forgedInfo) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []struct {
+		name  string
+		env   []string
+		owner bool
+	}{{"the owner", env, true}, {"another user", []string{"XDG_RUNTIME_DIR=" + t.TempDir()}, false}} {
+		p := run(t, 20*time.Second, who.env, "pcmd", "status", "--json", "--nats", url, "--wait", "300ms")
+		var st nodestatus.Status
+		if p.code != 0 || json.Unmarshal([]byte(p.stdout.String()), &st) != nil {
+			t.Fatalf("%s's pcmd status: exit %d\n%s%s", who.name, p.code, p.stdout.String(), p.stderr.String())
+		}
+		labeled := slices.Contains(st.Unauthenticated, "victim")
+		for _, ji := range st.Jobs {
+			if ji.Job == "victim" && (who.owner && (ji.Policy == "forged" || labeled) || !who.owner && !labeled) {
+				t.Errorf("%s's pcmd status shows job info %+v (unauthenticated: %q)", who.name, ji, st.Unauthenticated)
+			}
+		}
+	}
+	if err := infoSub.Unsubscribe(); err != nil {
+		t.Fatal(err)
 	}
 	select {
 	case <-j.done:
