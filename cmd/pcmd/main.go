@@ -328,7 +328,10 @@ heartbeat, advertise address, pid and version. Then one line per IOS agent
 effective CPUs, its outstanding steal request, its peers, ranks given / migrations
 the jobs accepted / refused, and its last decision with the reason. Then every rank of the alive
 nodes: job, rank, node, pid and, from its latest profile, iteration (of the
-planned total), seconds per iteration and share of time in mpi calls. --json adds
+planned total), seconds per iteration and share of time in mpi calls, and the
+jobs' migrations and resizes as their mpirun answers (job info): verified with
+the job key from your job record; for a job of another user it cannot be, and is
+labeled "unauthenticated" (--json: "unauthenticated_jobs"). --json adds
 per node "ios": the agent's state, its recent "decisions" and the ranks' full
 "profiles". Without --nats it uses the NATS server of the newest running mpirun
 of this user (found in its job record) and says which one.`,
