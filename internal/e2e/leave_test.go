@@ -9,6 +9,8 @@ import (
 
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodeclient"
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 // exited waits up to limit for a pcmd to exit and reports whether it did.
@@ -29,6 +31,23 @@ func startThenTerm(t *testing.T, c *cluster, node *exec.Cmd, id string, args ...
 	t.Helper()
 	j := c.start(t, id, nil, args...)
 	c.waitRunning(t, id)
+	// A node places its ranks on the peers it has heard: wait until it heard them all, as
+	// a node that has run for a while has.
+	name := ""
+	for i, a := range node.Args {
+		if a == "--node" && i+1 < len(node.Args) {
+			name = node.Args[i+1]
+		}
+	}
+	testbin.WaitFor(t, 30*time.Second, name+" to hear its peers", func() bool {
+		views, _ := nodeclient.DiscoverNodes(c.nc, 300*time.Millisecond)
+		for _, v := range views {
+			if v.Self.Name == name {
+				return len(v.Peers) >= len(c.stores)-1 // every node the test started
+			}
+		}
+		return false
+	})
 	if err := node.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
