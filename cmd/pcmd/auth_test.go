@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -87,18 +86,7 @@ func TestSpawnAuthorization(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer spy.Close()
-	var mu sync.Mutex
-	var seen []*nats.Msg
-	if _, err := spy.Subscribe("mpios.node.*.spawn", func(m *nats.Msg) {
-		mu.Lock()
-		seen = append(seen, m)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	seen := record(t, spy, "mpios.node.*.spawn")
 
 	env := []string{"XDG_RUNTIME_DIR=" + t.TempDir()}
 	args := []string{heat2d, "-n", "96", "-iters", "1500"}
@@ -111,9 +99,7 @@ func TestSpawnAuthorization(t *testing.T) {
 		"--launcher-key", seedFile(t, dir, "alice.nk", launcher), "--known-nodes", known}, args...), "-dump", out, "-pace", "2ms")...)
 	waitStatus(t, url, 30*time.Second, "4 ranks of the job", func(st nodestatus.Status) bool { return len(st.Ranks) == 4 })
 
-	mu.Lock()
-	captured := append([]*nats.Msg(nil), seen...)
-	mu.Unlock()
+	captured := seen.take()
 	if len(captured) != 4 {
 		t.Fatalf("the spy saw %d spawn requests, want 4", len(captured))
 	}

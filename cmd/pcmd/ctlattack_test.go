@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,18 +78,7 @@ func TestControlPlaneAuthorization(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer spy.Close()
-	var mu sync.Mutex
-	var ctls []*nats.Msg
-	if _, err := spy.Subscribe(job.ControlSubject("victim"), func(m *nats.Msg) {
-		mu.Lock()
-		ctls = append(ctls, m)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	ctls := record(t, spy, job.ControlSubject("victim"))
 
 	env := []string{"XDG_RUNTIME_DIR=" + t.TempDir()}
 	args := []string{heat2d, "-n", "96", "-iters", "4000"}
@@ -159,9 +147,7 @@ func TestControlPlaneAuthorization(t *testing.T) {
 
 	// The owner's own requests: pcmd reads the job key from mpirun's job record. A checkpoint
 	// is taken; a migration to a node outside the known nodes is refused.
-	mu.Lock()
-	ctls = nil // the attacker's own requests so far
-	mu.Unlock()
+	ctls.take() // the attacker's own requests so far
 	if p := run(t, 30*time.Second, env, "pcmd", "checkpoint", "--job", "victim", "--nats", url); p.code != 0 {
 		t.Fatalf("the owner's checkpoint: exit %d\n%s%s", p.code, p.stdout.String(), p.stderr.String())
 	}
@@ -175,14 +161,12 @@ func TestControlPlaneAuthorization(t *testing.T) {
 		t.Errorf("a checkpoint request without the job record: exit %d\n%s", p.code, p.stderr.String())
 	}
 	// The attacker replays the owner's checkpoint request.
-	mu.Lock()
 	var owners [][]byte
-	for _, m := range ctls {
+	for _, m := range ctls.take() {
 		if e, err := ctlauth.DecodeEnvelope(m.Data); err == nil && e.Scheme == ctlauth.SchemeJobMAC && e.From.Role == ctlauth.RoleTool {
 			owners = append(owners, m.Data)
 		}
 	}
-	mu.Unlock()
 	if len(owners) < 1 {
 		t.Fatalf("the spy saw %d of the owner's control requests", len(owners))
 	}

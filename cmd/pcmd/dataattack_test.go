@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,15 +67,7 @@ func TestJobDataAttacks(t *testing.T) {
 	defer spy.Close()
 	// The attacker reads every spawn request, and every reply to anyone (the offers of
 	// the job's buddy copies among them).
-	var mu sync.Mutex
-	var spawns []*nats.Msg
-	if _, err := spy.Subscribe("mpios.node.*.spawn", func(m *nats.Msg) {
-		mu.Lock()
-		spawns = append(spawns, m)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	spawns := record(t, spy, "mpios.node.*.spawn")
 	var snatched, stolenBytes atomic.Int64
 	if _, err := spy.Subscribe("_INBOX.>", func(m *nats.Msg) {
 		e, err := ctlauth.DecodeEnvelope(m.Data)
@@ -132,9 +123,7 @@ func TestJobDataAttacks(t *testing.T) {
 	}
 
 	// Item 2: the spawn requests carry neither the job's secret nor its NATS token in clear.
-	mu.Lock()
-	captured := append([]*nats.Msg(nil), spawns...)
-	mu.Unlock()
+	captured := spawns.take()
 	if len(captured) != 4 {
 		t.Fatalf("the spy saw %d spawn requests, want 4", len(captured))
 	}
