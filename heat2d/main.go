@@ -12,14 +12,17 @@
 //
 // Usage:
 //
-//	mpirun -np 4 heat2d -n 256 -iters 100 [-residual-every K] [-dump FILE] [-decomp rows|2d]
+//	mpirun -np 4 heat2d -n 256 -iters 100 [-residual-every K] [-dump FILE] [-decomp rows|2d] [-iter-times FILE]
 //
 // With -decomp 2d the grid is split in both directions over a balanced grid of
 // ranks (mpi.DimsCreate, mpi.CartView) and each iteration also exchanges one
 // ghost column with the west and east neighbours; the result is bitwise the
 // same as with row blocks (the default).
 //
-// Rank 0 prints "checksum %.10e" and "sec_per_iter %.6e".
+// Rank 0 prints "checksum %.10e" and "sec_per_iter %.6e". With -iter-times FILE, rank 0 also
+// writes the duration of every iteration of the timed loop to FILE, one line "ITERATION
+// SECONDS" each (for benchmarks that look at single iterations, such as the ones that take a
+// checkpoint); the process that is rank 0 at the end writes the iterations it timed itself.
 //
 // Checkpointing and restart go through package pcm and are configured by the
 // environment (see pcm): with MPIOS_CKPT_EVERY=K the grid and the iteration
@@ -70,6 +73,7 @@ type config struct {
 	noPCM         bool          // benchmark baseline only: never call pcm.Reconfigure
 	init          float64       // benchmark only: the interior's initial value
 	twoD          bool          // -decomp 2d: blocks of rows and columns
+	iterTimes     string        // -iter-times: rank 0 writes every iteration's duration here
 }
 
 func main() {
@@ -93,6 +97,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.pace, solverkit.PaceFlag, 0, "")
 	fs.BoolVar(&cfg.noPCM, solverkit.NoPCMFlag, false, "")
 	fs.Float64Var(&cfg.init, solverkit.InitFlag, 0, "")
+	fs.StringVar(&cfg.iterTimes, "iter-times", "", "rank 0 writes the duration of every timed iteration to `FILE` at the end, one line \"ITERATION SECONDS\" each (for benchmarks)")
 	decomp := fs.String("decomp", "rows", "domain decomposition: rows (row blocks) or 2d (blocks of rows and columns)")
 	fs.Usage = func() { solverkit.Usage(fs) }
 	if err := fs.Parse(args); err != nil {
@@ -283,6 +288,10 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 	}
 	start := time.Now()
+	var times *iterTimes
+	if cfg.iterTimes != "" {
+		times = newIterTimes(startIter, cfg.iters, start)
+	}
 	for iter < cfg.iters {
 		grid, next := d.grids()
 		if err := d.halo(grid); err != nil {
@@ -306,6 +315,9 @@ func run(args []string, stdout io.Writer) (err error) {
 		act, err := solverkit.Boundary(p, iter, rank, size, solverkit.Hooks{Name: "heat2d", CrashAfter: cfg.crashAfter, Pace: cfg.pace, NoPCM: cfg.noPCM})
 		if err != nil || act == pcm.Leave {
 			return err
+		}
+		if times != nil {
+			times.done()
 		}
 		if act == pcm.Resized {
 			// A new world and new rows (row blocks only: a 2-D grid is not resizable).
@@ -340,6 +352,11 @@ func run(args []string, stdout io.Writer) (err error) {
 		}
 		if _, err := fmt.Fprintf(stdout, "checksum %.10e\nsec_per_iter %.6e\n", total[0], secPerIter); err != nil {
 			return err
+		}
+		if times != nil {
+			if err := times.write(cfg.iterTimes); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

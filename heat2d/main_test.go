@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,11 +80,11 @@ func TestStepDecomposed(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
-	cfg, err := parseFlags([]string{"-n", "9", "-iters", "3", "-residual-every", "2", "-dump", "x"})
+	cfg, err := parseFlags([]string{"-n", "9", "-iters", "3", "-residual-every", "2", "-dump", "x", "-iter-times", "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg != (config{n: 9, iters: 3, residualEvery: 2, dump: "x"}) {
+	if cfg != (config{n: 9, iters: 3, residualEvery: 2, dump: "x", iterTimes: "t"}) {
 		t.Fatalf("got %+v", cfg)
 	}
 	for _, bad := range [][]string{{"-n", "0"}, {"-iters", "-1"}, {"-residual-every", "-2"}, {"extra"}} {
@@ -214,10 +215,12 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
 			id := fmt.Sprint("np", np)
 			dumpB := filepath.Join(dir, id+".bin")
-			out, stderr, err := job(np, testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", id, "--restart", "first"}, "-dump", dumpB)
+			times := filepath.Join(dir, id+".times")
+			out, stderr, err := job(np, testbin.IsolatedEnv(rt, ckptEnv...), []string{"--job-id", id, "--restart", "first"}, "-dump", dumpB, "-iter-times", times)
 			if err != nil {
 				t.Fatalf("restarted run: %v\n%s%s", err, out, stderr)
 			}
+			checkIterTimes(t, times, 31, iters)
 			if !strings.Contains(stderr, "pcm: job "+id+" restarts from job first checkpoint 3 (iteration 30)") {
 				t.Errorf("restart not reported:\n%s", stderr)
 			}
@@ -226,6 +229,27 @@ func TestCheckpointRestartMPIRun(t *testing.T) {
 			}
 			testbin.CheckBitwise(t, testbin.ReadFloats(t, dumpB), a, func(k int) string { return fmt.Sprintf("restarted cell (%d,%d)", k/n, k%n) })
 		})
+	}
+}
+
+// checkIterTimes checks that the -iter-times file at path has one line "ITERATION SECONDS"
+// for each iteration first … last, in order, with a positive duration.
+func checkIterTimes(t *testing.T, path string, first, last int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != last-first+1 {
+		t.Fatalf("%s: %d lines, want iterations %d … %d:\n%s", path, len(lines), first, last, b)
+	}
+	for k, line := range lines {
+		var it int
+		var sec float64
+		if _, err := fmt.Sscanf(line, "%d %g", &it, &sec); err != nil || it != first+k || !(sec > 0) {
+			t.Fatalf("%s line %d: %q, want iteration %d and a positive duration (%v)", path, k+1, line, first+k, err)
+		}
 	}
 }
 
