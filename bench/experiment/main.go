@@ -2,11 +2,12 @@
 // cluster (package internal/testbed) and writes the results into docs/EXPERIMENTS.md and
 // docs/experiment.svg.
 //
-// Scenario: heat2d runs as 4 ranks on nodes n1 and n2 (2 ranks each). When rank 0 reports
-// iteration --join-at × iters, nodes n3 and n4 join; at --load-at × iters a competing
-// CPU-bound process takes --load of n1's and n2's CPU. This runs twice, once with the job's
-// IOS policy --adaptive (mpirun --policy mpiios) and once with --static (none). A third run
-// checks stability: 4 idle, equal nodes, one rank each, --adaptive policy, --idle-iters
+// Scenario: heat2d runs as 2 × --ranks-per-node ranks on nodes n1 and n2. When rank 0
+// reports iteration --join-at[0] × iters node n3 joins, at --join-at[1] × iters node n4
+// (one --join-at value: both at once); at --load-at × iters a competing CPU-bound process
+// takes --load of n1's and n2's CPU. This runs once per adaptive IOS policy of --policies
+// (mpirun --policy mpiios, atsras, flcras) and once with --static (none). A last run checks
+// stability: 4 idle, equal nodes, one rank each, the first of --policies, --idle-iters
 // iterations: it should not migrate anything.
 //
 // Progress is measured from heat2d's "residual ITER VALUE" lines (-residual-every K), each
@@ -33,6 +34,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,13 +49,15 @@ type config struct {
 	quick         bool
 	n, iters      int
 	residualEvery int
-	joinAt        float64
+	joinAt        floatList // fractions of iters at which n3 and n4 join (one value: both)
+	ranksPerNode  int
 	loadAt        float64
 	load          float64
 	cpus          float64
 	slots         int
 	period        time.Duration
-	adaptive      string
+	adaptive      string   // -adaptive: the one adaptive policy of the old command line
+	policies      []string // the adaptive policies, one run each
 	static        string
 	idleIters     int
 	idleN         int
@@ -74,6 +79,29 @@ type config struct {
 
 type stringList []string
 
+// floatList is a comma-separated list of numbers.
+type floatList []float64
+
+func (f *floatList) String() string {
+	var s []string
+	for _, v := range *f {
+		s = append(s, strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *floatList) Set(v string) error {
+	*f = nil
+	for _, part := range strings.Split(v, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil {
+			return fmt.Errorf("%q: not a number", part)
+		}
+		*f = append(*f, x)
+	}
+	return nil
+}
+
 func (s *stringList) String() string     { return strings.Join(*s, " ") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
@@ -84,13 +112,15 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.n, "n", 0, "heat2d grid size (default 2048, --quick 1024)")
 	fs.IntVar(&cfg.iters, "iters", 0, "heat2d iterations of the adaptive and static runs (default 3000, --quick 2400)")
 	fs.IntVar(&cfg.residualEvery, "residual-every", 10, "heat2d -residual-every: progress report period in iterations")
-	fs.Float64Var(&cfg.joinAt, "join-at", 0, "n3 and n4 join at this fraction of the iterations (default 0.3, --quick 0.25)")
+	fs.Var(&cfg.joinAt, "join-at", "n3 joins at the first of these fractions of the iterations, n4 at the second; one value: both join then (default 0.3,0.42; --quick 0.25,0.375)")
+	fs.IntVar(&cfg.ranksPerNode, "ranks-per-node", 4, "ranks that start on each of n1 and n2 (with 4, 8 ranks spread better over 3 nodes than over 2, so throughput can rise at each join)")
 	fs.Float64Var(&cfg.loadAt, "load-at", 0, "the load on n1 and n2 rises at this fraction of the iterations (default 0.55, --quick 0.5)")
 	fs.Float64Var(&cfg.load, "load", 0.8, "share of n1's and n2's CPU the competing process takes")
 	fs.Float64Var(&cfg.cpus, "cpus", 0.5, "CPU quota of every node")
-	fs.IntVar(&cfg.slots, "slots", 2, "slots of every node")
+	fs.IntVar(&cfg.slots, "slots", 0, "slots of every node (default --ranks-per-node, at least 2)")
 	fs.DurationVar(&cfg.period, "cfs-period", 10*time.Millisecond, "CFS period of the node quotas (short periods keep throttling from stalling the ranks' exchanges)")
-	fs.StringVar(&cfg.adaptive, "adaptive", "mpiios", "IOS policy of the adaptive run and the idle run")
+	policies := fs.String("policies", "mpiios,atsras,flcras", "adaptive IOS policies, comma-separated: one run each, compared with the same static run; the first also runs the idle run")
+	fs.StringVar(&cfg.adaptive, "adaptive", "", "one adaptive IOS policy (the older form of --policies; overrides it)")
 	fs.StringVar(&cfg.static, "static", "none", "IOS policy of the static run")
 	fs.IntVar(&cfg.idleIters, "idle-iters", 200, "iterations of the idle run")
 	fs.IntVar(&cfg.idleN, "idle-n", 0, "grid size of the idle run (default 8192, --quick 2048)")
@@ -126,7 +156,28 @@ func parseFlags(args []string) (*config, error) {
 	def(&cfg.n, 2048, 1024)
 	def(&cfg.iters, 3000, 2400)
 	def(&cfg.idleN, 8192, 2048)
-	deff(&cfg.joinAt, 0.3, 0.25)
+	if len(cfg.joinAt) == 0 {
+		cfg.joinAt = map[bool]floatList{false: {0.3, 0.42}, true: {0.25, 0.375}}[cfg.quick]
+	}
+	if cfg.slots == 0 {
+		cfg.slots = max(2, cfg.ranksPerNode)
+	}
+	cfg.policies = nil
+	if cfg.adaptive != "" {
+		*policies = cfg.adaptive
+	}
+	for _, p := range strings.Split(*policies, ",") {
+		p = strings.TrimSpace(p)
+		switch {
+		case p == "":
+			continue
+		case slices.Contains(cfg.policies, p):
+			return nil, fmt.Errorf("-policies: %q twice", p)
+		case p == "static" || p == "idle":
+			return nil, fmt.Errorf("-policies: %q names a run, not a policy", p)
+		}
+		cfg.policies = append(cfg.policies, p)
+	}
 	deff(&cfg.loadAt, 0.55, 0.5)
 	deff(&cfg.window, 1, 0.5)
 	if cfg.timeout == 0 {
@@ -139,14 +190,20 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-iters and -idle-iters must be positive")
 	case cfg.residualEvery < 1:
 		return nil, errors.New("-residual-every must be positive")
-	case !(cfg.joinAt > 0 && cfg.joinAt < 1 && cfg.loadAt >= cfg.joinAt && cfg.loadAt < 1):
-		return nil, errors.New("want 0 < -join-at <= -load-at < 1")
+	case len(cfg.policies) == 0:
+		return nil, errors.New("-policies: no policy")
+	case len(cfg.joinAt) > 2:
+		return nil, errors.New("-join-at: at most 2 values (n3, n4)")
+	case !(cfg.joinAt[0] > 0 && slices.IsSorted(cfg.joinAt) && cfg.loadAt >= cfg.joinAt[len(cfg.joinAt)-1] && cfg.loadAt < 1):
+		return nil, errors.New("want 0 < -join-at (n3) <= -join-at (n4) <= -load-at < 1")
+	case cfg.ranksPerNode < 1:
+		return nil, errors.New("-ranks-per-node must be positive")
 	case !(cfg.load > 0 && cfg.load <= 1):
 		return nil, errors.New("-load must be in (0, 1]")
 	case !(cfg.cpus >= 0.01):
 		return nil, errors.New("-cpus must be at least 0.01")
-	case cfg.slots < 2:
-		return nil, errors.New("-slots must be at least 2 (2 ranks start on each of n1 and n2)")
+	case cfg.slots < cfg.ranksPerNode:
+		return nil, errors.New("-slots must be at least -ranks-per-node (that many ranks start on each of n1 and n2)")
 	case cfg.window <= 0:
 		return nil, errors.New("-window must be positive")
 	case cfg.timeout <= 0:
@@ -174,20 +231,32 @@ func main() {
 	}
 }
 
-// scenarios returns the adaptive, static and idle runs of cfg.
-func scenarios(cfg *config) (adaptive, static, idle scenario) {
+// scenarios returns the adaptive runs (one per policy, named after it), the static and the
+// idle run of cfg.
+func scenarios(cfg *config) (adaptive []scenario, static, idle scenario) {
 	n12 := []testbed.NodeSpec{{Name: "n1", CPUs: cfg.cpus}, {Name: "n2", CPUs: cfg.cpus}}
 	n34 := []testbed.NodeSpec{{Name: "n3", CPUs: cfg.cpus}, {Name: "n4", CPUs: cfg.cpus}}
+	iter := func(frac float64) int { return max(1, int(frac*float64(cfg.iters))) }
+	var joins []joinStep
+	if len(cfg.joinAt) == 1 {
+		joins = []joinStep{{At: iter(cfg.joinAt[0]), Nodes: n34}}
+	} else {
+		joins = []joinStep{{At: iter(cfg.joinAt[0]), Nodes: n34[:1]}, {At: iter(cfg.joinAt[1]), Nodes: n34[1:]}}
+	}
 	base := scenario{
-		Nodes: n12, Hosts: "n1:2,n2:2", Join: n34, JoinAt: max(1, int(cfg.joinAt*float64(cfg.iters))),
-		LoadNodes: []string{"n1", "n2"}, LoadAt: max(1, int(cfg.loadAt*float64(cfg.iters))), Load: cfg.load,
+		Nodes: n12, Hosts: fmt.Sprintf("n1:%d,n2:%d", cfg.ranksPerNode, cfg.ranksPerNode), Joins: joins,
+		LoadNodes: []string{"n1", "n2"}, LoadAt: iter(cfg.loadAt), Load: cfg.load,
 		N: cfg.n, Iters: cfg.iters, ResidualEvery: cfg.residualEvery,
 	}
-	adaptive, static = base, base
-	adaptive.Name, adaptive.Policy = "adaptive", cfg.adaptive
+	for _, p := range cfg.policies {
+		sc := base
+		sc.Name, sc.Policy = p, p
+		adaptive = append(adaptive, sc)
+	}
+	static = base
 	static.Name, static.Policy = "static", cfg.static
 	idle = scenario{
-		Name: "idle", Policy: cfg.adaptive, Nodes: append(append([]testbed.NodeSpec(nil), n12...), n34...),
+		Name: "idle", Policy: cfg.policies[0], Nodes: append(append([]testbed.NodeSpec(nil), n12...), n34...),
 		Hosts: "n1:1,n2:1,n3:1,n4:1", N: cfg.idleN, Iters: cfg.idleIters, ResidualEvery: max(1, min(cfg.residualEvery, cfg.idleIters/20)),
 	}
 	return adaptive, static, idle
@@ -245,7 +314,7 @@ func run(ctx context.Context, cfg *config, logger *log.Logger) error {
 	rn := &runner{cfg: cfg, bins: bins, log: logger}
 	adaptive, static, idle := scenarios(cfg)
 	rep := &report{cfg: cfg, start: time.Now(), policyFlag: bins.policyFlag, loadStart: loadAvg()}
-	for _, sc := range []scenario{adaptive, static, idle} {
+	for _, sc := range append(adaptive, static, idle) {
 		if sc.Name == "idle" && cfg.skipIdle {
 			continue
 		}
@@ -318,6 +387,9 @@ func render(cfg *config, logger *log.Logger) error {
 		return fmt.Errorf("%s: the recorded command line: %w", cfg.render, err)
 	}
 	orig.doc, orig.svg, orig.data, orig.pcmdArgs = cfg.doc, cfg.svg, "", sv.PcmdArgs
+	for _, res := range sv.Results {
+		res.Scenario.upgrade()
+	}
 	rep := &report{cfg: orig, start: sv.Start, end: sv.End, loadStart: sv.LoadStart, loadEnd: sv.LoadEnd,
 		policyFlag: sv.PolicyFlag, results: sv.Results}
 	return writeOutputs(orig, rep, logger)

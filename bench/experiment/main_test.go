@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,47 +89,76 @@ func TestNiceStep(t *testing.T) {
 
 func fakeReport(t *testing.T) *report {
 	t.Helper()
-	cfg, err := parseFlags([]string{"--quick"})
+	cfg, err := parseFlags([]string{"--quick", "--policies", "mpiios,atsras"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, s, idle := scenarios(cfg)
-	mk := func(sc scenario, total float64, migs []migration) *result {
-		res := &result{Scenario: sc, Total: total, Isolated: true, CgroupVersion: 1, Checksum: "1.0e+00", Migrations: migs}
-		for i := 1; i <= sc.Iters/sc.ResidualEvery; i++ {
-			res.Samples = append(res.Samples, sample{At: total * float64(i) / float64(sc.Iters/sc.ResidualEvery), Iter: i * sc.ResidualEvery})
+	ads, s, idle := scenarios(cfg)
+	// rates: iterations per second in each phase (start, n3 joins, n4 joins, load).
+	mk := func(sc scenario, rates []float64, migs []migration) *result {
+		res := &result{Scenario: sc, Isolated: true, CgroupVersion: 1, Checksum: "1.0e+00", Migrations: migs}
+		bounds := []int{0, sc.Iters}
+		if sc.loaded() {
+			bounds = []int{0, sc.Joins[0].At, sc.Joins[1].At, sc.LoadAt, sc.Iters}
 		}
-		res.Events = []event{{At: total * 0.25, Label: "n3,n4 join", Iter: sc.JoinAt}, {At: total * 0.5, Label: "load 80% on n1,n2", Iter: sc.LoadAt}}
+		at := 0.0
+		for ph := range len(bounds) - 1 {
+			for it := bounds[ph] + sc.ResidualEvery; it <= bounds[ph+1]; it += sc.ResidualEvery {
+				at += float64(sc.ResidualEvery) / rates[ph]
+				res.Samples = append(res.Samples, sample{At: at, Iter: it})
+			}
+			if ph < len(bounds)-2 {
+				res.Events = append(res.Events, event{At: at, Label: sc.eventLabels()[ph], Iter: bounds[ph+1]})
+			}
+		}
+		res.Total = at
 		return res
 	}
 	return &report{cfg: cfg, start: time.Unix(0, 0), end: time.Unix(90, 0), policyFlag: true, results: []*result{
-		mk(a, 20, []migration{{At: 11, Rank: 0, From: "n1", To: "n3", Iteration: 1300, Pause: 0.2, Reason: "a <b> & c"}, {At: 12, Rank: 2, From: "n2", To: "n4", Iteration: -1, Pause: -1}}),
-		mk(s, 50, nil),
-		mk(idle, 5, nil),
+		mk(ads[0], []float64{100, 150, 200, 100}, []migration{{At: 11, Rank: 0, From: "n1", To: "n3", Iteration: 1300, Pause: 0.2, Reason: "a <b> & c"}, {At: 12, Rank: 2, From: "n2", To: "n4", Iteration: -1, Pause: -1}}),
+		mk(ads[1], []float64{100, 100, 200, 100}, []migration{{At: 13, Rank: 1, From: "n1", To: "n4", Iteration: 1000, Pause: 0.1}}),
+		mk(s, []float64{100, 100, 100, 20}, nil),
+		mk(idle, []float64{100, 100, 100, 100}, nil),
 	}}
 }
 
 func TestReport(t *testing.T) {
 	r := fakeReport(t)
-	if sp := r.speedup(); math.Abs(sp-2.5) > 1e-9 {
-		t.Errorf("speedup %v, want 2.5", sp)
+	// quick: 2400 iterations, n3 at 600, n4 at 900, load at 1200.
+	want := 600/100.0 + 300/100.0 + 300/100.0 + 1200/20.0
+	if got := r.find("static").Total; math.Abs(got-want) > 1e-6 {
+		t.Fatalf("static total %v, want %v", got, want)
+	}
+	mp := 600/100.0 + 300/150.0 + 300/200.0 + 1200/100.0
+	if sp := r.speedup(r.find("mpiios")); math.Abs(sp-want/mp) > 1e-9 {
+		t.Errorf("speedup %v, want %v", sp, want/mp)
 	}
 	md := r.markdown("experiment.svg")
 	for _, want := range []string{
-		"**Date:** 2026-11-22", "go run ./bench/experiment --quick",
-		"| adaptive | `mpiios` | 20.0 | 2.50 | 2 | 0.25 |",
-		"| static | `none` | 50.0 | 1.00 | 0 | 0.00 |",
-		"| adaptive finishes ≥ 1.8 × faster than static | 2.50 × | met |",
+		"**Date:** 2026-11-22", "go run ./bench/experiment --quick --policies mpiios,atsras",
+		"starts as 8 ranks on nodes n1 and n2, 4 ranks",
+		"When rank 0 reports iteration 600, n3 joins, at iteration 900 n4 joins; at iteration 1200 a competing",
+		"| it/s at the start | it/s after n3 joins | it/s after n4 joins | it/s after load 80% on n1,n2 | checksum |",
+		"| adaptive | `mpiios` | 21.5 | 3.35 | 2 | 0.08 | 100 | 150 | 200 | 100 | `1.0e+00` |",
+		"| adaptive | `atsras` | 22.5 | 3.20 | 1 | 0.04 | 100 | 100 | 200 | 100 |",
+		"| static | `none` | 72.0 | 1.00 | 0 | 0.00 | 100 | 100 | 100 | 20 |",
+		"| `mpiios` finishes ≥ 1.8 × faster than static | 3.35 × | met |",
+		"| `atsras` finishes ≥ 1.8 × faster than static | 3.20 × | met |",
 		"| no migration in 200 iterations on 4 idle, equal nodes | 0 | met |",
+		"| throughput rises (≥ 10%) at each join (`mpiios`) | 100 → 150 → 200 it/s | met |",
+		"| throughput rises (≥ 10%) at each join (`atsras`) | 100 → 100 → 200 it/s | **not met** |",
 		"![iterations per second over time, adaptive and static](experiment.svg)",
-		"| 11.0 | 0 | n1 | n3 | 1300 | 200 ms |",
+		"### Migrations of the `mpiios` run", "### Migrations of the `atsras` run",
+		"| 11.0 | 0 | n1 | n3 | 1300 | 200 ms |", "| 13.0 | 1 | n1 | n4 | 1000 | 100 ms |",
+		"Under load the `atsras` run went 5.00 × as fast as the static one (100 vs 20 it/s).",
+		"Every run printed the same checksum: the migrations did not change the result.",
 		"What the experiment expects of mpirun and pcmd",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
-	// The plot is well-formed XML with both runs and the migrations.
+	// The plot is well-formed XML with the three runs and the migrations.
 	svg := r.svg()
 	dec := xml.NewDecoder(strings.NewReader(svg))
 	polylines, dashed := 0, 0
@@ -153,19 +183,19 @@ func TestReport(t *testing.T) {
 			}
 		}
 	}
-	if polylines != 2 || dashed != 2 {
-		t.Errorf("SVG has %d polylines and %d migration lines, want 2 and 2", polylines, dashed)
+	if polylines != 3 || dashed != 3 {
+		t.Errorf("SVG has %d polylines and %d migration lines, want 3 and 3", polylines, dashed)
 	}
 }
 
 func TestReportWithoutAdaptation(t *testing.T) {
 	r := fakeReport(t)
-	r.results[0].Migrations = nil
-	r.results[0].Total = 50
-	r.results[1].Err = "mpirun: exit status 124"
+	r.results[1].Migrations = nil
+	r.results[2].Err = "mpirun: exit status 124"
 	r.policyFlag = false
 	md := r.markdown("experiment.svg")
-	for _, want := range []string{"a run did not complete | **not met**", "no `--policy` flag", "reported no migration", "The static run failed"} {
+	for _, want := range []string{"`mpiios` finishes ≥ 1.8 × faster than static | a run did not complete | **not met**",
+		"no `--policy` flag", "no migration in the `atsras` run", "The static run failed"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
@@ -177,17 +207,34 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.n != 2048 || cfg.iters != 3000 || cfg.idleIters != 200 || cfg.date != "2026-11-22" {
+	if cfg.n != 2048 || cfg.iters != 3000 || cfg.idleIters != 200 || cfg.date != "2026-11-22" || cfg.slots != 4 ||
+		!slices.Equal(cfg.policies, []string{"mpiios", "atsras", "flcras"}) || !slices.Equal(cfg.joinAt, floatList{0.3, 0.42}) {
 		t.Errorf("defaults: %+v", cfg)
 	}
-	for _, bad := range [][]string{{"--join-at", "0.7", "--load-at", "0.5"}, {"--load", "2"}, {"--slots", "1"}, {"extra"}} {
+	for _, bad := range [][]string{{"--join-at", "0.7", "--load-at", "0.5"}, {"--join-at", "0.4,0.3"}, {"--join-at", "0.1,0.2,0.3"},
+		{"--join-at", "x"}, {"--load", "2"}, {"--slots", "3"}, {"--ranks-per-node", "0"}, {"--policies", "mpiios,atsras,mpiios"},
+		{"--policies", ","}, {"--policies", "static"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}
 	}
-	a, _, idle := scenarios(cfg)
-	if a.ranks() != 4 || a.loadChanges() != 2 || idle.ranks() != 4 || idle.loadChanges() != 0 {
+	ads, s, idle := scenarios(cfg)
+	if len(ads) != 3 || ads[1].Name != "atsras" || ads[1].Policy != "atsras" || s.Policy != "none" || idle.Policy != "mpiios" {
+		t.Errorf("scenarios: %+v %+v %+v", ads, s, idle)
+	}
+	if a := ads[0]; a.ranks() != 8 || a.loadChanges() != 3 || idle.ranks() != 4 || idle.loadChanges() != 0 ||
+		a.Joins[0].At != 900 || a.Joins[0].label() != "n3 joins" || a.Joins[1].At != 1260 || a.Joins[1].label() != "n4 joins" || a.LoadAt != 1650 {
 		t.Errorf("scenarios: %+v %+v", a, idle)
+	}
+	// The command line of the reports up to 2026-11-23: 4 ranks, n3 and n4 join together.
+	old, err := parseFlags([]string{"--ranks-per-node", "2", "--join-at", "0.3", "--adaptive", "atsras"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ads, _, idle = scenarios(old)
+	if len(ads) != 1 || ads[0].Policy != "atsras" || idle.Policy != "atsras" || old.slots != 2 || ads[0].ranks() != 4 ||
+		len(ads[0].Joins) != 1 || ads[0].Joins[0].At != 900 || ads[0].Joins[0].label() != "n3,n4 join" || ads[0].loadChanges() != 2 {
+		t.Errorf("old command line: %+v %+v", old, ads)
 	}
 }
 
@@ -217,5 +264,36 @@ func TestRender(t *testing.T) {
 	}
 	if string(first) != string(second) {
 		t.Errorf("rendered report differs from the original:\n%s\n----\n%s", first, second)
+	}
+}
+
+// A data file written before staggered joins (one "join" at "join_at") renders with that join.
+func TestRenderOldData(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "old.json")
+	old := `{"args": ["-date", "2026-11-23"], "results": [{"scenario": {"name": "adaptive", "policy": "mpiios",
+		"nodes": [{"Name": "n1", "CPUs": 0.5}, {"Name": "n2", "CPUs": 0.5}], "hosts": "n1:2,n2:2",
+		"join": [{"Name": "n3", "CPUs": 0.5}, {"Name": "n4", "CPUs": 0.5}], "join_at": 900,
+		"load_nodes": ["n1", "n2"], "load_at": 1650, "load": 0.8, "n": 2048, "iters": 3000, "residual_every": 10},
+		"total": 52.2, "samples": [{"at": 1, "iter": 10}, {"at": 2, "iter": 100}], "events": []}]}`
+	if err := os.WriteFile(data, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseFlags([]string{"--render", data, "--doc", filepath.Join(dir, "E.md"), "--svg", filepath.Join(dir, "e.svg")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := render(cfg, log.New(io.Discard, "", 0)); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "E.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"starts as 4 ranks on nodes n1 and n2, 2 ranks", "When rank 0 reports iteration 900, n3,n4 join; at iteration 1650",
+		"| it/s at the start | it/s after n3,n4 join | it/s after load 80% on n1,n2 |", "| adaptive | `mpiios` | 52.2 (stopped at iteration 100"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
 	}
 }

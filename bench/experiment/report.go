@@ -27,18 +27,40 @@ func (r *report) find(name string) *result {
 	return nil
 }
 
+// adaptive returns the adaptive runs, one per policy, in the order they ran.
+func (r *report) adaptive() []*result {
+	var out []*result
+	for _, res := range r.results {
+		if res.Scenario.Name != "static" && res.Scenario.Name != "idle" {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// base is the scenario the report describes: the static run's, else the first run's.
+func (r *report) base() scenario {
+	if s := r.find("static"); s != nil {
+		return s.Scenario
+	}
+	for _, res := range r.adaptive() {
+		return res.Scenario
+	}
+	return scenario{}
+}
+
 // completed reports whether a run finished all its iterations without error.
 func completed(res *result) bool {
 	return res != nil && res.Err == "" && res.iterations() >= res.Scenario.Iters
 }
 
-// speedup is static's total time over adaptive's, 0 if either did not complete.
-func (r *report) speedup() float64 {
-	a, s := r.find("adaptive"), r.find("static")
-	if !completed(a) || !completed(s) || a.Total <= 0 {
+// speedup is the static run's total time over res's, 0 if either did not complete.
+func (r *report) speedup(res *result) float64 {
+	s := r.find("static")
+	if !completed(res) || !completed(s) || res.Total <= 0 {
 		return 0
 	}
-	return s.Total / a.Total
+	return s.Total / res.Total
 }
 
 // perRankPerChange is a run's migrations per rank per load change.
@@ -66,7 +88,8 @@ func phaseRate(samples []sample, from, to float64) float64 {
 	return float64(last.Iter-first.Iter) / (last.At - first.At)
 }
 
-// phases returns the mean rates before the first event, between events, and after the last.
+// phases returns the mean rates before the first event, between events, and after the
+// last, one per phase of the scenario (-1 for a phase the run did not reach).
 func phases(res *result) []float64 {
 	bounds := []float64{0}
 	for _, e := range res.Events {
@@ -77,7 +100,27 @@ func phases(res *result) []float64 {
 	for i := 0; i+1 < len(bounds); i++ {
 		out = append(out, phaseRate(res.Samples, bounds[i], bounds[i+1]))
 	}
+	for len(out) < res.Scenario.loadChanges()+1 {
+		out = append(out, -1)
+	}
 	return out
+}
+
+// joinRise is what the scenario's joins did to res's rate: the rates before and after
+// each join, and whether each join raised it by at least 10% (noise aside).
+func joinRise(res *result) (rates []float64, rose bool) {
+	ph := phases(res)
+	n := len(res.Scenario.Joins)
+	if n == 0 || len(ph) < n+1 {
+		return nil, false
+	}
+	rates, rose = ph[:n+1], true
+	for i := 1; i <= n; i++ {
+		if rates[i-1] <= 0 || rates[i] < 1.1*rates[i-1] {
+			rose = false
+		}
+	}
+	return rates, rose
 }
 
 func fmtRate(v float64) string {
@@ -94,24 +137,45 @@ func metOrNot(ok bool) string {
 	return "**not met**"
 }
 
-// svg draws the adaptive and the static run.
+// runColors are the plot's colors of the runs; adaptive policies not listed get extraColors.
+var (
+	runColors   = map[string]string{"static": "#d62728", "mpiios": "#1f77b4", "adaptive": "#1f77b4", "atsras": "#2ca02c", "flcras": "#9467bd"}
+	extraColors = []string{"#ff7f0e", "#8c564b", "#e377c2", "#17becf"}
+)
+
+// svg draws the adaptive runs and the static run.
 func (r *report) svg() string {
-	colors := map[string]string{"adaptive": "#1f77b4", "static": "#d62728"}
 	var ss []series
 	xMax := 0.0
+	extra := 0
 	for _, res := range r.results {
-		c, ok := colors[res.Scenario.Name]
-		if !ok {
+		if res.Scenario.Name == "idle" {
 			continue
 		}
+		c, ok := runColors[res.Scenario.Name]
+		if !ok {
+			c = extraColors[extra%len(extraColors)]
+			extra++
+		}
+		label := fmt.Sprintf("--policy %s", res.Scenario.Policy)
+		if res.Scenario.Name == "static" {
+			label = fmt.Sprintf("static (--policy %s)", res.Scenario.Policy)
+		}
 		ss = append(ss, series{
-			Label: fmt.Sprintf("%s (--policy %s)", res.Scenario.Name, res.Scenario.Policy), Color: c,
+			Label: label, Color: c,
 			Points: rates(res.Samples, r.cfg.window), Migrations: res.Migrations, Events: res.Events,
 		})
 		xMax = max(xMax, res.Total)
 	}
-	title := fmt.Sprintf("heat2d -n %d, 4 ranks: n3,n4 join at iteration %d, load %.0f%% on n1,n2 at iteration %d",
-		r.cfg.n, int(r.cfg.joinAt*float64(r.cfg.iters)), 100*r.cfg.load, int(r.cfg.loadAt*float64(r.cfg.iters)))
+	sc := r.base()
+	var ev []string
+	for _, j := range sc.Joins {
+		ev = append(ev, fmt.Sprintf("%s at iteration %d", j.label(), j.At))
+	}
+	if sc.loaded() {
+		ev = append(ev, fmt.Sprintf("%s at iteration %d", sc.loadLabel(), sc.LoadAt))
+	}
+	title := fmt.Sprintf("heat2d -n %d, %d ranks: %s", sc.N, sc.ranks(), strings.Join(ev, ", "))
 	return plotSVG(title, ss, xMax)
 }
 
@@ -131,15 +195,20 @@ func (r *report) command() string {
 func (r *report) summary() string {
 	var b strings.Builder
 	for _, res := range r.results {
-		fmt.Fprintf(&b, "%-8s policy %-7s %6.1fs  %d/%d iterations  %d migrations", res.Scenario.Name, res.Scenario.Policy,
+		fmt.Fprintf(&b, "%-8s policy %-7s %6.1fs  %d/%d iterations  %d migrations  it/s by phase", res.Scenario.Name, res.Scenario.Policy,
 			res.Total, res.iterations(), res.Scenario.Iters, len(res.Migrations))
+		for _, v := range phases(res) {
+			b.WriteString(" " + fmtRate(v))
+		}
 		if res.Err != "" {
 			fmt.Fprintf(&b, "  error: %s", res.Err)
 		}
 		b.WriteString("\n")
 	}
-	if s := r.speedup(); s > 0 {
-		fmt.Fprintf(&b, "speedup adaptive vs static: %.2f\n", s)
+	for _, a := range r.adaptive() {
+		if s := r.speedup(a); s > 0 {
+			fmt.Fprintf(&b, "speedup %s vs static: %.2f\n", a.Scenario.Policy, s)
+		}
 	}
 	return b.String()
 }
@@ -147,9 +216,18 @@ func (r *report) summary() string {
 // markdown is docs/EXPERIMENTS.md; svgPath is the plot's path relative to the document.
 func (r *report) markdown(svgPath string) string {
 	cfg := r.cfg
-	a, s, idle := r.find("adaptive"), r.find("static"), r.find("idle")
+	s, idle, ads := r.find("static"), r.find("idle"), r.adaptive()
+	sc := r.base()
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var pols []string
+	for _, a := range ads {
+		pols = append(pols, "`"+a.Scenario.Policy+"`")
+	}
+	idlePolicy := "–"
+	if idle != nil {
+		idlePolicy = idle.Scenario.Policy
+	}
 
 	p("# Experiments\n\n")
 	p("Reproductions of the MPI/IOS experiments on the emulated cluster of `internal/testbed`. This\n")
@@ -157,12 +235,37 @@ func (r *report) markdown(svgPath string) string {
 	p("## Adapting to joining nodes and rising load\n\n")
 	p("**Date:** %s. **Command** (as root, from the module root):\n\n    %s\n\n", cfg.date, r.command())
 	isolated := len(r.results) > 0 && r.results[0].Isolated
-	p("heat2d (`-n %d -iters %d -residual-every %d`) starts as 4 ranks on nodes n1 and n2, 2 ranks\n", cfg.n, cfg.iters, cfg.residualEvery)
-	p("each. Every node has a quota of %g CPUs and %d slots. When rank 0 reports iteration %d, nodes n3\n", cfg.cpus, cfg.slots, int(cfg.joinAt*float64(cfg.iters)))
-	p("and n4 join; at iteration %d a competing CPU-bound process starts on n1 and n2 and takes %.0f%% of\n", int(cfg.loadAt*float64(cfg.iters)), 100*cfg.load)
-	p("their CPU (the paper's method of loading a node). The job runs once with the IOS policy\n")
-	p("`%s` (adaptive) and once with `%s` (static); a third run puts one rank on each of 4 idle,\n", cfg.adaptive, cfg.static)
-	p("equal nodes with policy `%s` for %d iterations (`-n %d`), where nothing should move.\n\n", cfg.adaptive, cfg.idleIters, cfg.idleN)
+	perNode := sc.ranks() / max(1, len(sc.Nodes))
+	p("heat2d (`-n %d -iters %d -residual-every %d`) starts as %d ranks on nodes n1 and n2, %d ranks\n", sc.N, sc.Iters, sc.ResidualEvery, sc.ranks(), perNode)
+	p("each. Every node has a quota of %g CPUs and %d slots. ", cfg.cpus, cfg.slots)
+	for i, j := range sc.Joins {
+		verb := "join"
+		if len(j.Nodes) == 1 {
+			verb = "joins"
+		}
+		node := strings.TrimSuffix(strings.TrimSuffix(j.label(), " joins"), " join")
+		if i == 0 {
+			p("When rank 0 reports iteration %d, %s %s", j.At, node, verb)
+		} else {
+			p(", at iteration %d %s %s", j.At, node, verb)
+		}
+	}
+	if len(sc.Joins) > 0 {
+		p("; at")
+	} else {
+		p("At")
+	}
+	p(" iteration %d a competing CPU-bound process starts on %s and takes %.0f%% of\n", sc.LoadAt, strings.Join(sc.LoadNodes, " and "), 100*sc.Load)
+	p("their CPU (the paper's method of loading a node). The job runs once with each adaptive IOS policy\n")
+	p("(%s) and once with `%s` (static); a last run puts one rank on each of 4 idle,\n", strings.Join(pols, ", "), cfg.static)
+	p("equal nodes with policy `%s` for %d iterations (`-n %d`), where nothing should move.\n\n", idlePolicy, cfg.idleIters, cfg.idleN)
+	if len(sc.Joins) > 1 {
+		p("The nodes join one after the other, and %d ranks spread better over 3 nodes than over 2, so each\n", sc.ranks())
+		p("join can raise the rate of a bulk-synchronous job (whose slowest node sets the pace).\n")
+		p("Reports up to 2026-11-23 had 4 ranks (2 per node) and n3 and n4 joining together at iteration 900\n")
+		p("(`--ranks-per-node 2 --join-at 0.3` reproduces them): their \"it/s after join\" is the rate with both\n")
+		p("new nodes; with 4 ranks a lone third node could not have raised it.\n\n")
+	}
 	if !isolated {
 		p("> **Not isolated:** this run could not use network namespaces and cgroups (not root, or no\n")
 		p("> cgroup cpu controller), so all nodes shared 127.0.0.1 and the machine's CPUs without quotas,\n")
@@ -170,37 +273,53 @@ func (r *report) markdown(svgPath string) string {
 	}
 
 	p("### Results\n\n")
-	p("| run | IOS policy | total time (s) | speedup over static | migrations | migrations per rank per load change | it/s before join | it/s after join | it/s under load | checksum |\n")
-	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
-	for _, res := range []*result{a, s} {
+	labels := sc.eventLabels()
+	p("| run | IOS policy | total time (s) | speedup over static | migrations | migrations per rank per load change | it/s at the start |")
+	for _, l := range labels {
+		p(" it/s after %s |", l)
+	}
+	p(" checksum |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |%s --- |\n", strings.Repeat(" ---: |", len(labels)))
+	for _, res := range append(append([]*result(nil), ads...), s) {
 		if res == nil {
 			continue
 		}
 		sp := "–"
-		if v := r.speedup(); v > 0 {
-			sp = fmt.Sprintf("%.2f", map[bool]float64{true: v, false: 1}[res == a])
+		if res == s && completed(s) {
+			sp = "1.00"
+		} else if v := r.speedup(res); v > 0 {
+			sp = fmt.Sprintf("%.2f", v)
 		}
-		ph := phases(res)
-		for len(ph) < 3 {
-			ph = append(ph, -1)
+		name := "adaptive"
+		if res == s {
+			name = "static"
 		}
 		total := fmt.Sprintf("%.1f", res.Total)
 		if !completed(res) {
 			total += fmt.Sprintf(" (stopped at iteration %d: %s)", res.iterations(), oneLine(res.Err))
 		}
-		p("| %s | `%s` | %s | %s | %d | %.2f | %s | %s | %s | `%s` |\n", res.Scenario.Name, res.Scenario.Policy, total, sp,
-			len(res.Migrations), perRankPerChange(res), fmtRate(ph[0]), fmtRate(ph[1]), fmtRate(ph[2]), res.Checksum)
+		p("| %s | `%s` | %s | %s | %d | %.2f |", name, res.Scenario.Policy, total, sp, len(res.Migrations), perRankPerChange(res))
+		for _, v := range phases(res)[:len(labels)+1] {
+			p(" %s |", fmtRate(v))
+		}
+		p(" `%s` |\n", res.Checksum)
 	}
-	p("\nLoad changes: the two events that change the cluster's resources (n3 and n4 join; the load\n")
-	p("rises on n1 and n2), so migrations per rank per load change = migrations / (4 ranks × 2).\n")
+	p("\nLoad changes: the %d events that change the cluster's resources (%s), so migrations per rank\n", len(labels), strings.Join(labels, "; "))
+	p("per load change = migrations / (%d ranks × %d).\n", sc.ranks(), max(1, len(labels)))
 	p("Iteration rates are rank 0's mean between the events, from its timestamped progress lines.\n")
-	if a != nil && s != nil && a.Checksum != "" && s.Checksum != "" {
-		if a.Checksum == s.Checksum && len(a.Migrations) > 0 {
-			p("Both runs printed the same checksum: the migrations did not change the result.\n")
-		} else if a.Checksum == s.Checksum {
-			p("Both runs printed the same checksum.\n")
-		} else {
-			p("**The checksums differ**: the adaptive run computed a different result.\n")
+	if s != nil && s.Checksum != "" {
+		same, moved := true, false
+		for _, a := range ads {
+			if a.Checksum != "" && a.Checksum != s.Checksum {
+				same = false
+				p("**The checksums differ**: the `%s` run computed a different result.\n", a.Scenario.Policy)
+			}
+			moved = moved || len(a.Migrations) > 0
+		}
+		switch {
+		case same && moved:
+			p("Every run printed the same checksum: the migrations did not change the result.\n")
+		case same:
+			p("Every run printed the same checksum.\n")
 		}
 	}
 	if idle != nil {
@@ -213,51 +332,67 @@ func (r *report) markdown(svgPath string) string {
 	}
 
 	p("\n### Targets (reported, not asserted)\n\n| target | measured | |\n| --- | --- | --- |\n")
-	if sp := r.speedup(); sp > 0 {
-		p("| adaptive finishes ≥ 1.8 × faster than static | %.2f × | %s |\n", sp, metOrNot(sp >= 1.8))
-	} else {
-		p("| adaptive finishes ≥ 1.8 × faster than static | a run did not complete | **not met** |\n")
+	for _, a := range ads {
+		if sp := r.speedup(a); sp > 0 {
+			p("| `%s` finishes ≥ 1.8 × faster than static | %.2f × | %s |\n", a.Scenario.Policy, sp, metOrNot(sp >= 1.8))
+		} else {
+			p("| `%s` finishes ≥ 1.8 × faster than static | a run did not complete | **not met** |\n", a.Scenario.Policy)
+		}
 	}
 	if idle != nil {
 		p("| no migration in %d iterations on 4 idle, equal nodes | %d | %s |\n", cfg.idleIters, len(idle.Migrations), metOrNot(completed(idle) && len(idle.Migrations) == 0))
 	}
-	if a != nil {
+	for _, a := range ads {
 		v := perRankPerChange(a)
-		p("| on average ≤ 1 migration per rank per load change (adaptive) | %.2f | %s |\n", v, metOrNot(v <= 1))
+		p("| on average ≤ 1 migration per rank per load change (`%s`) | %.2f | %s |\n", a.Scenario.Policy, v, metOrNot(v <= 1))
+	}
+	if len(sc.Joins) > 0 {
+		for _, a := range ads {
+			rates, rose := joinRise(a)
+			var rs []string
+			for _, v := range rates {
+				rs = append(rs, fmtRate(v))
+			}
+			p("| throughput rises (≥ 10%%) at each join (`%s`) | %s it/s | %s |\n", a.Scenario.Policy, orDash(strings.Join(rs, " → ")), metOrNot(rose))
+		}
 	}
 
 	p("\n![iterations per second over time, adaptive and static](%s)\n\n", svgPath)
 	p("Iterations per second of rank 0 (mean over the last %g s) over time since mpirun started. Dashed\n", cfg.window)
 	p("lines: migrations; dotted lines: nodes join, load rises (in the run's color).\n\n")
 
-	if a != nil {
-		p("### Migrations of the adaptive run\n\n")
+	for _, a := range ads {
+		p("### Migrations of the `%s` run\n\n", a.Scenario.Policy)
 		if len(a.Migrations) == 0 {
 			p("None reported.\n\n")
-		} else {
-			p("| time (s) | rank | from | to | iteration | pause | reason |\n| ---: | ---: | --- | --- | ---: | ---: | --- |\n")
-			for _, m := range a.Migrations {
-				it, pause := "–", "–"
-				if m.Iteration >= 0 {
-					it = fmt.Sprint(m.Iteration)
-				}
-				if m.Pause >= 0 {
-					pause = fmt.Sprintf("%.0f ms", 1000*m.Pause)
-				}
-				p("| %.1f | %d | %s | %s | %s | %s | %s |\n", m.At, m.Rank, m.From, m.To, it, pause, strings.ReplaceAll(m.Reason, "|", "/"))
-			}
-			if a.Aborted > 0 {
-				p("\n%d migrations were aborted (the rank stayed).\n", a.Aborted)
-			}
-			p("\n")
+			continue
 		}
+		p("| time (s) | rank | from | to | iteration | pause | reason |\n| ---: | ---: | --- | --- | ---: | ---: | --- |\n")
+		for _, m := range a.Migrations {
+			it, pause := "–", "–"
+			if m.Iteration >= 0 {
+				it = fmt.Sprint(m.Iteration)
+			}
+			if m.Pause >= 0 {
+				pause = fmt.Sprintf("%.0f ms", 1000*m.Pause)
+			}
+			p("| %.1f | %d | %s | %s | %s | %s | %s |\n", m.At, m.Rank, m.From, m.To, it, pause, strings.ReplaceAll(m.Reason, "|", "/"))
+		}
+		if a.Aborted > 0 {
+			p("\n%d migrations were aborted (the rank stayed).\n", a.Aborted)
+		}
+		p("\n")
 	}
 
-	for _, res := range []*result{a, idle} {
+	for _, res := range append(append([]*result(nil), ads...), idle) {
 		if res == nil {
 			continue
 		}
-		p("### IOS agents at the end of the %s run\n\n", res.Scenario.Name)
+		which := fmt.Sprintf("`%s`", res.Scenario.Policy)
+		if res == idle {
+			which = "idle"
+		}
+		p("### IOS agents at the end of the %s run\n\n", which)
 		if len(res.Agents) == 0 {
 			p("No IOS agent answered on `%s`.\n\n", iosDiscoverSubject)
 			continue
@@ -303,15 +438,17 @@ func (r *report) markdown(svgPath string) string {
 	p("\n### Running it\n\n")
 	p("As root (network namespaces, veths, a bridge and cgroups; needs `ip` from iproute2 and the cgroup\n")
 	p("v1 or v2 cpu controller), from the module root:\n\n")
-	p("    go run ./bench/experiment                 # this report: about 5 minutes\n")
-	p("    go run ./bench/experiment --quick         # smoke run: about a minute\n")
+	p("    go run ./bench/experiment                 # this report: about 10 minutes\n")
+	p("    go run ./bench/experiment --policies mpiios --skip-idle   # one adaptive run and the static one\n")
+	p("    go run ./bench/experiment --quick         # smoke run: a few minutes\n")
 	p("    go run ./bench/experiment --doc - --svg /tmp/x.svg --data /tmp/x.json   # leave docs/ alone\n")
 	p("    go run ./bench/experiment --render /tmp/x.json   # redo report and plot from saved data\n\n")
-	p("`--help` lists the knobs (grid size, iterations, when nodes join and the load rises, the load's\n")
-	p("share, node quotas, policies, extra `pcmd serve` arguments). mpirun's output and every node's\n")
-	p("pcmd log (with its IOS agent's decisions) of the last run are kept in `--logs`\n")
-	p("(default `$TMPDIR/mpios-experiment-logs`). Without root the testbed falls back to loopback and\n")
-	p("the report says so. The emulated cluster itself is `internal/testbed` (`go doc ./internal/testbed`).\n")
+	p("`--help` lists the knobs (grid size, iterations, ranks per node, when nodes join and the load\n")
+	p("rises, the load's share, node quotas, policies, extra `pcmd serve` arguments). mpirun's output and\n")
+	p("every node's pcmd log (with its IOS agent's decisions) of every run are kept in `--logs`\n")
+	p("(default `$TMPDIR/mpios-experiment-logs`, files named after the run). Without root the testbed\n")
+	p("falls back to loopback and the report says so. The emulated cluster itself is `internal/testbed`\n")
+	p("(`go doc ./internal/testbed`).\n")
 
 	p("\n### What the experiment expects of mpirun and pcmd\n\n")
 	p("%s\n", expectations)
@@ -328,43 +465,50 @@ func (r *report) policyHow() string {
 
 // notes interpret the results.
 func (r *report) notes() []string {
-	a, s, idle := r.find("adaptive"), r.find("static"), r.find("idle")
+	s, idle := r.find("static"), r.find("idle")
 	var notes []string
 	if !r.policyFlag {
 		notes = append(notes, "This mpirun has no `--policy` flag; the runs set `MPIOS_POLICY` in mpirun's environment instead, which reaches the ranks (and so their profiles) only.")
 	}
-	if a != nil && len(a.Migrations) == 0 {
-		notes = append(notes, "mpirun reported no migration in the adaptive run, so it ran like the static one: nothing moved the ranks off the loaded nodes. Either no IOS agent decided to move a rank (pcmd without an agent, or an agent that does not see the load: see the expectations below), or mpirun does not log migrations as `mpirun: migrated rank R from A to B ...`.")
-	}
-	if a != nil && len(a.Migrations) > 0 && len(a.Events) > 0 {
-		loadAt := a.Events[len(a.Events)-1].At
-		after := 0
-		for _, m := range a.Migrations {
-			if m.At >= loadAt {
-				after++
-			}
+	for _, a := range r.adaptive() {
+		pol := a.Scenario.Policy
+		if len(a.Migrations) == 0 {
+			notes = append(notes, fmt.Sprintf("mpirun reported no migration in the `%s` run, so it ran like the static one: nothing moved the ranks off the loaded nodes. Either no IOS agent decided to move a rank (pcmd without an agent, or an agent that does not see the load: see the expectations below), or mpirun does not log migrations as `mpirun: migrated rank R from A to B ...`.", pol))
 		}
-		if after == 0 && a.Scenario.LoadAt > 0 {
-			notes = append(notes, "Every migration of the adaptive run happened before the load rose; afterwards nothing moved the ranks left on the loaded nodes, although the nodes that had joined had the capacity. The agents' table shows why the targets did not steal (their availability, and the reasons of their declines).")
+		if len(a.Migrations) > 0 && len(a.Events) > 0 && a.Scenario.loaded() {
+			loadAt := a.Events[len(a.Events)-1].At
+			after := 0
+			for _, m := range a.Migrations {
+				if m.At >= loadAt {
+					after++
+				}
+			}
+			if after == 0 {
+				notes = append(notes, fmt.Sprintf("Every migration of the `%s` run happened before the load rose; afterwards nothing moved the ranks left on the loaded nodes, although the nodes that had joined had the capacity. The agents' table shows why the targets did not steal (their availability, and the reasons of their declines).", pol))
+			}
 		}
 	}
 	if f := strings.Fields(r.loadStart); len(f) > 0 {
 		var l1 float64
-		if _, err := fmt.Sscan(f[0], &l1); err == nil && l1 > float64(runtime.NumCPU()) {
-			notes = append(notes, fmt.Sprintf("Other jobs overloaded the machine during the experiment (load average %s at the start, %s at the end, on %d CPUs): nodes got less than their quota at times, and the rates are noisy.", r.loadStart, orDash(r.loadEnd), runtime.NumCPU()))
+		if _, err := fmt.Sscan(f[0], &l1); err == nil && l1 > float64(runtime.NumCPU())/2 {
+			notes = append(notes, fmt.Sprintf("Other jobs loaded the machine during the experiment (load average %s at the start, %s at the end, on %d CPUs, whose 2 CPUs the 4 nodes' quotas already fill): nodes got less than their quota at times, and the rates are noisy.", r.loadStart, orDash(r.loadEnd), runtime.NumCPU()))
 		}
 	}
 	if s != nil && len(s.Migrations) > 0 {
 		notes = append(notes, fmt.Sprintf("The static run (policy `%s`) migrated %d times: a job with policy none should never move.", s.Scenario.Policy, len(s.Migrations)))
 	}
-	if a != nil && s != nil && completed(a) && completed(s) {
-		pa, ps := phases(a), phases(s)
-		if len(pa) == 3 && len(ps) == 3 && ps[2] > 0 && ps[0] > 0 {
-			notes = append(notes, fmt.Sprintf("Under load the static run managed %.0f%% of its unloaded rate (%s vs %s it/s): the load generator really takes the CPU from the ranks.",
-				100*ps[2]/ps[0], fmtRate(ps[2]), fmtRate(ps[0])))
+	if completed(s) {
+		ps := phases(s)
+		last := len(ps) - 1
+		if s.Scenario.loaded() && ps[last] > 0 && ps[0] > 0 {
+			notes = append(notes, fmt.Sprintf("Under load the static run managed %.0f%% of its starting rate (%s vs %s it/s): the load generator really takes the CPU from the ranks.",
+				100*ps[last]/ps[0], fmtRate(ps[last]), fmtRate(ps[0])))
 		}
-		if len(pa) == 3 && len(ps) == 3 && pa[2] > 0 && ps[2] > 0 {
-			notes = append(notes, fmt.Sprintf("Under load the adaptive run went %.2f × as fast as the static one (%s vs %s it/s).", pa[2]/ps[2], fmtRate(pa[2]), fmtRate(ps[2])))
+		for _, a := range r.adaptive() {
+			pa := phases(a)
+			if completed(a) && s.Scenario.loaded() && len(pa) == len(ps) && pa[last] > 0 && ps[last] > 0 {
+				notes = append(notes, fmt.Sprintf("Under load the `%s` run went %.2f × as fast as the static one (%s vs %s it/s).", a.Scenario.Policy, pa[last]/ps[last], fmtRate(pa[last]), fmtRate(ps[last])))
+			}
 		}
 	}
 	if idle != nil && len(idle.Migrations) > 0 {

@@ -26,7 +26,10 @@ type scenario struct {
 	// Nodes start with the cluster; Hosts is mpirun's --hosts.
 	Nodes []testbed.NodeSpec `json:"nodes"`
 	Hosts string             `json:"hosts"`
-	// Join are added once rank 0 reports iteration JoinAt (never if JoinAt <= 0).
+	// Joins add nodes once rank 0 reports their iterations, in order.
+	Joins []joinStep `json:"joins,omitempty"`
+	// Join and JoinAt are the single join of data files written before Joins existed
+	// (read by --render only, through upgrade).
 	Join   []testbed.NodeSpec `json:"join,omitempty"`
 	JoinAt int                `json:"join_at,omitempty"`
 	// LoadNodes get load Load once rank 0 reports iteration LoadAt (never if LoadAt <= 0).
@@ -39,17 +42,54 @@ type scenario struct {
 	ResidualEvery int `json:"residual_every"`
 }
 
-// loadChanges counts the events of the scenario that change the cluster's resources.
-func (s scenario) loadChanges() int {
-	n := 0
-	if s.JoinAt > 0 && len(s.Join) > 0 {
-		n++
-	}
-	if s.LoadAt > 0 && len(s.LoadNodes) > 0 {
-		n++
-	}
-	return n
+// joinStep is nodes joining the running job.
+type joinStep struct {
+	At    int                `json:"at"` // rank 0's iteration
+	Nodes []testbed.NodeSpec `json:"nodes"`
 }
+
+// label is the event's name in the report, e.g. "n3 joins" or "n3,n4 join".
+func (j joinStep) label() string {
+	var names []string
+	for _, n := range j.Nodes {
+		names = append(names, n.Name)
+	}
+	if len(names) == 1 {
+		return names[0] + " joins"
+	}
+	return strings.Join(names, ",") + " join"
+}
+
+// upgrade moves the single join of an older data file into Joins.
+func (s *scenario) upgrade() {
+	if len(s.Joins) == 0 && s.JoinAt > 0 && len(s.Join) > 0 {
+		s.Joins = []joinStep{{At: s.JoinAt, Nodes: s.Join}}
+	}
+	s.Join, s.JoinAt = nil, 0
+}
+
+// loaded reports whether the scenario raises the load on some nodes.
+func (s scenario) loaded() bool { return s.LoadAt > 0 && len(s.LoadNodes) > 0 }
+
+// loadLabel is the name of the load's event in the report.
+func (s scenario) loadLabel() string {
+	return fmt.Sprintf("load %.0f%% on %s", 100*s.Load, strings.Join(s.LoadNodes, ","))
+}
+
+// eventLabels are the labels of the scenario's events, in order: its joins, then the load.
+func (s scenario) eventLabels() []string {
+	var out []string
+	for _, j := range s.Joins {
+		out = append(out, j.label())
+	}
+	if s.loaded() {
+		out = append(out, s.loadLabel())
+	}
+	return out
+}
+
+// loadChanges counts the events of the scenario that change the cluster's resources.
+func (s scenario) loadChanges() int { return len(s.eventLabels()) }
 
 // ranks is the number of ranks --hosts asks for.
 func (s scenario) ranks() int {
@@ -235,29 +275,27 @@ func (rn *runner) run(ctx context.Context, sc scenario) (*result, error) {
 	// The orchestrator changes the cluster as rank 0 reaches the scenario's iterations.
 	orchDone := make(chan error, 1)
 	go func() {
-		joined, loaded := sc.JoinAt <= 0 || len(sc.Join) == 0, sc.LoadAt <= 0 || len(sc.LoadNodes) == 0
+		joins, loaded := 0, !sc.loaded()
 		var errs []error
 		for iter := range progress {
-			if !joined && iter >= sc.JoinAt {
-				joined = true
-				var names []string
-				for _, n := range sc.Join {
+			for joins < len(sc.Joins) && iter >= sc.Joins[joins].At {
+				j := sc.Joins[joins]
+				joins++
+				for _, n := range j.Nodes {
 					if err := c.AddNode(n.Name, n.CPUs); err != nil {
 						errs = append(errs, err)
-						continue
 					}
-					names = append(names, n.Name)
 				}
-				rn.addEvent(res, &mu, since(), iter, strings.Join(names, ",")+" join")
+				rn.addEvent(res, &mu, since(), iter, j.label())
 			}
-			if joined && !loaded && iter >= sc.LoadAt {
+			if joins == len(sc.Joins) && !loaded && iter >= sc.LoadAt {
 				loaded = true
 				for _, n := range sc.LoadNodes {
 					if err := c.SetLoad(n, sc.Load); err != nil {
 						errs = append(errs, err)
 					}
 				}
-				rn.addEvent(res, &mu, since(), iter, fmt.Sprintf("load %.0f%% on %s", 100*sc.Load, strings.Join(sc.LoadNodes, ",")))
+				rn.addEvent(res, &mu, since(), iter, sc.loadLabel())
 			}
 		}
 		orchDone <- errors.Join(errs...)
