@@ -56,10 +56,15 @@ type Cluster struct {
 
 	opMu sync.Mutex // serializes AddNode, RemoveNode, SetLoad and Close
 
-	mu     sync.Mutex // guards the fields below
-	nodes  map[string]*node
-	beats  map[string]beat
-	links  map[linkKey]Link // SetLink's links between pairs of nodes
+	mu    sync.Mutex // guards the fields below
+	nodes map[string]*node
+	beats map[string]beat
+	links map[linkKey]Link // SetLink's links between pairs of nodes
+
+	// How link delays are made, chosen by the first delayed SetLink (under opMu): netem,
+	// or the userspace delay router.
+	netem  bool
+	router *delayRouter
 	closed bool
 }
 
@@ -841,6 +846,10 @@ func (c *Cluster) Close() error {
 	}
 	if c.srv != nil {
 		c.srv.Shutdown()
+	}
+	if c.router != nil {
+		errs = append(errs, teardownRouter(c.router))
+		c.router = nil
 	}
 	errs = append(errs, c.teardownIsolation())
 	if c.ownWork {

@@ -35,10 +35,16 @@
 // SetLink(a, b, Link{RateBytes, Delay}) emulates the network between two groups of nodes
 // (two "clusters" on one machine): on every node's eth0 an htb root qdisc sends the packets
 // for each node of the other group through a class of that rate (traffic inside a group
-// and to the bridge stays unshaped), and a netem child delays them by Delay each way. The
-// delay needs the kernel's netem module (sch_netem); where it is missing (as on the
-// machine this was written on: "Specified qdisc kind is unknown") SetLink returns
-// ErrNoNetem for a link with a delay, and only rates can be emulated.
+// and to the bridge stays unshaped), and packets are delayed by Delay each way: by a netem
+// child of the class where the kernel has netem (sch_netem), else by the userspace delay
+// router. That router (where netem is missing, as on the machine this was written on, or
+// with Options.UserspaceDelay) is the network namespace mpios-.delay on the bridge with the
+// address RouterIP and a TUN device: each node routes its packets for the peers behind a
+// delayed link via RouterIP (host routes of protocol 77); in the router namespace a policy
+// rule (iif eth0) sends them into the TUN, where a goroutine of the testbed process holds
+// each one until its release time (arrival plus its flow's delay, never before an earlier
+// packet of the flow) and writes it back, and the kernel forwards it to its destination.
+// Without netem and /dev/net/tun SetLink returns ErrNoNetem for a link with a delay.
 //
 // RemoveNode stops a node's pcmd gracefully (SIGTERM: pcmd stops its ranks and deregisters)
 // and removes its namespace, veth and cgroups. Nodes can be added and removed while a job

@@ -3,13 +3,15 @@ package testbed
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 )
 
 // ErrNoNetem is returned by SetLink for a link with a delay when the kernel has no netem
-// queueing discipline (module sch_netem): rates can then be emulated, latencies cannot.
-var ErrNoNetem = errors.New("testbed: the kernel has no netem qdisc (sch_netem): links can limit the rate but not delay packets")
+// queueing discipline (module sch_netem) and the userspace delay router cannot run either
+// (no /dev/net/tun): rates can then be emulated, latencies cannot.
+var ErrNoNetem = errors.New("testbed: the kernel has no netem qdisc (sch_netem) and the delay router cannot start: links can limit the rate but not delay packets")
 
 // Link is the emulated network path between two groups of nodes (SetLink). The zero Link
 // is the plain bridge: no limit, no delay.
@@ -17,8 +19,10 @@ type Link struct {
 	// RateBytes bounds what each node sends to each node of the other group, in bytes per
 	// second (an htb class on the sender's eth0); 0 means unlimited.
 	RateBytes uint64
-	// Delay is added to every packet in each direction (netem), so the round trip grows by
-	// twice Delay. It needs the kernel's netem module: without it SetLink returns ErrNoNetem.
+	// Delay is added to every packet in each direction, so the round trip grows by twice
+	// Delay: by netem where the kernel has it, else by the userspace delay router (a TUN
+	// in its own namespace on the bridge, which delayed traffic is routed through).
+	// Without either SetLink returns ErrNoNetem.
 	Delay time.Duration
 }
 
@@ -36,7 +40,8 @@ func pairOf(x, y string) linkKey {
 // ways, replacing what an earlier SetLink set between them (the zero Link removes it).
 // Traffic inside a group, and to the NATS server and mpirun on the bridge, is not shaped.
 // Two groups so separated are two "clusters" on one machine. It needs an isolated cluster
-// (ErrNotIsolated otherwise) and the tc command; a delay also needs netem (ErrNoNetem).
+// (ErrNotIsolated otherwise) and the tc command; a delay also needs netem or /dev/net/tun
+// (ErrNoNetem).
 func (c *Cluster) SetLink(a, b []string, l Link) error {
 	if l.Delay < 0 {
 		return fmt.Errorf("testbed: link delay %v: must not be negative", l.Delay)
@@ -62,7 +67,7 @@ func (c *Cluster) SetLink(a, b []string, l Link) error {
 		}
 	}
 	if l.Delay > 0 && len(nodes) > 0 {
-		if err := probeNetem(netnsName(nodes[0].name)); err != nil {
+		if err := c.enableDelays(netnsName(nodes[0].name)); err != nil {
 			return err
 		}
 	}
@@ -80,12 +85,65 @@ func (c *Cluster) SetLink(a, b []string, l Link) error {
 		}
 	}
 	c.mu.Unlock()
+	c.updateRouter()
 	for _, n := range nodes {
-		if err := applyLinks(netnsName(n.name), c.linksOf(n.name)); err != nil {
+		if err := applyLinks(netnsName(n.name), c.linksOf(n.name), c.router != nil); err != nil {
 			return fmt.Errorf("testbed: node %s: %w", n.name, err)
 		}
 	}
 	return nil
+}
+
+// enableDelays chooses, at the first delayed link, how delays are made: netem on the
+// nodes' eth0 where the kernel has it (tried in namespace ns), the userspace delay router
+// otherwise, or always with Options.UserspaceDelay. Called with opMu held.
+func (c *Cluster) enableDelays(ns string) error {
+	if c.router != nil || c.netem {
+		return nil
+	}
+	if !c.opts.UserspaceDelay {
+		err := probeNetem(ns)
+		if err == nil {
+			c.netem = true
+			return nil
+		}
+		if !errors.Is(err, ErrNoNetem) {
+			return err
+		}
+	}
+	r, err := startRouter()
+	if err != nil {
+		return errors.Join(ErrNoNetem, err, teardownRouter(nil))
+	}
+	c.router = r
+	c.log.Printf("link delays are emulated by the userspace delay router at %s (netem unavailable or not wanted)", RouterIP)
+	return nil
+}
+
+// updateRouter gives the delay router, if one runs, the delay of every flow between two
+// nodes of a delayed link, both ways.
+func (c *Cluster) updateRouter() {
+	if c.router == nil {
+		return
+	}
+	c.mu.Lock()
+	d := map[flow]time.Duration{}
+	for k, l := range c.links {
+		a, aok := c.nodes[k.a]
+		b, bok := c.nodes[k.b]
+		if !aok || !bok || l.Delay <= 0 {
+			continue
+		}
+		x, errx := netip.ParseAddr(a.addr)
+		y, erry := netip.ParseAddr(b.addr)
+		if errx != nil || erry != nil {
+			continue
+		}
+		d[flow{x, y}] = l.Delay
+		d[flow{y, x}] = l.Delay
+	}
+	c.mu.Unlock()
+	c.router.setDelays(d)
 }
 
 // linksOf is the shaping of node name's egress: each peer's address and the link to it,
@@ -136,13 +194,14 @@ func (c *Cluster) unlink(name string) error {
 		delete(c.links, k)
 	}
 	c.mu.Unlock()
+	c.updateRouter()
 	slices.Sort(peers)
 	var errs []error
 	for _, p := range peers {
 		if _, err := c.lookup(p); err != nil {
 			continue
 		}
-		if err := applyLinks(netnsName(p), c.linksOf(p)); err != nil {
+		if err := applyLinks(netnsName(p), c.linksOf(p), c.router != nil); err != nil {
 			errs = append(errs, fmt.Errorf("testbed: node %s: %w", p, err))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -41,8 +42,25 @@ const unlimited = "100gbit"
 
 // applyLinks replaces the egress shaping of eth0 in ns by links: an htb root whose default
 // class is unlimited, one class per distinct link (with a netem child for a delay), and a
-// u32 filter per peer address sending its packets to its link's class.
-func applyLinks(ns string, links []peerLink) error {
+// u32 filter per peer address sending its packets to its link's class. With viaRouter the
+// delays are the delay router's: no netem child, and the peers behind a delayed link are
+// routed via the router instead.
+func applyLinks(ns string, links []peerLink, viaRouter bool) error {
+	if viaRouter {
+		var addrs []netip.Addr
+		for _, pl := range links {
+			if pl.link.Delay > 0 {
+				a, err := netip.ParseAddr(pl.addr)
+				if err != nil {
+					return fmt.Errorf("testbed: peer address %q: %w", pl.addr, err)
+				}
+				addrs = append(addrs, a)
+			}
+		}
+		if err := routeViaRouter(ns, addrs); err != nil {
+			return err
+		}
+	}
 	// Deleting a root that was never set fails; what matters is that none is left.
 	_ = tcCmd(ns, "qdisc", "del", "dev", "eth0", "root")
 	if len(links) == 0 {
@@ -64,7 +82,7 @@ func applyLinks(ns string, links []peerLink) error {
 			}
 			cid := "1:" + strconv.Itoa(id)
 			steps = append(steps, []string{"class", "add", "dev", "eth0", "parent", "1:", "classid", cid, "htb", "rate", rate})
-			if pl.link.Delay > 0 {
+			if pl.link.Delay > 0 && !viaRouter {
 				steps = append(steps, []string{"qdisc", "add", "dev", "eth0", "parent", cid, "handle", strconv.Itoa(id) + ":",
 					"netem", "delay", strconv.FormatInt(pl.link.Delay.Microseconds(), 10) + "us"})
 			}

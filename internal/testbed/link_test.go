@@ -105,7 +105,8 @@ func tcShow(t *testing.T, node string) string {
 }
 
 // Two groups of nodes become two "clusters": what a node of one sends to a node of the
-// other is limited to the link's rate, inside a group it is not shaped; a delay needs netem.
+// other is limited to the link's rate, inside a group it is not shaped; a delay is made by
+// netem, or without it by the delay router.
 func TestSetLinkShapesTrafficBetweenGroups(t *testing.T) {
 	needRoot(t)
 	if _, err := exec.LookPath("tc"); err != nil {
@@ -138,6 +139,10 @@ func TestSetLinkShapesTrafficBetweenGroups(t *testing.T) {
 		t.Logf("no netem on this kernel: %v", err)
 	case err != nil:
 		t.Fatal(err)
+	case c.router != nil:
+		if r := routesVia(t, "la"); !strings.Contains(r, nodeAddr(t, c, "lb")) {
+			t.Errorf("delay set without netem but la does not route lb via the delay router:\n%s", r)
+		}
 	default:
 		if !strings.Contains(tcShow(t, "la"), "netem") {
 			t.Errorf("delay set but no netem qdisc:\n%s", tcShow(t, "la"))

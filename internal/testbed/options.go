@@ -30,14 +30,15 @@ const (
 // Fixed names and addresses of the emulated network. They are shared by every testbed on a
 // machine, which is why only one isolated cluster runs at a time (see Start).
 const (
-	Prefix       = "mpios-"    // of every network namespace and root-side link the testbed makes
-	BridgeName   = "mpios-br0" // the bridge joining the nodes and the root namespace
-	BridgeIP     = "10.77.0.1" // the root namespace's address on the bridge
-	SubnetPrefix = 24          // of 10.77.0.0/24
-	CgroupName   = "mpios"     // the cgroup under which every node's cgroup is made
-	MaxNodes     = 250         // node addresses run from 10.77.0.2 to 10.77.0.251
-	firstHostIP  = 2           // last byte of the first node's address
-	subnetBase   = "10.77.0."  // addresses of the subnet
+	Prefix       = "mpios-"      // of every network namespace and root-side link the testbed makes
+	BridgeName   = "mpios-br0"   // the bridge joining the nodes and the root namespace
+	BridgeIP     = "10.77.0.1"   // the root namespace's address on the bridge
+	SubnetPrefix = 24            // of 10.77.0.0/24
+	CgroupName   = "mpios"       // the cgroup under which every node's cgroup is made
+	MaxNodes     = 250           // node addresses run from 10.77.0.2 to 10.77.0.251
+	RouterIP     = "10.77.0.254" // the userspace delay router's address (SetLink without netem)
+	firstHostIP  = 2             // last byte of the first node's address
+	subnetBase   = "10.77.0."    // addresses of the subnet
 	lockFileName = "mpios-testbed.lock"
 )
 
@@ -98,6 +99,10 @@ type Options struct {
 
 	// Isolation selects network namespaces and quotas or loopback. "": IsolationAuto.
 	Isolation Isolation
+	// UserspaceDelay makes SetLink delay packets in the userspace delay router even where
+	// the kernel has netem (which is otherwise preferred).
+	UserspaceDelay bool
+
 	// CFSPeriod is the CFS bandwidth period of the node quotas. 0: DefaultCFSPeriod.
 	CFSPeriod time.Duration
 

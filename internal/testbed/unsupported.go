@@ -59,5 +59,11 @@ func (*nodeCgroup) remove() error                                      { return 
 func (*nodeCgroup) cpuDir(string) string                               { return "" }
 func (*nodeCgroup) procsFiles(string) []string                         { return nil }
 
-func probeNetem(string) error             { return errNotLinux }
-func applyLinks(string, []peerLink) error { return errNotLinux }
+func probeNetem(string) error                   { return errNotLinux }
+func applyLinks(string, []peerLink, bool) error { return errNotLinux }
+
+type delayRouter struct{}
+
+func startRouter() (*delayRouter, error)              { return nil, errNotLinux }
+func teardownRouter(*delayRouter) error               { return nil }
+func (*delayRouter) setDelays(map[flow]time.Duration) {}
