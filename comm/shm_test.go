@@ -806,3 +806,59 @@ func TestShmFutexWakeRacesUnmap(t *testing.T) {
 		a.Close()
 	}
 }
+
+// A writer waiting for room polls only its short window while nothing else of its rank waits,
+// then sleeps until the reader's doorbell; while a goroutine of the rank waits for a message
+// (and polls, yielding the processor, which keeps Go's scheduler from delivering doorbells
+// from the network poller) it polls as long as that goroutine may, and sleeps only after.
+func TestShmWriterPollsWhileItsRankWaits(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		waiters int32
+		sleeps  bool
+	}{{"idle rank", 0, true}, {"waiting rank", 1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := make([]byte, ringMapBytes)
+			rw, err := newShmRing(mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rr, _ := newShmRing(mem)
+			rr.ringPeer, rw.ringPeer = rw.ring, rr.ring // the doorbells, within the process
+			var waiters atomic.Int32
+			var waitAt atomic.Int64
+			var writing atomic.Int32
+			waiters.Store(tc.waiters)
+			waitAt.Store(monoNow())
+			// A short window of a nanosecond, a long one of an hour.
+			policy := &pollPolicy{spin: time.Nanosecond, long: time.Hour, waiters: &waiters, waitAt: &waitAt, writing: &writing}
+			w := newRingWriter(rw, policy)
+			msg := pattern(3*ringDataBytes/2, 7)
+			done := make(chan error, 1)
+			go func() { done <- w.write(noDeadline, msg) }()
+			// The ring fills; the writer then waits for room.
+			for rw.tail.Load() != ringDataBytes {
+				runtime.Gosched()
+			}
+			slept := false
+			for i := 0; i < 20000 && !slept; i++ {
+				slept = rw.wwait.Load() == 1
+				runtime.Gosched()
+			}
+			if slept != tc.sleeps {
+				t.Fatalf("writer asked for a doorbell: %v, want %v", slept, tc.sleeps)
+			}
+			r := newRingReader(rr, nil)
+			got := make([]byte, len(msg))
+			if _, err := io.ReadFull(r, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, msg) {
+				t.Fatal("the stream arrived changed")
+			}
+		})
+	}
+}

@@ -417,10 +417,14 @@ func (rw *ringWriter) waitFor(deadline time.Time, ready func() bool) error {
 		if !deadline.IsZero() && time.Now().After(deadline) {
 			return fmt.Errorf("comm: shared-memory write: %w", errRingTimeout)
 		}
-		// Only the short window: the reader drains a full ring in microseconds if it runs, and
-		// a writer that polls longer takes the core it may need (the long window while a
-		// goroutine waits is for readers).
-		if rw.pollIn.pollShort(start) {
+		// The short window, or the long one while a goroutine of this rank waits for a message:
+		// that goroutine polls its ring with runtime.Gosched, and a goroutine that yields
+		// keeps Go's scheduler from looking at the network poller (it finds the yielder in its
+		// run queue first), so a doorbell would reach a sleeping writer only when the
+		// runtime's monitor polls the network, up to 10 ms later: a 1 MiB single-copy chunk
+		// (~80 us) or a full ring left the writer asleep that long. The rank's processor is
+		// busy polling anyway; the writer polls in its turns.
+		if rw.pollIn.poll(start) {
 			runtime.Gosched()
 			continue
 		}
