@@ -157,8 +157,8 @@ func (b *bench) runVariants(np int, variants []variant, ckptDirs ...string) over
 			args = append(args, v.app...)
 			timesFile := ""
 			if v.iterTimes {
-				timesFile = filepath.Join(b.dir, fmt.Sprintf("iter-times-P%d-%s", np, v.key))
-				os.Remove(timesFile)
+				// One file per run: with --keep they all stay for a closer look.
+				timesFile = filepath.Join(b.dir, fmt.Sprintf("iter-times-P%d-%s-rep%d", np, v.key, rep+1))
 				args = append(args, "-iter-times", timesFile)
 			}
 			res.commands[v.key] = shellJoin(append([]string{filepath.Join(b.bin, "mpirun")}, args...))
