@@ -370,7 +370,7 @@ func (b *bench) printIterCost(results []overheadResult) {
 		"Per checkpoint: the excess over the baseline of its iteration and the next %d (checkpoints at every %d-th iteration whose %d iterations lie in the loop), "+
 		"ms; by iteration of that window, ms (minima); in the windows: the excess of all checkpoints' windows, percent of the baseline's loop (minima); "+
 		"outside: the excess of all other iterations together, ms per run (what is left is noise, or cost spread beyond the window).\n\n", w-1, b.ckptEvery, w)
-	fmt.Println("| P | variant | repetitions | overhead, per-iteration minima | per-iteration medians | per checkpoint, ms (minima / medians) | by iteration of the window, ms (minima) | in the windows (minima) | outside the windows, ms (minima / medians) | target (on minima) |")
+	fmt.Println("| P | variant | repetitions | overhead, per-iteration minima | per-iteration medians | per checkpoint, ms (minima / medians; n checkpoints averaged) | by iteration of the window, ms (minima) | in the windows (minima) | outside the windows, ms (minima / medians) | target (on minima) |")
 	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |")
 	for _, r := range results {
 		for _, v := range r.variants {
@@ -395,7 +395,7 @@ func (b *bench) printIterCost(results []overheadResult) {
 			for o, x := range lo.profile {
 				ms[o] = 1e3 * x
 			}
-			fmt.Printf("| %d | %s | %d / %d | %+.2f%% | %+.2f%% | %.1f / %.1f (%d checkpoints) | %s | %+.2f%% | %.1f / %.1f | %s |\n",
+			fmt.Printf("| %d | %s | %d / %d | %+.2f%% | %+.2f%% | %.1f / %.1f (n = %d) | %s | %+.2f%% | %.1f / %.1f | %s |\n",
 				r.np, v.name, len(r.iters[v.key]), len(r.iters[v.base]), 100*lo.overhead, 100*mid.overhead,
 				1e3*lo.perCkpt, 1e3*mid.perCkpt, lo.ckpts, floats(ms, "%+.1f"), 100*lo.windows, 1e3*lo.outside, 1e3*mid.outside, target)
 		}
