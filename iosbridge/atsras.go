@@ -85,11 +85,17 @@ type ATSRAS struct{}
 // Name implements Policy.
 func (ATSRAS) Name() string { return PolicyATSRAS }
 
+// Protocol implements ProtocolPolicy: RAS stealing plus exchanges between busy nodes.
+func (ATSRAS) Protocol() Protocol { return Protocol{Steal: ScopeAnywhere, Exchange: true} }
+
 // Decide implements Policy.
 func (ATSRAS) Decide(in DecisionInput) Decision {
 	d := Decision{Policy: PolicyATSRAS, Reason: "no rank would process messages faster remotely"}
 	best := math.Inf(-1)
 	free := in.Remote.FreeCPUs()
+	if in.Exchange {
+		free = math.Max(free, rankShare(in.Remote, 1)) // a busy remote still shares its CPUs
+	}
 	for _, r := range in.Ranks {
 		_, sl := r.commTo(in.Local)
 		_, sr := r.commTo(in.Remote)

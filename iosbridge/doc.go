@@ -52,6 +52,9 @@
 // Stability (Stabilize, applied by NewNode around every policy) adds what the thesis found
 // missing: a cooldown per migrated rank, a no-flip hysteresis on free CPUs (a margin relative
 // to node size) so similar nodes never ping-pong, and no migration without positive gain.
+// For "atsras", "flcras" and "ars" it also lets busy nodes exchange ranks by communication
+// (exchange.go: single moves to a node no denser in ranks per CPU, swaps that cut the
+// traffic crossing nodes), each lowering a potential so that none is ever undone.
 // A load change ends a node's steal back-off, so the network reacts to it within a sampling
 // period and a heartbeat.
 //

@@ -131,6 +131,9 @@ func NewFLCRAS(cfg FLCRASConfig) (FLCRAS, error) {
 // Name implements Policy.
 func (FLCRAS) Name() string { return PolicyFLCRAS }
 
+// Protocol implements ProtocolPolicy: RAS stealing plus exchanges between busy nodes.
+func (FLCRAS) Protocol() Protocol { return Protocol{Steal: ScopeAnywhere, Exchange: true} }
+
 // Decide implements Policy. Decision.Gain is desirability − threshold, so it is positive
 // exactly when the thesis would migrate ("output > 0.5").
 func (f FLCRAS) Decide(in DecisionInput) Decision {
@@ -138,6 +141,10 @@ func (f FLCRAS) Decide(in DecisionInput) Decision {
 	best := f.cfg.Threshold
 	for _, r := range in.Ranks {
 		gc, gp := FLCRASGains(r, in.Local, in.Remote)
+		if in.Exchange && in.Remote.EffectiveCPUs > 0 && in.Local.EffectiveCPUs > 0 {
+			// p_f on a busy remote: the share of its CPUs the rank would get there.
+			gp = math.Max(gp, 100*rankShare(in.Remote, 1)/in.Remote.EffectiveCPUs-100*r.cpuUse(in.Local)/in.Local.EffectiveCPUs)
+		}
 		out, rule := FLCRASEvaluate(f.cfg, gc, gp)
 		if out <= best {
 			continue

@@ -67,6 +67,10 @@ type Protocol struct {
 	// Ping makes the node time round trips to its neighbours (heartbeat echoes), which NRS
 	// needs for its locales; any node may turn it on (Config.MeasureLatency).
 	Ping bool
+	// Exchange makes the node send steal requests while busy too, when its ranks talk to
+	// ranks on other nodes, offering a rank to swap; receivers may then regroup ranks by
+	// communication between busy nodes (exchange.go).
+	Exchange bool
 }
 
 // DefaultProtocol is the RAS protocol of Desell's thesis: random stealing anywhere.
@@ -224,13 +228,16 @@ func (p ARS) Protocol() Protocol {
 	if p.name == PolicyNRSARS {
 		return Protocol{Steal: ScopeLocales, Ping: true}
 	}
-	return DefaultProtocol()
+	return Protocol{Steal: ScopeAnywhere, Exchange: true}
 }
 
 // Decide implements Policy.
 func (p ARS) Decide(in DecisionInput) Decision {
 	d := Decision{Policy: p.name, Reason: "no rank with Δ(l,f,a) > 0"}
 	pl, pf := power(in.Local), power(in.Remote)
+	if in.Exchange { // busy nodes: the CPU share a rank gets (has here, would get there)
+		pl, pf = rankShare(in.Local, 0)*in.Local.speed(), rankShare(in.Remote, 1)*in.Remote.speed()
+	}
 	dp := ARSProcessing(pl, pf)
 	best := 0.0
 	for _, r := range in.Ranks {

@@ -70,7 +70,17 @@ type Message struct {
 	InCluster bool   `msgpack:"in_cluster,omitempty"`
 	Cluster   string `msgpack:"cluster,omitempty"`
 	Wide      bool   `msgpack:"wide,omitempty"`
+	// Exchange marks a steal request of a node whose policy exchanges ranks, sent while
+	// busy too; Offer is the rank it offers to swap, with its traffic per peer (exchange.go).
+	Exchange bool         `msgpack:"exchange,omitempty"`
+	Offer    *RankProfile `msgpack:"offer,omitempty"`
+	// Swap, in a steal accept, is the offered rank the giver takes in exchange: Origin
+	// migrates it to From.
+	Swap RankID `msgpack:"swap,omitempty"`
 }
+
+// MaxOfferPeers bounds the peer list of an offered rank accepted from the network.
+const MaxOfferPeers = 1 << 16
 
 // Validate rejects malformed messages; everything Step receives went through it.
 func (m Message) Validate() error {
@@ -93,6 +103,20 @@ func (m Message) Validate() error {
 	}
 	if !finite(m.Gain) || !finite(m.CPUUse) || m.CPUUse < 0 {
 		return fmt.Errorf("iosbridge: %s message from %s: non-finite gain or bad CPU use", m.Kind, m.From)
+	}
+	if m.Offer != nil {
+		if m.Kind != KindStealRequest || !m.Exchange {
+			return fmt.Errorf("iosbridge: %s message from %s: an offered rank belongs to an exchange request", m.Kind, m.From)
+		}
+		if err := m.Offer.Validate(); err != nil {
+			return fmt.Errorf("iosbridge: exchange request from %s: offer: %w", m.From, err)
+		}
+		if len(m.Offer.Peers) > MaxOfferPeers || m.Offer.Node != m.Origin {
+			return fmt.Errorf("iosbridge: exchange request from %s: offer of %d peers (at most %d) or of node %q, not origin %q", m.From, len(m.Offer.Peers), MaxOfferPeers, m.Offer.Node, m.Origin)
+		}
+	}
+	if m.Swap != (RankID{}) && (m.Kind != KindStealAccept || m.Swap.Job == "" || m.Swap.Rank < 0 || m.Swap == m.Rank) {
+		return fmt.Errorf("iosbridge: %s message from %s: bad swap %q (only a steal accept swaps, another rank than %q)", m.Kind, m.From, m.Swap, m.Rank)
 	}
 	switch m.Kind {
 	case KindJoin, KindHeartbeat, KindLeave:

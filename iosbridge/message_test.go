@@ -13,6 +13,12 @@ import (
 func TestMessageValidate(t *testing.T) {
 	prof := node("A", 2, 1)
 	badProf := node("A", 2, 1.5)
+	offer := rankProfile("j", 2, 0.5)
+	offer.Node, offer.Peers = "A", []PeerComm{{Rank: 1, Messages: 1, Bytes: 10}}
+	offerOfC, badOffer, hugeOffer := offer, offer, offer
+	offerOfC.Node = "C"
+	badOffer.Peers = []PeerComm{{Rank: 1, Bytes: -1}}
+	hugeOffer.Peers = make([]PeerComm, MaxOfferPeers+1)
 	ok := []Message{
 		{Kind: KindJoin, From: "A", To: "B"},
 		{Kind: KindAnnounce, From: "A", To: "B", Peers: []string{"C"}},
@@ -29,6 +35,8 @@ func TestMessageValidate(t *testing.T) {
 		{Kind: KindBalanceRequest, From: "A", To: "B", Origin: "A", ID: 2, Profile: &prof},
 		{Kind: KindBalanceOffer, From: "A", To: "B", Origin: "B", ID: 2, Profile: &prof},
 		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}}, // a push
+		{Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, TTL: 2, Profile: &prof, Exchange: true, Offer: &offer},
+		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}, Swap: RankID{"j", 2}},
 	}
 	for _, m := range ok {
 		if err := m.Validate(); err != nil {
@@ -36,29 +44,37 @@ func TestMessageValidate(t *testing.T) {
 		}
 	}
 	bad := map[string]Message{
-		"unknown kind":        {Kind: "steal", From: "A", To: "B"},
-		"empty kind":          {From: "A", To: "B"},
-		"empty from":          {Kind: KindJoin, To: "B"},
-		"empty to":            {Kind: KindJoin, From: "A"},
-		"to self":             {Kind: KindJoin, From: "A", To: "A"},
-		"negative TTL":        {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", TTL: -1, Profile: &prof},
-		"huge TTL":            {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", TTL: MaxTTL + 1, Profile: &prof},
-		"request no profile":  {Kind: KindStealRequest, From: "A", To: "B", Origin: "A"},
-		"request no origin":   {Kind: KindStealRequest, From: "A", To: "B", Profile: &prof},
-		"profile not origin":  {Kind: KindStealRequest, From: "C", To: "B", Origin: "C", Profile: &prof},
-		"bad profile":         {Kind: KindHeartbeat, From: "A", To: "B", Profile: &badProf},
-		"accept no rank":      {Kind: KindStealAccept, From: "B", To: "A", Origin: "A"},
-		"accept neg rank":     {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", -1}},
-		"accept not to orig":  {Kind: KindStealAccept, From: "B", To: "C", Origin: "A", Rank: RankID{"j", 0}},
-		"fail not to origin":  {Kind: KindStealFail, From: "B", To: "C", Origin: "A"},
-		"announce empty peer": {Kind: KindAnnounce, From: "A", To: "B", Peers: []string{""}},
-		"pong without ID":     {Kind: KindPong, From: "B", To: "A"},
-		"bad locale":          {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Locale: LocaleUnknown + 1},
-		"huge cluster":        {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Cluster: strings.Repeat("x", MaxClusterName+1)},
-		"balance no profile":  {Kind: KindBalanceRequest, From: "A", To: "B", ID: 2},
-		"balance no ID":       {Kind: KindBalanceRequest, From: "A", To: "B", Profile: &prof},
-		"offer of another":    {Kind: KindBalanceOffer, From: "C", To: "B", ID: 2, Profile: &prof},
-		"NaN gain":            {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Gain: math.NaN()},
+		"unknown kind":           {Kind: "steal", From: "A", To: "B"},
+		"empty kind":             {From: "A", To: "B"},
+		"empty from":             {Kind: KindJoin, To: "B"},
+		"empty to":               {Kind: KindJoin, From: "A"},
+		"to self":                {Kind: KindJoin, From: "A", To: "A"},
+		"negative TTL":           {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", TTL: -1, Profile: &prof},
+		"huge TTL":               {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", TTL: MaxTTL + 1, Profile: &prof},
+		"request no profile":     {Kind: KindStealRequest, From: "A", To: "B", Origin: "A"},
+		"request no origin":      {Kind: KindStealRequest, From: "A", To: "B", Profile: &prof},
+		"profile not origin":     {Kind: KindStealRequest, From: "C", To: "B", Origin: "C", Profile: &prof},
+		"bad profile":            {Kind: KindHeartbeat, From: "A", To: "B", Profile: &badProf},
+		"accept no rank":         {Kind: KindStealAccept, From: "B", To: "A", Origin: "A"},
+		"accept neg rank":        {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", -1}},
+		"accept not to orig":     {Kind: KindStealAccept, From: "B", To: "C", Origin: "A", Rank: RankID{"j", 0}},
+		"fail not to origin":     {Kind: KindStealFail, From: "B", To: "C", Origin: "A"},
+		"announce empty peer":    {Kind: KindAnnounce, From: "A", To: "B", Peers: []string{""}},
+		"pong without ID":        {Kind: KindPong, From: "B", To: "A"},
+		"bad locale":             {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Locale: LocaleUnknown + 1},
+		"huge cluster":           {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Cluster: strings.Repeat("x", MaxClusterName+1)},
+		"balance no profile":     {Kind: KindBalanceRequest, From: "A", To: "B", ID: 2},
+		"balance no ID":          {Kind: KindBalanceRequest, From: "A", To: "B", Profile: &prof},
+		"offer of another":       {Kind: KindBalanceOffer, From: "C", To: "B", ID: 2, Profile: &prof},
+		"NaN gain":               {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Gain: math.NaN()},
+		"offer not exchange":     {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Offer: &offer},
+		"offer in heartbeat":     {Kind: KindHeartbeat, From: "A", To: "B", Exchange: true, Offer: &offer},
+		"offered rank elsewhere": {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offerOfC},
+		"bad offer":              {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &badOffer},
+		"huge offer":             {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &hugeOffer},
+		"swap of itself":         {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Swap: RankID{"j", 0}},
+		"swap in a fail":         {Kind: KindStealFail, From: "B", To: "A", Origin: "A", Swap: RankID{"j", 0}},
+		"swap neg rank":          {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Swap: RankID{"j", -1}},
 	}
 	for name, m := range bad {
 		if err := m.Validate(); err == nil {

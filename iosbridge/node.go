@@ -148,6 +148,9 @@ type Stats struct {
 	// Robin-Hood: balance requests this node sent (one per round, to several neighbours),
 	// ranks it pushed, offers it made to others and ranks pushed to it.
 	PushRounds, RanksPushed, OffersMade, PushesReceived uint64
+	// Exchanges (exchange.go): requests sent while busy, and ranks this node sent away as
+	// the offered half of a swap.
+	ExchangesSent, RanksSwapped uint64
 }
 
 // ErrLeft is returned by Step after Leave: the node is no longer part of the network.
@@ -174,6 +177,7 @@ type steal struct {
 	target string
 	sentAt time.Time
 	locale Locale // NRS: the locale it travels in
+	offer  RankID // the rank offered to swap (exchange requests); zero if none
 }
 
 // Node is one IOS agent's protocol component (thesis §2.2.1) as a deterministic state
@@ -515,6 +519,9 @@ func (n *Node) Step(now time.Time, m Message) error {
 		n.onStealRequest(now, m)
 	case KindStealAccept:
 		n.incoming[m.Rank] = pending{peer: m.From, at: now, cpu: m.CPUUse}
+		if m.Swap != (RankID{}) {
+			n.swapOut(now, m)
+		}
 		switch {
 		case m.ID == 0:
 			n.stats.PushesReceived++ // Robin-Hood: pushed to us after our offer
@@ -648,12 +655,19 @@ func (n *Node) inScope(m Message) func(string) bool {
 
 func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
-		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand}
+		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand,
+			Exchange: m.Exchange, Offer: m.Offer}
 		d := n.policy.Decide(in)
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
 			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
 		if d.Migrate {
+			if d.Swap != (RankID{}) && (m.Offer == nil || m.Offer.ID() != d.Swap) {
+				d.Swap = RankID{} // only the offered rank can come back
+			}
 			n.give(now, m.Origin, m.ID, d, in)
+			if d.Swap != (RankID{}) {
+				n.incoming[d.Swap] = pending{peer: m.Origin, at: now, cpu: m.Offer.cpuUse(*m.Profile)}
+			}
 			return
 		}
 		m.Reason = d.Reason
@@ -676,6 +690,28 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 	n.send(fwd)
 }
 
+// swapOut sends the offered rank m.Swap to m.From, the other half of the swap m accepts. Only
+// the offer of the steal still outstanding is honoured (a late or forged accept moves
+// nothing: the giver's booking of the rank then expires).
+func (n *Node) swapOut(now time.Time, m Message) {
+	if n.steal == nil || n.steal.id != m.ID || n.steal.offer != m.Swap || !n.local.Hosts(m.Swap) {
+		return
+	}
+	if _, gone := n.outgoing[m.Swap]; gone {
+		return
+	}
+	cpu := 0.0
+	for _, r := range n.ranks {
+		if r.ID() == m.Swap {
+			cpu = r.cpuUse(n.local)
+		}
+	}
+	n.outgoing[m.Swap] = pending{peer: m.From, at: now, cpu: cpu}
+	n.stats.RanksSwapped++
+	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Swap, To: m.From, RequestID: m.ID, Gain: m.Gain,
+		Policy: n.policy.Name(), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now})
+}
+
 // give books rank d.Rank as leaving for node to, tells to (a steal accept answering its
 // request id; id 0 for a push) and orders the migration.
 func (n *Node) give(now time.Time, to string, id uint64, d Decision, in DecisionInput) {
@@ -687,7 +723,7 @@ func (n *Node) give(now time.Time, to string, id uint64, d Decision, in Decision
 	}
 	n.outgoing[d.Rank] = pending{peer: to, at: now, cpu: cpu}
 	n.stats.RanksGiven++
-	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason})
+	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason, Swap: d.Swap})
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Rank, To: to, RequestID: id, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
 }
 
@@ -766,10 +802,17 @@ func (n *Node) maybeSteal(now time.Time) {
 		return
 	}
 	eff := n.effectiveLocal()
-	if eff.EffectiveCPUs <= 0 || eff.Availability < n.cfg.StealThreshold {
+	if eff.EffectiveCPUs <= 0 {
 		return
 	}
-	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff}
+	busy := eff.Availability < n.cfg.StealThreshold
+	if busy && (!n.proto.Exchange || !n.crossTraffic(eff)) {
+		return
+	}
+	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff, Exchange: n.proto.Exchange}
+	if n.proto.Exchange {
+		req.Offer = n.exchangeOffer(now, eff)
+	}
 	switch n.proto.Steal {
 	case ScopeLocales:
 		l, ok := n.nextLocale(n.locale)
@@ -789,6 +832,12 @@ func (n *Node) maybeSteal(now time.Time) {
 	}
 	n.seq++
 	n.steal = &steal{id: n.seq, target: target, sentAt: now, locale: req.Locale}
+	if req.Offer != nil {
+		n.steal.offer = req.Offer.ID()
+	}
+	if busy {
+		n.stats.ExchangesSent++
+	}
 	n.stats.StealsSent++
 	req.To, req.ID = target, n.seq
 	n.send(req)
@@ -889,6 +938,9 @@ func (n *Node) candidates() []RankProfile {
 		id := r.ID()
 		if _, gone := n.outgoing[id]; gone || !n.local.Hosts(id) {
 			continue
+		}
+		if n.steal != nil && n.steal.offer == id {
+			continue // offered for a swap: promised until the answer comes
 		}
 		if t, ok := n.arrived[id]; ok && t.After(r.LastMigration) {
 			r.LastMigration = t

@@ -45,6 +45,14 @@ type DecisionInput struct {
 	// Rand is the injected randomness (S-RAS picks a random actor); may be nil, in which
 	// case a policy must behave deterministically (first candidate).
 	Rand Rand
+	// Exchange marks a request from a node whose policy exchanges ranks (Protocol.Exchange),
+	// possibly busy: ATS-RAS, FLC-RAS and ARS then price the CPU a rank would get at Remote
+	// as its fair share there (rankShare) rather than Remote's free CPUs, which are zero on
+	// a busy node. The stability guard sets it only for its exchange rules (exchange.go);
+	// the ordinary rules see it false.
+	Exchange bool
+	// Offer is the rank the requester offers to swap (exchange requests only); nil if none.
+	Offer *RankProfile
 }
 
 // Decision is the decision component's answer: which rank (if any) to give the stealer, the
@@ -56,6 +64,9 @@ type Decision struct {
 	// Gain is the policy's own measure (positive means "worth moving"); scales differ
 	// between policies, so compare gains only within one policy.
 	Gain float64 `msgpack:"gain"`
+	// Swap, when set, is the requester's offered rank that comes here in exchange for Rank
+	// (exchange.go).
+	Swap RankID `msgpack:"swap,omitempty"`
 	// Policy names the deciding policy; Reason explains the numbers, for the event log.
 	Policy string `msgpack:"policy"`
 	Reason string `msgpack:"reason"`
@@ -219,6 +230,15 @@ func (pr perRank) Name() string { return pr.def.Name() }
 
 // Protocol is the node's default policy's: the protocol belongs to the node.
 func (pr perRank) Protocol() Protocol { return protocolOf(pr.def) }
+
+// exchanges says whether r's own policy (or the node's, for ranks without one) takes part
+// in exchanges.
+func (pr perRank) exchanges(r RankProfile) bool {
+	if p := pr.byName[r.Policy]; r.Policy != "" && p != nil {
+		return protocolOf(p).Exchange
+	}
+	return protocolOf(pr.def).Exchange
+}
 
 // rankOrdered is the default policy's (see Balancer).
 func (pr perRank) rankOrdered(in DecisionInput) bool {

@@ -72,7 +72,8 @@ func (st stable) Name() string { return st.inner.Name() }
 // Protocol is the wrapped policy's.
 func (st stable) Protocol() Protocol { return protocolOf(st.inner) }
 
-// Decide filters candidates, delegates, then vetoes gainless or inconsistent decisions.
+// Decide filters candidates, delegates, then vetoes gainless or inconsistent decisions. An
+// exchange request the ordinary rules decline goes to the exchange rules (exchange.go).
 func (st stable) Decide(in DecisionInput) Decision {
 	no := func(reason string) Decision { return Decision{Policy: st.inner.Name(), Reason: reason} }
 	if err := in.Remote.Validate(); err != nil {
@@ -81,7 +82,20 @@ func (st stable) Decide(in DecisionInput) Decision {
 	if in.Remote.Node == in.Local.Node {
 		return no("steal request from this node itself")
 	}
-	var kept []RankProfile
+	exchange := in.Exchange
+	in.Exchange = false // the ordinary rules price the free CPUs, as for any steal
+	d, cands := st.decideOrdinary(in)
+	if d.Migrate || !exchange {
+		return d
+	}
+	in.Exchange = true
+	return st.decideExchange(in, cands, d.Reason)
+}
+
+// decideOrdinary is the guard of a plain steal; cands are the ranks out of cooldown.
+func (st stable) decideOrdinary(in DecisionInput) (Decision, []RankProfile) {
+	no := func(reason string) Decision { return Decision{Policy: st.inner.Name(), Reason: reason} }
+	var kept, cands []RankProfile
 	var cooling, flip int
 	diff := in.Remote.FreeCPUs() - in.Local.FreeCPUs()
 	margin := st.s.margin(in.Local, in.Remote)
@@ -92,6 +106,7 @@ func (st stable) Decide(in DecisionInput) Decision {
 			cooling++
 			continue
 		}
+		cands = append(cands, r)
 		if !ordered && diff < r.cpuUse(in.Local)+margin {
 			flip++
 			continue
@@ -99,20 +114,21 @@ func (st stable) Decide(in DecisionInput) Decision {
 		kept = append(kept, r)
 	}
 	if len(kept) == 0 {
-		return no(fmt.Sprintf("stability: %d candidate(s): %d in cooldown, %d within hysteresis (free CPUs remote-local = %.3f, margin %.3f)", len(in.Ranks), cooling, flip, diff, margin))
+		return no(fmt.Sprintf("stability: %d candidate(s): %d in cooldown, %d within hysteresis (free CPUs remote-local = %.3f, margin %.3f)", len(in.Ranks), cooling, flip, diff, margin)), cands
 	}
 	in.Ranks = kept
 	d := st.inner.Decide(in)
 	if !d.Migrate {
-		return d
+		return d, cands
 	}
 	if !finite(d.Gain) || d.Gain <= st.s.MinGain {
-		return no(fmt.Sprintf("stability: gain %.4g not above %.4g (%s)", d.Gain, st.s.MinGain, d.Reason))
+		return no(fmt.Sprintf("stability: gain %.4g not above %.4g (%s)", d.Gain, st.s.MinGain, d.Reason)), cands
 	}
 	for _, r := range kept {
 		if r.ID() == d.Rank {
-			return d
+			d.Swap = RankID{} // a swap is the exchange rules' to decide
+			return d, cands
 		}
 	}
-	return no(fmt.Sprintf("stability: policy chose %s, which was not a candidate", d.Rank))
+	return no(fmt.Sprintf("stability: policy chose %s, which was not a candidate", d.Rank)), cands
 }

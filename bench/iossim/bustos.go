@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,6 +91,10 @@ at the end over OPT. Bustos' targets: ALOP below 2 and fewer than 6.5 migrations
 			met = false
 		}
 	}
+	notRun := ""
+	if largest := slices.Max(sizes); largest < 100 {
+		notRun = fmt.Sprintf(" Sides above %d were not run here (100×100 takes several CPU minutes).", largest)
+	}
 	if met {
 		w("\nRHNS meets both targets at every size. ")
 	} else {
@@ -102,24 +107,31 @@ Bustos found. One departure from his Sheriff: its steal requests go first to acq
 whose heartbeats show ranks on a node of lower rank (random ones when there is none). With
 random targets only, the 50×50 run ended at ALOP 5.0 (50 nodes for OPT 10, 3.27 migrations per
 object): in 2,500 nodes the objects climbed one by one to scattered better nodes and seldom met.
-The most moves by one object is bounded by the one-minute cooldown (600 s / 1 min). 100×100
-was not run (several CPU minutes, too many for this loaded machine today).
+The most moves by one object is bounded by the one-minute cooldown (600 s / 1 min).%s
 %s
-`, bustosEnd)
+`, notRun, bustosEnd)
 	return b.String()
 }
 
-// spliceBustos replaces the Bustos section of the report in dir (or inserts it before the
-// scaling section, or at the end).
-func spliceBustos(dir, section string) error {
+// splice replaces the section between the markers begin and end of the report in dir with
+// section. In a report written before the markers existed the section replaces the text
+// from the heading from (if not empty) up to to (or the end); failing that it goes before
+// the heading "## Scale:", or at the end.
+func splice(dir, begin, end, from, to, section string) error {
 	p := filepath.Join(dir, "SIMULATIONS.md")
 	old, err := os.ReadFile(p)
 	if err != nil {
-		return fmt.Errorf("iossim: -only bustos updates an existing report: %w", err)
+		return fmt.Errorf("iossim: -only updates an existing report: %w", err)
 	}
 	s := string(old)
-	if i, j := strings.Index(s, bustosBegin), strings.Index(s, bustosEnd); i >= 0 && j > i {
-		s = s[:i] + section + strings.TrimPrefix(s[j+len(bustosEnd):], "\n")
+	if i, j := strings.Index(s, begin), strings.Index(s, end); i >= 0 && j > i {
+		s = s[:i] + section + strings.TrimPrefix(s[j+len(end):], "\n")
+	} else if i := strings.Index(s, from); from != "" && i >= 0 {
+		j := len(s)
+		if k := strings.Index(s[i:], to); to != "" && k >= 0 {
+			j = i + k
+		}
+		s = s[:i] + section + s[j:]
 	} else if k := strings.Index(s, "## Scale:"); k >= 0 {
 		s = s[:k] + section + "\n" + s[k:]
 	} else {

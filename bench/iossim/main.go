@@ -43,7 +43,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.date, "date", time.Now().UTC().Format("2006-01-02"), "date printed in the report")
 	sizes := fs.String("sizes", "100,300,1000,3000,10000", "node counts of the scaling table")
 	bustosSizes := fs.String("bustos", "10,20,50", "sides n of Bustos' n×n ALOP simulations")
-	fs.StringVar(&o.only, "only", "", `"bustos": rerun only Bustos' section and replace it in the existing report`)
+	fs.StringVar(&o.only, "only", "", `"bustos": rerun only Bustos' section and replace it in the existing report; "ras": only Figs. 3.4–3.9 (the section, its plots and iossim.csv)`)
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every run")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -62,8 +62,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		}
 		o.bustos = append(o.bustos, n)
 	}
-	if o.only != "" && o.only != "bustos" {
-		return o, fmt.Errorf("iossim: -only %q: the only section that can be rerun alone is bustos", o.only)
+	if o.only != "" && o.only != "bustos" && o.only != "ras" {
+		return o, fmt.Errorf("iossim: -only %q: the sections that can be rerun alone are bustos and ras", o.only)
 	}
 	return o, nil
 }
@@ -94,11 +94,11 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
-		return spliceBustos(o.out, bustosMarkdown(rows, o.date, o.seed, o.bustos))
+		return splice(o.out, bustosBegin, bustosEnd, "", "", bustosMarkdown(rows, o.date, o.seed, o.bustos))
 	}
 	var csv strings.Builder
 	csv.WriteString("scenario,policy,start,t_s,throughput,migrations,messages\n")
-	rep := &report{date: o.date, seed: o.seed}
+	rep := &report{date: o.date, seed: o.seed, rasOnly: o.only == "ras"}
 	files := map[string]string{}
 	bench, err := benchmarks(o, &csv, rep)
 	if err != nil {
@@ -112,6 +112,13 @@ func run(o options) error {
 		return err
 	}
 	files["iossim-heat.svg"] = svg
+	files["iossim.csv"] = csv.String()
+	if o.only == "ras" {
+		if err := splice(o.out, rasBegin, rasEnd, "## Figs. 3.4–3.7", bustosBegin, rep.rasSection()); err != nil {
+			return err
+		}
+		return writeFiles(o, files)
+	}
 	rows, err := bustos(o)
 	if err != nil {
 		return err
@@ -122,8 +129,11 @@ func run(o options) error {
 		return err
 	}
 	files["iossim-scale.svg"] = svg
-	files["iossim.csv"] = csv.String()
 	files["SIMULATIONS.md"] = rep.markdown()
+	return writeFiles(o, files)
+}
+
+func writeFiles(o options, files map[string]string) error {
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(o.out, name), []byte(body), 0o644); err != nil {
 			return err
@@ -177,7 +187,7 @@ func runChecked(cfg iossim.Config) (iossim.Result, error) {
 	return res, err
 }
 
-var benchPolicies = []string{"sras", "atsras", "flcras", "mpiios"}
+var benchPolicies = []string{"sras", "atsras", "flcras", "ars", "mpiios"}
 
 // benchmarks runs Figs. 3.4–3.7: round robin, then every policy from a single node.
 func benchmarks(o options, csv *strings.Builder, rep *report) (map[string]string, error) {
@@ -185,11 +195,18 @@ func benchmarks(o options, csv *strings.Builder, rep *report) (map[string]string
 	for _, top := range []iossim.Topology{iossim.Unconnected, iossim.Sparse, iossim.Tree, iossim.Hypercube} {
 		var lines []line
 		var rows []outcome
-		for _, pol := range append([]string{"none"}, benchPolicies...) {
-			place, start := iossim.OnFirstNode, "one node"
-			if pol == "none" {
-				place, start = iossim.RoundRobin, "round robin"
-			}
+		type variant struct {
+			pol, start string
+			place      iossim.Placement
+		}
+		vs := []variant{{"none", "round robin", iossim.RoundRobin}}
+		for _, pol := range benchPolicies {
+			vs = append(vs, variant{pol, "one node", iossim.OnFirstNode})
+		}
+		// The IO paper's ARS runs start from round robin (seed 003 §4).
+		vs = append(vs, variant{"ars", "round robin", iossim.RoundRobin})
+		for _, v := range vs {
+			pol, place, start := v.pol, v.place, v.start
 			cfg, err := iossim.BenchmarkConfig(top, pol, place, o.seed)
 			if err != nil {
 				return nil, err

@@ -72,3 +72,42 @@ func TestOnlyBustosReplacesItsSection(t *testing.T) {
 		t.Error("-only heat accepted")
 	}
 }
+
+func TestOnlyRASReplacesFigs34To39AndKeepsTheRest(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "SIMULATIONS.md")
+	// A report from before the markers: the old section runs from its heading to Bustos'.
+	old := "# Simulations\n\nmodel\n\n## Figs. 3.4–3.7: old\n\nold table\n\n" + bustosBegin + "\nbustos\n" + bustosEnd + "\n\n## Scale: x\n\nafter\n"
+	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parse([]string{"-out", dir, "-only", "ras", "-date", "2026-01-02"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.log = io.Discard
+	for range 2 { // the second run replaces the first's section, between the markers
+		if err := run(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	if strings.Contains(md, "old table") || strings.Count(md, rasBegin) != 1 || strings.Count(md, rasEnd) != 1 ||
+		!strings.Contains(md, "| `ars` | round robin |") || !strings.Contains(md, "`go run ./bench/iossim -only ras`") ||
+		!strings.HasPrefix(md, "# Simulations\n\nmodel\n\n"+rasBegin) || !strings.Contains(md, rasEnd+"\n"+bustosBegin+"\nbustos\n") ||
+		!strings.HasSuffix(md, "after\n") {
+		t.Fatalf("report:\n%s", md)
+	}
+	for _, f := range []string{"iossim-heat.svg", "iossim-tree.svg", "iossim.csv"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "iossim-scale.svg")); err == nil {
+		t.Error("-only ras wrote the scaling plot")
+	}
+}

@@ -32,45 +32,44 @@ func TestFig34SRASWithin4AndATSRASWithin7PercentOfRoundRobin(t *testing.T) {
 	}
 }
 
-// Thesis Figs. 3.5–3.7: on communicating topologies ATS-RAS, started on one processor,
-// reaches a stable configuration far better than where it started. (It does not get ahead
-// of round robin here: see docs/SIMULATIONS.md.)
-func TestFigs35to37ATSRASSpreadsCommunicatingActorsAndStabilizes(t *testing.T) {
-	for _, top := range []Topology{Sparse, Tree, Hypercube} {
-		startCfg, err := BenchmarkConfig(top, "none", OnFirstNode, 1)
-		start := scenario(t, startCfg, err).Throughput(settled)
+// Thesis Figs. 3.5–3.7: on communicating topologies ATS-RAS, started on one processor, ends
+// ahead of round robin (sparse, tree) and settles. Between busy nodes it keeps regrouping
+// actors by communication (exchanges) at the pace of the one-minute cooldown, so it settles
+// within a few minutes, not seconds. On the hypercube round robin already has the fewest
+// edges between nodes a balanced placement can have in this model; ATS-RAS ends within 2%.
+func TestFigs35to37ATSRASAheadOfRoundRobinAndSettles(t *testing.T) {
+	for top, atLeast := range map[Topology]float64{Sparse: 1.0, Tree: 1.0, Hypercube: 0.98} {
+		rrCfg, err := BenchmarkConfig(top, "none", RoundRobin, 1)
+		rr := scenario(t, rrCfg, err).Throughput(settled)
 		cfg, err := BenchmarkConfig(top, "atsras", OnFirstNode, 1)
+		cfg.Duration = 600 * time.Second
 		res := scenario(t, cfg, err)
-		if got := res.Throughput(settled); got < 2*start {
-			t.Errorf("%s: %.1f msg/s, single node %.1f", top, got, start)
+		if got := res.Throughput(500 * time.Second); got < atLeast*rr {
+			t.Errorf("%s: %.1f msg/s, round robin %.1f", top, got, rr)
 		}
-		if res.LastMigration < 0 || res.LastMigration > 60*time.Second {
-			t.Errorf("%s: last migration at %v: not stable", top, res.LastMigration)
+		if res.LastMigration < 0 || res.LastMigration > 300*time.Second {
+			t.Errorf("%s: last migration at %v: not settled", top, res.LastMigration)
 		}
 	}
 }
 
 // Thesis Fig. 3.8: FLC-RAS (cutoffs tuned to the application) reconfigures heat from a
-// single processor to a stable configuration; the thesis reaches 1.02× optimal, we assert
-// the part we reproduce: stable, and at least twice the single-processor throughput.
-func TestFig38FLCRASFromOneProcessorIsStable(t *testing.T) {
+// single processor to a stable configuration within 1.02× of the optimal one.
+func TestFig38FLCRASFromOneProcessorWithin1_02OfOptimalAndStable(t *testing.T) {
 	optCfg, err := HeatConfig("none", Blocks, 1)
 	opt := scenario(t, optCfg, err).Throughput(settled)
-	startCfg, err := HeatConfig("none", OnFirstNode, 1)
-	start := scenario(t, startCfg, err).Throughput(settled)
 	cfg, err := HeatConfig("flcras", OnFirstNode, 1)
 	if cfg.Tuned, err = HeatFLCRAS(); err != nil {
 		t.Fatal(err)
 	}
 	res := mustRun(t, cfg)
 	got := res.Throughput(settled)
-	if got < 2*start || got > opt*1.0001 {
-		t.Errorf("FLC-RAS %.2f it/s; single node %.2f, optimal %.2f", got, start, opt)
+	if opt/got > 1.02 {
+		t.Errorf("FLC-RAS %.2f it/s, optimal %.2f: %.2f×", got, opt, opt/got)
 	}
-	if res.LastMigration < 0 || res.Samples[len(res.Samples)-1].Migrations != res.Samples[len(res.Samples)/3].Migrations {
+	if res.LastMigration < 0 || res.Samples[len(res.Samples)-1].Migrations != res.Samples[len(res.Samples)/2].Migrations {
 		t.Errorf("not stable: last migration at %v", res.LastMigration)
 	}
-	t.Logf("FLC-RAS at %.2f× optimal after %d migrations", opt/got, res.Migrations)
 }
 
 // Scale, small: 100 nodes with a quarter of them loaded 4× balance within a minute and the
