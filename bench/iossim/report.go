@@ -52,7 +52,7 @@ func (r *report) markdown() string {
 
 The IOS agents of mpios — `+"`iosbridge.Node`"+` with its stability guard and policies, the code
 pcmd runs — on a simulated grid (package `+"`iosbridge/iossim`"+`). This file, its plots and
-[iossim.csv](iossim.csv) (every sample of every run) are written by `+"`bench/iossim`"+`; rerun it
+[iossim.csv](iossim.csv) (every run, a sample every 5 s) are written by `+"`bench/iossim`"+`; rerun it
 rather than editing them.
 
 **Date:** %s. **Command** (from the module root; seed %d, every run is deterministic):
@@ -103,7 +103,7 @@ func (r *report) rasSection() string {
 	if r.rasOnly {
 		w("**Date:** %s, seed %d: `go run ./bench/iossim -only ras` (this section, its plots and iossim.csv).\n\n", r.date, r.seed)
 	}
-	w("32 actors on the thesis's Solaris cluster (4 nodes × 2 cores at 0.8 GHz, 1 ms + 100 Mbit/s LAN); each actor computes 20 ms (at 1 GHz) and sends 32 KB to each neighbour per iteration. Round robin is static (`none`); every policy starts with all actors on one node, as in the thesis. Throughput is the mean from 200 s to 300 s; stable means no migration in the second half.\n\n")
+	w("32 actors on the thesis's Solaris cluster (4 nodes × 2 cores at 0.8 GHz, 1 ms + 100 Mbit/s LAN); each actor computes 20 ms (at 1 GHz) and sends 32 KB to each neighbour per iteration. Round robin is static (`none`); every policy starts with all actors on one node, as in the thesis, and ARS also from round robin, as in the IO paper (seed 003 §4). Throughput is the mean from 200 s to 300 s; stable means no migration in the second half.\n\n")
 	for _, t := range r.bench {
 		rr := t.Rows[0].Throughput
 		w("### %s ([plot](iossim-%s.svg))\n\n| policy | start | msg/s | of round robin | migrations | last migration | stable | most actors on a node | edges between nodes |\n| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n", t.Topology, t.Topology)
