@@ -137,7 +137,7 @@ func TestReport(t *testing.T) {
 	for _, want := range []string{
 		"**Date:** 2026-11-22", "go run ./bench/experiment --quick --policies mpiios,atsras",
 		"starts as 8 ranks on nodes n1 and n2, 4 ranks",
-		"When rank 0 reports iteration 600, n3 joins, at iteration 900 n4 joins; at iteration 1200 a competing",
+		"As rank 0 reports its iterations, at iteration 600 n3 joins;\nat iteration 900 n4 joins;\nat iteration 1200 a competing",
 		"| it/s at the start | it/s after n3 joins | it/s after n4 joins | it/s after load 80% on n1,n2 | checksum |",
 		"| adaptive | `mpiios` | 21.5 | 3.35 | 2 | 0.08 | 100 | 150 | 200 | 100 | `1.0e+00` |",
 		"| adaptive | `atsras` | 22.5 | 3.20 | 1 | 0.04 | 100 | 100 | 200 | 100 |",
@@ -290,7 +290,7 @@ func TestRenderOldData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"starts as 4 ranks on nodes n1 and n2, 2 ranks", "When rank 0 reports iteration 900, n3,n4 join; at iteration 1650",
+	for _, want := range []string{"starts as 4 ranks on nodes n1 and n2, 2 ranks", "at iteration 900 n3,n4 join;\nat iteration 1650",
 		"| it/s at the start | it/s after n3,n4 join | it/s after load 80% on n1,n2 |", "| adaptive | `mpiios` | 52.2 (stopped at iteration 100"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -224,10 +224,6 @@ func (r *report) markdown(svgPath string) string {
 	for _, a := range ads {
 		pols = append(pols, "`"+a.Scenario.Policy+"`")
 	}
-	idlePolicy := "–"
-	if idle != nil {
-		idlePolicy = idle.Scenario.Policy
-	}
 
 	p("# Experiments\n\n")
 	p("Reproductions of the MPI/IOS experiments on the emulated cluster of `internal/testbed`. This\n")
@@ -237,28 +233,24 @@ func (r *report) markdown(svgPath string) string {
 	isolated := len(r.results) > 0 && r.results[0].Isolated
 	perNode := sc.ranks() / max(1, len(sc.Nodes))
 	p("heat2d (`-n %d -iters %d -residual-every %d`) starts as %d ranks on nodes n1 and n2, %d ranks\n", sc.N, sc.Iters, sc.ResidualEvery, sc.ranks(), perNode)
-	p("each. Every node has a quota of %g CPUs and %d slots. ", cfg.cpus, cfg.slots)
-	for i, j := range sc.Joins {
-		verb := "join"
-		if len(j.Nodes) == 1 {
-			verb = "joins"
-		}
-		node := strings.TrimSuffix(strings.TrimSuffix(j.label(), " joins"), " join")
-		if i == 0 {
-			p("When rank 0 reports iteration %d, %s %s", j.At, node, verb)
-		} else {
-			p(", at iteration %d %s %s", j.At, node, verb)
-		}
+	p("each. Every node has a quota of %g CPUs and %d slots.\n", cfg.cpus, cfg.slots)
+	var steps []string
+	for _, j := range sc.Joins {
+		steps = append(steps, fmt.Sprintf("at iteration %d %s", j.At, j.label()))
 	}
-	if len(sc.Joins) > 0 {
-		p("; at")
+	if sc.loaded() {
+		steps = append(steps, fmt.Sprintf("at iteration %d a competing CPU-bound process starts on %s and takes %.0f%% of their CPU\n(the paper's method of loading a node)",
+			sc.LoadAt, strings.Join(sc.LoadNodes, " and "), 100*sc.Load))
+	}
+	if len(steps) > 0 {
+		p("As rank 0 reports its iterations, %s.\n", strings.Join(steps, ";\n"))
+	}
+	p("The job runs once with each adaptive IOS policy (%s) and once with `%s` (static)", strings.Join(pols, ", "), cfg.static)
+	if idle != nil {
+		p(";\na last run puts one rank on each of 4 idle, equal nodes with policy `%s` for %d iterations\n(`-n %d`), where nothing should move.\n\n", idle.Scenario.Policy, idle.Scenario.Iters, idle.Scenario.N)
 	} else {
-		p("At")
+		p(" (the idle run was left out).\n\n")
 	}
-	p(" iteration %d a competing CPU-bound process starts on %s and takes %.0f%% of\n", sc.LoadAt, strings.Join(sc.LoadNodes, " and "), 100*sc.Load)
-	p("their CPU (the paper's method of loading a node). The job runs once with each adaptive IOS policy\n")
-	p("(%s) and once with `%s` (static); a last run puts one rank on each of 4 idle,\n", strings.Join(pols, ", "), cfg.static)
-	p("equal nodes with policy `%s` for %d iterations (`-n %d`), where nothing should move.\n\n", idlePolicy, cfg.idleIters, cfg.idleN)
 	if len(sc.Joins) > 1 {
 		p("The nodes join one after the other, and %d ranks spread better over 3 nodes than over 2, so each\n", sc.ranks())
 		p("join can raise the rate of a bulk-synchronous job (whose slowest node sets the pace).\n")
@@ -303,8 +295,8 @@ func (r *report) markdown(svgPath string) string {
 		}
 		p(" `%s` |\n", res.Checksum)
 	}
-	p("\nLoad changes: the %d events that change the cluster's resources (%s), so migrations per rank\n", len(labels), strings.Join(labels, "; "))
-	p("per load change = migrations / (%d ranks × %d).\n", sc.ranks(), max(1, len(labels)))
+	p("\nLoad changes: the %d events that change the cluster's resources (%s),\n", len(labels), strings.Join(labels, "; "))
+	p("so migrations per rank per load change = migrations / (%d ranks × %d).\n", sc.ranks(), max(1, len(labels)))
 	p("Iteration rates are rank 0's mean between the events, from its timestamped progress lines.\n")
 	if s != nil && s.Checksum != "" {
 		same, moved := true, false
@@ -463,6 +455,18 @@ func (r *report) policyHow() string {
 	return strings.Join(hows, "; ")
 }
 
+// machineBusy reports whether the 1-minute load average at the start (before the
+// experiment's own processes ran) exceeded half the machine's CPUs: other work was running.
+func (r *report) machineBusy() bool {
+	var l1 float64
+	f := strings.Fields(r.loadStart)
+	if len(f) == 0 {
+		return false
+	}
+	_, err := fmt.Sscan(f[0], &l1)
+	return err == nil && l1 > float64(runtime.NumCPU())/2
+}
+
 // notes interpret the results.
 func (r *report) notes() []string {
 	s, idle := r.find("static"), r.find("idle")
@@ -488,10 +492,15 @@ func (r *report) notes() []string {
 			}
 		}
 	}
-	if f := strings.Fields(r.loadStart); len(f) > 0 {
-		var l1 float64
-		if _, err := fmt.Sscan(f[0], &l1); err == nil && l1 > float64(runtime.NumCPU())/2 {
-			notes = append(notes, fmt.Sprintf("Other jobs loaded the machine during the experiment (load average %s at the start, %s at the end, on %d CPUs, whose 2 CPUs the 4 nodes' quotas already fill): nodes got less than their quota at times, and the rates are noisy.", r.loadStart, orDash(r.loadEnd), runtime.NumCPU()))
+	if r.machineBusy() {
+		notes = append(notes, fmt.Sprintf("Other work loaded the machine during the experiment (load average %s at the start, %s at the end, on %d CPUs, which the 4 nodes' quotas of %g CPUs already fill): nodes got less than their quota at times, and the rates are noisy.", r.loadStart, orDash(r.loadEnd), runtime.NumCPU(), 4*r.cfg.cpus))
+	}
+	if r.machineBusy() && len(r.base().Joins) > 0 {
+		for _, a := range r.adaptive() {
+			if _, rose := joinRise(a); !rose {
+				notes = append(notes, fmt.Sprintf("The 4 nodes' quotas (%g CPUs each) add up to the machine's %d CPUs, so a joining node only adds CPU that other work leaves free: with the load average above, a join could not raise the rate as much as its quota would, and the rise at each join needs a quieter machine to show.", r.cfg.cpus, runtime.NumCPU()))
+				break
+			}
 		}
 	}
 	if s != nil && len(s.Migrations) > 0 {
