@@ -269,6 +269,10 @@ func TestCRSAtMostOneAsynchronousWideAreaSteal(t *testing.T) {
 	if st := a.Stats(); st.WideStealsSent != 1 {
 		t.Fatalf("wide steals sent: %d", st.WideStealsSent)
 	}
+	// One request crossed clusters (the wide one), the four local ones stayed inside.
+	if st := a.Stats(); st.StealRequestsAcross != 1 || st.StealRequestsInCluster != 4 {
+		t.Fatalf("steal requests in cluster %d, across %d; want 4 and 1", st.StealRequestsInCluster, st.StealRequestsAcross)
+	}
 	// "When a reply for a wide-area steal arrives, CRS simply resets the flag and, if the
 	// request was successful, puts the new job into the work queue."
 	if err := a.Step(t0, Message{Kind: KindStealAccept, From: wide.To, To: "A", Origin: "A", ID: wide.ID, Rank: RankID{"j", 4}, CPUUse: 1}); err != nil {
@@ -289,6 +293,38 @@ func TestCRSLocalStealsStayInTheCluster(t *testing.T) {
 		if f := stealsIn(b.Ready()); len(f) != 1 || f[0].To != "E" {
 			t.Fatalf("local packet left the cluster: %+v", f)
 		}
+	}
+	if st := b.Stats(); st.StealRequestsInCluster != 20 || st.StealRequestsAcross != 0 {
+		t.Fatalf("forwarded steal requests in cluster %d, across %d; want 20 and 0", st.StealRequestsInCluster, st.StealRequestsAcross)
+	}
+}
+
+// Random stealing ignores clusters: with one neighbour in the node's cluster and two in
+// another, its requests cross clusters too, which the counters show.
+func TestRSStealRequestsCrossClustersAndAreCounted(t *testing.T) {
+	a := gridNode(t, "A", PolicyRS, "x", 1, nil, map[string]string{"B": "x", "C": "y", "D": "y"})
+	now := t0
+	for i := 0; i < 60; i++ {
+		a.Tick(now)
+		s := stealsIn(a.Ready())
+		if len(s) != 1 {
+			t.Fatalf("round %d: want one steal, got %+v", i, s)
+		}
+		if err := a.Step(now, Message{Kind: KindStealFail, From: s[0].To, To: "A", Origin: "A", ID: s[0].ID}); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Minute) // past any back-off
+		for _, p := range []string{"B", "C", "D"} {
+			prof := node(p, 2, 0.5)
+			prof.Cluster = map[string]string{"B": "x", "C": "y", "D": "y"}[p]
+			if err := a.Step(now, Message{Kind: KindHeartbeat, From: p, To: "A", Profile: &prof}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := a.Stats()
+	if st.StealRequestsInCluster+st.StealRequestsAcross != 60 || st.StealRequestsInCluster == 0 || st.StealRequestsAcross == 0 {
+		t.Fatalf("60 random steals: %d in cluster, %d across", st.StealRequestsInCluster, st.StealRequestsAcross)
 	}
 }
 

@@ -145,6 +145,11 @@ type Stats struct {
 	RequestsForwarded, RequestsFailed, RanksGiven uint64
 	// CRS's asynchronous wide-area steals, and how many brought a rank.
 	WideStealsSent, WideStealsAccepted uint64
+	// Steal requests this node sent (its own, wide-area ones, and forwarded ones) to a
+	// neighbour of its own cluster and of another cluster (Config.Cluster and the
+	// neighbour's profile; not counted while either is unknown), whatever the policy: how
+	// much of the stealing stays inside a cluster.
+	StealRequestsInCluster, StealRequestsAcross uint64
 	// Robin-Hood: balance requests this node sent (one per round, to several neighbours),
 	// ranks it pushed, offers it made to others and ranks pushed to it.
 	PushRounds, RanksPushed, OffersMade, PushesReceived uint64
@@ -1021,6 +1026,15 @@ func (n *Node) profilePtr() *NodeProfile {
 
 func (n *Node) send(m Message) {
 	m.From = n.cfg.ID
+	if m.Kind == KindStealRequest && n.cfg.Cluster != "" {
+		if c, ok := n.clusterOf(m.To); ok {
+			if c == n.cfg.Cluster {
+				n.stats.StealRequestsInCluster++
+			} else {
+				n.stats.StealRequestsAcross++
+			}
+		}
+	}
 	n.out.Messages = append(n.out.Messages, m)
 }
 

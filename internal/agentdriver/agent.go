@@ -864,7 +864,8 @@ func (a *Agent) state() job.IOSState {
 	st.Stats = job.IOSStats{
 		StealsSent: ns.StealsSent, StealsAccepted: ns.StealsAccepted, StealsFailed: ns.StealsFailed,
 		StealsTimedOut: ns.StealsTimedOut, RequestsForwarded: ns.RequestsForwarded, RequestsFailed: ns.RequestsFailed,
-		RanksGiven: ns.RanksGiven, RanksPushed: ns.RanksPushed, WideStealsSent: ns.WideStealsSent, MigrationsOK: a.migOK, MigrationsFailed: a.migFailed,
+		RanksGiven: ns.RanksGiven, RanksPushed: ns.RanksPushed, WideStealsSent: ns.WideStealsSent,
+		StealRequestsInCluster: ns.StealRequestsInCluster, StealRequestsAcross: ns.StealRequestsAcross, MigrationsOK: a.migOK, MigrationsFailed: a.migFailed,
 		BadMessages: a.badMessages.Load(), BadProfiles: a.badProfiles.Load(),
 	}
 	st.Events = append(slices.Clone(a.key), a.minor...)

@@ -98,6 +98,11 @@ type IOSStats struct {
 	// wide-area steals.
 	RanksPushed    uint64 `msgpack:"ranks_pushed,omitempty" json:"ranks_pushed,omitempty"`
 	WideStealsSent uint64 `msgpack:"wide_steals_sent,omitempty" json:"wide_steals_sent,omitempty"`
+	// StealRequestsInCluster and StealRequestsAcross count the steal requests the agent
+	// sent (its own and forwarded ones) to a node of its own cluster and of another one
+	// (pcmd serve --cluster on both).
+	StealRequestsInCluster uint64 `msgpack:"steal_requests_in_cluster,omitempty" json:"steal_requests_in_cluster,omitempty"`
+	StealRequestsAcross    uint64 `msgpack:"steal_requests_across,omitempty" json:"steal_requests_across,omitempty"`
 	// MigrationsOK and MigrationsFailed count the ControlRequests the jobs accepted and
 	// refused (or left unanswered).
 	MigrationsOK     uint64 `msgpack:"migrations_ok" json:"migrations_ok"`
