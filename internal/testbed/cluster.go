@@ -492,6 +492,7 @@ func (c *Cluster) startNode(n *node) error {
 		args = append(args, "--kill-grace", o.KillGrace.String())
 	}
 	args = append(args, o.ExtraArgs...)
+	args = append(args, o.NodeArgs[n.name]...)
 	cmd := c.nodeCommand(n, subWork, true, o.PCMD, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	setDeathSignal(cmd, syscall.SIGINT) // SIGTERM would drain the node first

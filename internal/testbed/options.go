@@ -91,6 +91,9 @@ type Options struct {
 	KillGrace time.Duration
 	// ExtraArgs are added to every "pcmd serve" command line, e.g. the IOS agent's options.
 	ExtraArgs []string
+	// NodeArgs are added to the "pcmd serve" command line of the node they are listed
+	// under (after ExtraArgs), e.g. its --cluster; also for nodes added later.
+	NodeArgs map[string][]string
 	// ExtraEnv is added to the environment of every pcmd, e.g. an IOS policy knob. The
 	// ranks get only the variables pcmd passes on (spawner.PassedEnv, and pcmd serve
 	// --pass-env NAME through ExtraArgs). MPIOS_* variables of this process are never
