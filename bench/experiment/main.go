@@ -75,6 +75,12 @@ type config struct {
 	pcmdArgs      []string
 	iosCooldown   time.Duration
 	args          []string // the command line, for the report
+
+	// -scenario grid (grid.go): two clusters joined by a slow link.
+	scenario     string
+	gridNodes    int
+	gridDelay    time.Duration
+	gridPolicies []string
 }
 
 type stringList []string
@@ -137,6 +143,10 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&cfg.verbose, "v", false, "print mpirun's and the testbed's messages as they come")
 	fs.DurationVar(&cfg.iosCooldown, "ios-cooldown", 3*time.Second, "pcmd serve --ios-cooldown, if pcmd has it: a rank does not move again this soon after it arrived by migration (0: pcmd's default)")
 	fs.Var((*stringList)(&cfg.pcmdArgs), "pcmd-arg", "extra argument for every \"pcmd serve\" (repeat for more)")
+	fs.StringVar(&cfg.scenario, "scenario", "join", "join: nodes join a running job, then load rises (the MPI/IOS experiment); grid: two emulated clusters joined by a slow link, steals inside and across them, one cluster overloaded (writes only its own section of the report)")
+	fs.IntVar(&cfg.gridNodes, "grid-nodes", 3, "-scenario grid: nodes per cluster (at least 3: ranks start on the first two, the others are idle)")
+	fs.DurationVar(&cfg.gridDelay, "grid-delay", 15*time.Millisecond, "-scenario grid: one-way delay of every packet between the clusters")
+	gridPolicies := fs.String("grid-policies", "crs,nrs,rs,mpiios", "-scenario grid: adaptive IOS policies, one run each, compared with one static run")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -152,6 +162,15 @@ func parseFlags(args []string) (*config, error) {
 		if *p == 0 {
 			*p = map[bool]float64{false: full, true: quick}[cfg.quick]
 		}
+	}
+	if cfg.scenario == "grid" {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "ranks-per-node" })
+		if !set {
+			cfg.ranksPerNode = 2 // 8 ranks on 4 half-CPU nodes
+		}
+		def(&cfg.iters, 1500, 600)
+		deff(&cfg.loadAt, 0.3, 0.3)
 	}
 	def(&cfg.n, 2048, 1024)
 	def(&cfg.iters, 3000, 2400)
@@ -179,6 +198,11 @@ func parseFlags(args []string) (*config, error) {
 		cfg.policies = append(cfg.policies, p)
 	}
 	deff(&cfg.loadAt, 0.55, 0.5)
+	for _, p := range strings.Split(*gridPolicies, ",") {
+		if p = strings.TrimSpace(p); p != "" && !slices.Contains(cfg.gridPolicies, p) {
+			cfg.gridPolicies = append(cfg.gridPolicies, p)
+		}
+	}
 	deff(&cfg.window, 1, 0.5)
 	if cfg.timeout == 0 {
 		cfg.timeout = map[bool]time.Duration{false: 15 * time.Minute, true: 5 * time.Minute}[cfg.quick]
@@ -194,7 +218,7 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-policies: no policy")
 	case len(cfg.joinAt) > 2:
 		return nil, errors.New("-join-at: at most 2 values (n3, n4)")
-	case !(cfg.joinAt[0] > 0 && slices.IsSorted(cfg.joinAt) && cfg.loadAt >= cfg.joinAt[len(cfg.joinAt)-1] && cfg.loadAt < 1):
+	case cfg.scenario == "join" && !(cfg.joinAt[0] > 0 && slices.IsSorted(cfg.joinAt) && cfg.loadAt >= cfg.joinAt[len(cfg.joinAt)-1] && cfg.loadAt < 1):
 		return nil, errors.New("want 0 < -join-at (n3) <= -join-at (n4) <= -load-at < 1")
 	case cfg.ranksPerNode < 1:
 		return nil, errors.New("-ranks-per-node must be positive")
@@ -208,6 +232,10 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("-window must be positive")
 	case cfg.timeout <= 0:
 		return nil, errors.New("-timeout must be positive")
+	case cfg.scenario != "join" && cfg.scenario != "grid":
+		return nil, fmt.Errorf("-scenario %q: want join or grid", cfg.scenario)
+	case cfg.scenario == "grid" && (cfg.gridNodes < 3 || cfg.gridDelay < 0 || len(cfg.gridPolicies) == 0):
+		return nil, errors.New("-scenario grid: want -grid-nodes of at least 3, a -grid-delay not negative and some -grid-policies")
 	}
 	return cfg, nil
 }
@@ -312,6 +340,9 @@ func run(ctx context.Context, cfg *config, logger *log.Logger) error {
 	}
 
 	rn := &runner{cfg: cfg, bins: bins, log: logger}
+	if cfg.scenario == "grid" {
+		return runGrid(ctx, cfg, rn, logger)
+	}
 	adaptive, static, idle := scenarios(cfg)
 	rep := &report{cfg: cfg, start: time.Now(), policyFlag: bins.policyFlag, loadStart: loadAvg()}
 	for _, sc := range append(adaptive, static, idle) {
@@ -356,7 +387,7 @@ func writeOutputs(cfg *config, rep *report, logger *log.Logger) error {
 	if err := os.WriteFile(cfg.svg, []byte(rep.svg()), 0o644); err != nil {
 		return err
 	}
-	md := rep.markdown(relTo(filepath.Dir(cfg.doc), cfg.svg))
+	md := keepGridSection(cfg.doc, rep.markdown(relTo(filepath.Dir(cfg.doc), cfg.svg)))
 	if cfg.doc == "-" {
 		_, err := os.Stdout.WriteString(md)
 		return err
@@ -392,6 +423,9 @@ func render(cfg *config, logger *log.Logger) error {
 	}
 	rep := &report{cfg: orig, start: sv.Start, end: sv.End, loadStart: sv.LoadStart, loadEnd: sv.LoadEnd,
 		policyFlag: sv.PolicyFlag, results: sv.Results}
+	if orig.scenario == "grid" {
+		return writeGrid(orig, rep)
+	}
 	return writeOutputs(orig, rep, logger)
 }
 

@@ -40,6 +40,12 @@ type scenario struct {
 	N             int `json:"n"`
 	Iters         int `json:"iters"`
 	ResidualEvery int `json:"residual_every"`
+	// Clusters names each node's cluster (pcmd serve --cluster; -scenario grid), and
+	// ClusterDelay delays every packet between two clusters, each way.
+	Clusters     map[string]string `json:"clusters,omitempty"`
+	ClusterDelay time.Duration     `json:"cluster_delay,omitempty"`
+	// NodePolicy is every node's pcmd serve --policy (-scenario grid; "": pcmd's default).
+	NodePolicy string `json:"node_policy,omitempty"`
 }
 
 // joinStep is nodes joining the running job.
@@ -133,8 +139,9 @@ type result struct {
 	Events        []event      `json:"events"`
 	Checksum      string       `json:"checksum"`
 	SecPerIter    float64      `json:"sec_per_iter"`
-	Agents        []agentState `json:"agents"` // the IOS agents' states at the end
-	Log           string       `json:"-"`      // mpirun's stderr and the testbed's messages
+	Agents        []agentState `json:"agents"`              // the IOS agents' states at the end
+	DelayHow      string       `json:"delay_how,omitempty"` // "netem" or "router" when clusters are delayed
+	Log           string       `json:"-"`                   // mpirun's stderr and the testbed's messages
 }
 
 // iterations is the last iteration rank 0 reported.
@@ -168,7 +175,7 @@ func (rn *runner) run(ctx context.Context, sc scenario) (*result, error) {
 		PCMD: rn.bins.pcmd, LoadGen: rn.bins.loadgen, NodeExec: rn.bins.nodeexe,
 		Allow:     []string{filepath.Join(rn.bins.dir, "*")},
 		Isolation: testbed.Isolation(rn.cfg.isolation), CFSPeriod: rn.cfg.period,
-		Slots: rn.cfg.slots, ExtraArgs: rn.cfg.pcmdArgs, Nodes: sc.Nodes, Log: logger,
+		Slots: rn.cfg.slots, ExtraArgs: rn.cfg.pcmdArgs, NodeArgs: sc.nodeArgs(), Nodes: sc.Nodes, Log: logger,
 	})
 	if err != nil {
 		return nil, err
@@ -179,6 +186,15 @@ func (rn *runner) run(ctx context.Context, sc scenario) (*result, error) {
 		}
 	}()
 	res.Isolated = c.Isolated()
+	if err := sc.link(c); err != nil {
+		return nil, err
+	}
+	if sc.ClusterDelay > 0 {
+		res.DelayHow = "netem"
+		if strings.Contains(logBuf.String(), "delay router") {
+			res.DelayHow = "router"
+		}
+	}
 	if nodes := c.Nodes(); len(nodes) > 0 {
 		res.CgroupVersion = nodes[0].CgroupVersion
 	}
