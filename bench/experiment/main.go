@@ -169,6 +169,9 @@ func parseFlags(args []string) (*config, error) {
 		if !set {
 			cfg.ranksPerNode = 2 // 8 ranks on 4 half-CPU nodes
 		}
+		if cfg.slots == 0 {
+			cfg.slots = 2 * cfg.ranksPerNode // room for the overloaded cluster's ranks
+		}
 		def(&cfg.iters, 1500, 600)
 		deff(&cfg.loadAt, 0.3, 0.3)
 	}
