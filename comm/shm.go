@@ -39,8 +39,8 @@ import (
 // both crash later. From then on the connection's frames, its Bye included, go through the
 // ring; the socket stays open to notice the other process's death and to carry the doorbells
 // that wake a sleeping side (see shmRing). Large Data frames are read by the receiver straight
-// out of the sender's memory with process_vm_readv where the kernel allows it and a probe finds
-// it faster than the ring (one copy), else streamed through the ring.
+// out of the sender's memory with process_vm_readv where the kernel allows it (one copy, as
+// MPICH and Open MPI do), else streamed through the ring.
 //
 // A redirect (migration) ends the old connection with a Bye through its ring and dials the
 // successor, which negotiates afresh: a rank that moves onto its peer's node switches to
@@ -59,9 +59,6 @@ const (
 	// ranks of a node are copied through the ring, as where the kernel forbids
 	// process_vm_readv.
 	TransportShmCopy = "shm-copy"
-	// TransportShmCMA is TransportAuto with the single-copy path wherever the kernel allows
-	// it, even where it measured slower than copying through the ring.
-	TransportShmCMA = "shm-cma"
 )
 
 // ShmDir is where rings are created: tmpfs, removed at reboot.
@@ -78,9 +75,11 @@ func transportSetting(cfg string) (string, error) {
 		s = strings.ToLower(strings.TrimSpace(os.Getenv(EnvTransport)))
 	}
 	switch s {
-	case "", TransportAuto, "shm":
+	case "", TransportAuto, "shm", "shm-cma":
+		// shm-cma forced the single copy while auto chose by a timing probe; auto now takes
+		// it wherever the kernel allows it, and the old name stays accepted for scripts.
 		return TransportAuto, nil
-	case TransportTCP, TransportShmCopy, TransportShmCMA:
+	case TransportTCP, TransportShmCopy:
 		return s, nil
 	}
 	return "", fmt.Errorf("comm: transport %q: want auto, tcp, shm-copy or shm-cma (%s)", cfg, EnvTransport)
@@ -270,13 +269,10 @@ func (e *TCPEndpoint) offerRing(conn net.Conn, t *transcript) (*shmLink, error) 
 		defer os.Remove(path) // mapped on both sides (or refused): the name is no longer needed
 	}
 	// The probe is read by the acceptor with process_vm_readv to learn whether the kernel lets
-	// it read our memory, and how fast; its first bytes, also sent on the socket, tell that it
-	// read the right memory.
+	// it read our memory; its first bytes, also sent on the socket, tell that it read the
+	// right memory.
 	probe := make([]byte, cmaProbeSize)
 	rand.Read(probe[:cmaProbeCheck])
-	for i := cmaProbeCheck; i < len(probe); i += 4096 {
-		probe[i] = 1 // resident, as a message's pages are
-	}
 	var pin runtime.Pinner // on the heap and in place until the acceptor has read it
 	pin.Pin(&probe[0])
 	defer pin.Unpin()
@@ -389,12 +385,11 @@ func (e *TCPEndpoint) answerRing(conn net.Conn, t *transcript) (*shmLink, error)
 	}
 	status := ringCopy
 	if probeLen == cmaProbeSize && e.transport != TransportShmCopy {
-		cma, copied, err := timeSingleCopy(pid, probeAddr, probe)
-		switch {
-		case err != nil && !cmaForbidden(err):
-			e.logf("process_vm_readv from rank %d: %v; copying through the ring", t.src, err)
-		case err == nil && (e.transport == TransportShmCMA || singleCopyPays(cma, copied)):
+		switch err := probeSingleCopy(pid, probeAddr, probe); {
+		case err == nil:
 			status = ringCMA
+		case !cmaForbidden(err):
+			e.logf("process_vm_readv from rank %d: %v; copying through the ring", t.src, err)
 		}
 	}
 	l.cma, l.pid = status == ringCMA, pid
@@ -454,39 +449,31 @@ func (e *TCPEndpoint) openRing(name string, t *transcript) (*shmLink, error) {
 
 // The single-copy probe: its size, and the bytes of it that are also sent on the socket.
 const (
-	cmaProbeSize  = 256 << 10
+	cmaProbeSize  = 4096
 	cmaProbeCheck = 16
 )
 
-// timeSingleCopy reads the dialer's probe (cmaProbeSize bytes at addr of process pid, starting
-// with check) with process_vm_readv and copies it locally, and returns the best of three
-// times of each. Where the kernel pins pages slowly (under virtualization, here 2.2 GB/s
-// against 13 GB/s through the ring) the single copy is the slower path.
-func timeSingleCopy(pid int, addr uint64, check []byte) (cma, copied time.Duration, err error) {
+// probeSingleCopy reads the dialer's probe (cmaProbeSize bytes at addr of process pid,
+// starting with check) with process_vm_readv: whether the kernel lets this process read the
+// dialer's memory, and reads the right memory.
+//
+// Until 2026-11-27 it also timed the read against two local copies of the probe (the ring's
+// two copies) and took the single copy only if it was no slower. That compared
+// process_vm_readv (13 GB/s here) with a copy within one core's cache (50 GB/s), not with the
+// ring, whose copies hand every line from one core to the other (7 GB/s for a 4 MiB
+// ping-pong); and the single copy looked slow end to end because its writer slept through
+// the acknowledgement (see ringWriter.waitFor). Measured since: 4 MiB ping-pong 10.4 GB/s
+// with the single copy against 7.1 through the ring (MPICH 10.3), and faster in every
+// polling and wake setting (docs/PERFORMANCE.md). MPICH and Open MPI use it unconditionally.
+func probeSingleCopy(pid int, addr uint64, check []byte) error {
 	got := make([]byte, cmaProbeSize)
-	local := make([]byte, cmaProbeSize)
-	cma, copied = time.Hour, time.Hour
-	for range 3 {
-		start := time.Now()
-		if err := readRemote(pid, got, addr); err != nil {
-			return 0, 0, err
-		}
-		cma = min(cma, time.Since(start))
-		if !bytes.Equal(got[:len(check)], check) {
-			return 0, 0, fmt.Errorf("process_vm_readv from pid %d: the probe reads back wrong", pid)
-		}
-		start = time.Now()
-		copy(local, got)
-		copied = min(copied, time.Since(start))
+	if err := readRemote(pid, got, addr); err != nil {
+		return err
 	}
-	return cma, copied, nil
-}
-
-// singleCopyPays decides for the single-copy path from the probe's times: the ring path
-// copies twice (into the ring and out of it, on two cores at once), so one process_vm_readv
-// pays if it takes no longer than two copies.
-func singleCopyPays(cma, copied time.Duration) bool {
-	return cma <= 2*copied
+	if !bytes.Equal(got[:len(check)], check) {
+		return fmt.Errorf("process_vm_readv from pid %d: the probe reads back wrong", pid)
+	}
+	return nil
 }
 
 // cmaForbidden reports errors by which the kernel or its settings refuse process_vm_readv

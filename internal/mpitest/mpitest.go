@@ -27,8 +27,7 @@ const (
 	// TCP connects every pair over loopback TCP.
 	TCP
 	// SHM connects every pair through shared-memory rings (the ranks share a node), with
-	// large messages read by process_vm_readv where the kernel allows it (even where
-	// copying through the ring would be faster, so that the suite runs the single copy).
+	// large messages read by process_vm_readv where the kernel allows it.
 	SHM
 	// SHMCopy is SHM with every byte copied through the rings (the fallback where the kernel
 	// forbids process_vm_readv).
@@ -51,7 +50,7 @@ func (t Transport) String() string {
 func (t Transport) commTransport() string {
 	switch t {
 	case SHM:
-		return comm.TransportShmCMA
+		return comm.TransportAuto
 	case SHMCopy:
 		return comm.TransportShmCopy
 	}
