@@ -121,7 +121,7 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 		return no("no candidate whose policy exchanges")
 	}
 	var singles []RankProfile
-	if notDenser(in.Local, in.Remote) {
+	if notDenser(in.Local, in.Remote) && !in.Remote.full() {
 		// A node fully used that keeps at least a rank per CPU stays fully used after giving
 		// one: no free CPU appears here that could call the rank back.
 		crowded := in.Local.Availability <= DefaultSRASConfig().FullyUsedAvailability && float64(len(in.Local.Ranks)-1) >= in.Local.EffectiveCPUs

@@ -561,8 +561,8 @@ func (n *Node) onBalanceRequest(m Message) {
 		return
 	}
 	eff := n.effectiveLocal()
-	if eff.EffectiveCPUs <= 0 || eff.Availability < n.cfg.StealThreshold {
-		return // not underloaded: silence, as in the paper (the pusher takes the first answer)
+	if eff.EffectiveCPUs <= 0 || eff.Availability < n.cfg.StealThreshold || eff.full() {
+		return // not underloaded (or no room): silence, as in the paper (the pusher takes the first answer)
 	}
 	if NodeRank(eff) < n.proto.PushRank*NodeRank(*m.Profile) {
 		return // rank(B) < RB × rank(A)
@@ -813,6 +813,9 @@ func (n *Node) maybeSteal(now time.Time) {
 	busy := eff.Availability < n.cfg.StealThreshold
 	if busy && (!n.proto.Exchange || !n.crossTraffic(eff)) {
 		return
+	}
+	if eff.full() && (!n.proto.Exchange || !n.crossTraffic(eff)) {
+		return // no room for a stolen rank, and no swap to offer
 	}
 	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff, Exchange: n.proto.Exchange}
 	if n.proto.Exchange {

@@ -49,9 +49,15 @@ type NodeProfile struct {
 	// Ranks lists the ranks hosted here. A stealer's list lets the giver compute how much a
 	// rank talks to the stealer (S(A,R) in eq. 2.3, c_f in table 2.2).
 	Ranks []RankID `msgpack:"ranks"`
+	// Slots is how many ranks the node may host (pcmd serve --slots); 0: no limit known. A
+	// node whose Ranks fill its slots gets no rank by a single move: its pcmd would refuse it.
+	Slots int `msgpack:"slots,omitempty"`
 	// SampledAt is when the sampler produced the numbers (injected clock, not wall time).
 	SampledAt time.Time `msgpack:"sampled_at"`
 }
+
+// full reports whether the node's ranks fill its slots (never, when Slots is unknown).
+func (p NodeProfile) full() bool { return p.Slots > 0 && len(p.Ranks) >= p.Slots }
 
 // FreeCPUs is the absolute spare capacity, EffectiveCPUs × Availability. Absolute numbers
 // make heterogeneous nodes comparable (a 50% idle 16-core node beats an idle 2-core one).
@@ -95,6 +101,8 @@ func (p NodeProfile) Validate() error {
 		return fmt.Errorf("iosbridge: node profile %s: load %v out of range", p.Node, p.Load1)
 	case !finite(p.Speed) || p.Speed < 0:
 		return fmt.Errorf("iosbridge: node profile %s: speed %v out of range", p.Node, p.Speed)
+	case p.Slots < 0:
+		return fmt.Errorf("iosbridge: node profile %s: negative slot count %d", p.Node, p.Slots)
 	case len(p.Cluster) > MaxClusterName:
 		return fmt.Errorf("iosbridge: node profile %s: cluster name of %d bytes (at most %d)", p.Node, len(p.Cluster), MaxClusterName)
 	}

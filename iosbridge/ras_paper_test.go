@@ -3,6 +3,7 @@ package iosbridge
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -403,5 +404,55 @@ func TestRASStealTrafficDoesNotMakeNeighbours(t *testing.T) {
 	}
 	if got := fmt.Sprint(a.Peers()); got != "[B C]" {
 		t.Fatalf("peers after heartbeat: %s", got)
+	}
+}
+
+// A stealer "has room" for the actor it asks for: in MPI/IOS a node hosts at most its pcmd's
+// slots, and a migration to a node whose slots are full is refused on arrival. So an idle
+// node whose ranks (with those promised to it) fill its slots sends no steal request, and a
+// giver gives no rank to a stealer whose profile says its slots are full (the testbed
+// experiment's ATS-RAS run lost a rank's move that way: the stealer took three ranks while
+// its profile still had the CPU free, the third was refused).
+func TestRASStealOnlyWithAFreeSlot(t *testing.T) {
+	a := mustNode(t, Config{ID: "A", Policy: mustPolicy(t, PolicyATSRAS)})
+	prof := node("A", 2, 1, ids("j", 0)...)
+	prof.Slots = 2
+	if err := a.Update(t0, prof, []RankProfile{rankProfile("j", 0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, t0, a, "B")
+	a.Tick(t0)
+	s := stealsIn(a.Ready())
+	if len(s) != 1 || s[0].Profile.Slots != 2 || len(s[0].Profile.Ranks) != 1 {
+		t.Fatalf("idle node with a free slot: %+v", s)
+	}
+	// B gives rank 1: A's CPU is still mostly free, but with the promised rank its 2 slots
+	// are full.
+	if err := a.Step(t0, Message{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: s[0].ID, Rank: RankID{"j", 1}, CPUUse: 0.1}); err != nil {
+		t.Fatal(err)
+	}
+	a.Tick(t0.Add(time.Second))
+	if s := stealsIn(a.Ready()); len(s) != 0 || a.Local().Availability < 0.25 {
+		t.Fatalf("node with full slots stole: %+v, local %+v", s, a.Local())
+	}
+
+	// The giver's side: the same stealer profile with a free slot gets a rank, full does not.
+	b := busyNode(t, "B", "A")
+	for _, tc := range []struct {
+		ranks   []RankID
+		migrate bool
+	}{{ids("k", 0), true}, {ids("k", 0, 1), false}} {
+		thief := node("A", 2, 1, tc.ranks...)
+		thief.Slots = 2
+		if err := b.Step(t0, Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 7, TTL: 0, Profile: &thief}); err != nil {
+			t.Fatal(err)
+		}
+		r := b.Ready()
+		if got := len(r.Migrations) == 1; got != tc.migrate {
+			t.Errorf("stealer with %d of 2 slots used: migration %v, want %v (%+v)", len(tc.ranks), got, tc.migrate, r)
+		}
+		if !tc.migrate && (len(r.Decisions) != 1 || !strings.Contains(r.Decisions[0].Decision.Reason, "no free slot at A (2 ranks, 2 slots)")) {
+			t.Errorf("decline reason: %+v", r.Decisions)
+		}
 	}
 }

@@ -116,6 +116,9 @@ func (st stable) decideOrdinary(in DecisionInput) (Decision, []RankProfile) {
 	if len(kept) == 0 {
 		return no(fmt.Sprintf("stability: %d candidate(s): %d in cooldown, %d within hysteresis (free CPUs remote-local = %.3f, margin %.3f)", len(in.Ranks), cooling, flip, diff, margin)), cands
 	}
+	if in.Remote.full() {
+		return no(fmt.Sprintf("stability: no free slot at %s (%d ranks, %d slots)", in.Remote.Node, len(in.Remote.Ranks), in.Remote.Slots)), cands
+	}
 	in.Ranks = kept
 	d := st.inner.Decide(in)
 	if !d.Migrate {

@@ -64,6 +64,9 @@ type Config struct {
 	// ranks here: when their nodes' iteration times diverge, or a peer is idle, the elected
 	// manager asks the job to move ranks to the nodes' shares (pcmd serve --hierarchical).
 	Hierarchical bool
+	// Slots is this node's pcmd serve --slots, carried in its IOS profile so that a node
+	// whose ranks fill its slots is given no rank it would refuse; 0: unlimited.
+	Slots int
 	// FreeSlots gives the free slots of this node and its peers (pcmd's heartbeats): the
 	// hierarchical manager grows a malleable job onto a joined node by that many ranks. nil
 	// counts none, so jobs are never grown.
@@ -536,7 +539,7 @@ func (a *Agent) resample() {
 	}
 	np, err := a.cfg.Sampler.Sample(now, ids)
 	if err == nil {
-		np.Node = a.node
+		np.Node, np.Slots = a.node, a.cfg.Slots
 		err = np.Validate()
 	}
 	if err != nil {

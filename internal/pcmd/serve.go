@@ -276,6 +276,9 @@ func Serve(ctx context.Context, cfg Config) error {
 		// Before the first heartbeat: a node that hears of us can reach our agent at once.
 		ios := cfg.IOS
 		ios.Key, ios.Peers, ios.Jobs = s.signer, s.pins, jobKeys
+		if ios.Slots == 0 {
+			ios.Slots = cfg.Slots
+		}
 		if ios.FreeSlots == nil {
 			ios.FreeSlots = s.freeSlots
 		}
