@@ -145,9 +145,10 @@ func (r *shmRing) ring() {
 }
 
 // wakePeer wakes the other side if it said it sleeps on word. Callers hold the lock that keeps
-// the ring mapped (the writer's or the dispatch's).
+// the ring mapped (the writer's or the dispatch's). The flag is read before it is swapped: a
+// swap writes its cache line, which the other side then has to fetch back, on every frame.
 func (r *shmRing) wakePeer(word *atomic.Uint32) {
-	if word.Swap(0) == 0 {
+	if word.Load() == 0 || word.Swap(0) == 0 {
 		return
 	}
 	if r.futex {
@@ -246,10 +247,16 @@ func (rr *ringReader) wait() (int, error) {
 	for {
 		n, err := rr.available()
 		if n > 0 || err != nil {
-			if n > 0 {
+			if n > 0 && !first {
 				rr.last.Store(monoNow())
 			}
 			return n, err
+		}
+		if first {
+			// The ring ran dry just now: that is when data last arrived, as far as the polling
+			// window goes. (Stamping every read instead costs a look at the clock per frame,
+			// as much as dispatching a small one.)
+			rr.last.Store(monoNow())
 		}
 		if rr.r.gone.Load() {
 			// The peer's last bytes were published before it went; look once more.
@@ -300,6 +307,9 @@ func (rr *ringReader) idleWait(pending func() bool) {
 		if pending() {
 			return
 		}
+		if first {
+			rr.last.Store(monoNow()) // dry just now (see wait)
+		}
 		if first || rr.pollIn.poll(rr.last.Load()) {
 			first = false
 			runtime.Gosched()
@@ -315,6 +325,19 @@ func (rr *ringReader) idleWait(pending func() bool) {
 		rr.parked.Store(false)
 		rr.r.rwait.Store(0)
 		rr.last.Store(monoNow()) // a wake means data or a waiting goroutine: poll again
+	}
+}
+
+// handBack wakes the reader goroutine if it sleeps because goroutines polled the ring (the
+// last poller left). Only then: a wake that is not needed costs the poller, whose message
+// has just arrived, two channel operations. (idleWait's flag and pollers are checked in
+// opposite orders on both sides, so either the reader sees no pollers or we see it parked.)
+func (rr *ringReader) handBack() {
+	if rr.idleParked.Load() {
+		select {
+		case rr.r.idle <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -334,23 +357,33 @@ func (rr *ringReader) ack(seq uint64) {
 
 // ringWriter is the writing side. Its methods are called under the peer's write lock.
 type ringWriter struct {
-	r      *shmRing
-	tail   uint64 // authoritative: the shared copy is only published
+	r    *shmRing
+	tail uint64 // authoritative: the shared copy is only published
+	// head is the reader's head as last read: the reader writes the shared copy on every
+	// frame, so reading it costs a cache-line transfer; space trusts this older value (the
+	// room it shows is never more than there is) until it shows too little.
+	head   uint64
 	seq    uint64 // single-copy chunks sent
 	pollIn *pollPolicy
 }
 
 func newRingWriter(r *shmRing, poll *pollPolicy) *ringWriter {
 	r.own = r.wwait
-	return &ringWriter{r: r, tail: r.tail.Load(), pollIn: poll}
+	return &ringWriter{r: r, tail: r.tail.Load(), head: r.head.Load(), pollIn: poll}
 }
 
-// space returns how many bytes can be written, checking the reader's head.
-func (rw *ringWriter) space() (int, error) {
-	used := rw.tail - rw.r.head.Load()
+// space returns how many bytes can be written, up to want: from the head as last read if
+// that leaves want bytes, otherwise from the reader's head, which it checks.
+func (rw *ringWriter) space(want int) (int, error) {
+	if free := ringDataBytes - int(rw.tail-rw.head); free >= want {
+		return free, nil
+	}
+	head := rw.r.head.Load()
+	used := rw.tail - head
 	if used > ringDataBytes {
 		return 0, fmt.Errorf("%w: head is %d bytes behind tail %d (ring of %d)", ErrRingCorrupt, used, rw.tail, ringDataBytes)
 	}
+	rw.head = head
 	return ringDataBytes - int(used), nil
 }
 
@@ -360,7 +393,7 @@ func (rw *ringWriter) space() (int, error) {
 func (rw *ringWriter) write(deadline time.Time, bufs ...[]byte) error {
 	for _, b := range bufs {
 		for len(b) > 0 {
-			free, err := rw.space()
+			free, err := rw.space(len(b))
 			if err != nil {
 				return err
 			}
@@ -397,7 +430,7 @@ func (rw *ringWriter) publish() {
 }
 
 func (rw *ringWriter) hasSpace() bool {
-	free, err := rw.space()
+	free, err := rw.space(1)
 	return free > 0 || err != nil
 }
 
