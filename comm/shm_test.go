@@ -623,6 +623,7 @@ type pollRecorder struct {
 	tags     []int32
 	byPoller []bool
 	done     chan struct{} // closed by the next frame
+	arrived  *atomic.Bool  // set by the next frame (what Poll watches)
 }
 
 func (r *pollRecorder) HandleFrame(peer int, h *Header, payload []byte) error {
@@ -634,6 +635,10 @@ func (r *pollRecorder) HandleFrame(peer int, h *Header, payload []byte) error {
 	if r.done != nil {
 		close(r.done)
 		r.done = nil
+	}
+	if r.arrived != nil {
+		r.arrived.Store(true)
+		r.arrived = nil
 	}
 	r.mu.Unlock()
 	return nil
@@ -685,9 +690,9 @@ func TestShmWaiterDispatchesItsPeersFrames(t *testing.T) {
 	}
 	const rounds = 50
 	for i := int32(1); i <= rounds; i++ {
-		done := make(chan struct{})
+		done := new(atomic.Bool)
 		rec.mu.Lock()
-		rec.done = done
+		rec.arrived = done
 		rec.mu.Unlock()
 		sent := make(chan struct{})
 		go func() {
@@ -697,7 +702,7 @@ func TestShmWaiterDispatchesItsPeersFrames(t *testing.T) {
 			}
 			send(i)
 		}()
-		for !chanClosed(done) {
+		for !done.Load() {
 			a.Poll(1, done)
 		}
 		<-sent
@@ -776,12 +781,12 @@ func TestShmFutexWakeRacesUnmap(t *testing.T) {
 		if rr == nil {
 			t.Fatal("no ring reader")
 		}
-		stop := make(chan struct{})
+		var stop atomic.Bool
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for !chanClosed(stop) {
+			for !stop.Load() {
 				rr.r.ring() // what Waiting, Poll and a closing socket do
 				a.Waiting(1, true)
 				a.Waiting(1, false)
@@ -796,7 +801,7 @@ func TestShmFutexWakeRacesUnmap(t *testing.T) {
 			rr.r.mapMu.RUnlock()
 		}
 		rr.r.ring() // and after
-		close(stop)
+		stop.Store(true)
 		wg.Wait()
 		a.Close()
 	}

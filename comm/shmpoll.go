@@ -67,9 +67,9 @@ func (d *ringDispatch) run() (uint8, error) {
 }
 
 // drain dispatches the frames that have arrived (or begun to), until the ring is empty at a
-// frame boundary, the stream ends, or stop is closed. It reports whether the stream ended.
-// The caller holds mu.
-func (d *ringDispatch) drain(stop <-chan struct{}) bool {
+// frame boundary, the stream ends, or stop (if not nil) is set. It reports whether the stream
+// ended. The caller holds mu.
+func (d *ringDispatch) drain(stop *atomic.Bool) bool {
 	for !d.ended {
 		if d.fr.buffered() == 0 && !d.rd.ready() {
 			break
@@ -79,21 +79,12 @@ func (d *ringDispatch) drain(stop <-chan struct{}) bool {
 			d.ended, d.flags, d.err = true, flags, err
 			break
 		}
-		if stop != nil && chanClosed(stop) {
+		if stop != nil && stop.Load() {
 			break
 		}
 	}
 	d.pend.Store(d.fr.buffered() > 0 || d.ended)
 	return d.ended
-}
-
-func chanClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 // pollYield is how many polls of a ring a waiting goroutine makes before it yields its
@@ -104,9 +95,9 @@ const pollYield = 64
 
 // Poll implements Poller. A goroutine about to wait for a frame from peer reads peer's ring
 // itself while the rank may poll (see pollPolicy), for up to the policy's long window, and
-// returns when done is closed or the window is over. It returns at once for a peer that sends
+// returns when done is set or the window is over. It returns at once for a peer that sends
 // over a socket (or any peer, peer < 0), or when polling is off.
-func (e *TCPEndpoint) Poll(peer int, done <-chan struct{}) {
+func (e *TCPEndpoint) Poll(peer int, done *atomic.Bool) {
 	if peer < 0 || peer >= len(e.rings) {
 		return
 	}
@@ -116,13 +107,15 @@ func (e *TCPEndpoint) Poll(peer int, done <-chan struct{}) {
 	}
 	d := rr.d
 	rr.pollers.Add(1)
-	start := monoNow()
 	// We wait for a message: the waits in the middle of a frame (ours, or the other readers')
 	// poll the long window, as for any waiting goroutine (WaitNotifier), instead of asking
 	// the writer for doorbells after the short one.
 	e.waiters.Add(1)
-	e.waitAt.Store(start)
 	defer e.waiters.Add(-1)
+	// The window starts at the first yield: a look at the clock costs as much as dispatching
+	// a small frame, and most waits end before it (the other readers' windows count from
+	// their own last data meanwhile).
+	var start int64
 	for spins := 1; ; spins++ {
 		if d.mu.TryLock() {
 			if d.closed {
@@ -130,22 +123,28 @@ func (e *TCPEndpoint) Poll(peer int, done <-chan struct{}) {
 				break
 			}
 			// Our polls replace the writer's doorbells (a reader goroutine that went to sleep
-			// before we came asked for them).
-			rr.r.rwait.Store(0)
+			// before we came asked for them). Read first: a write would take the flag's cache
+			// line from the writer, which reads it on every frame.
+			if rr.r.rwait.Load() != 0 {
+				rr.r.rwait.Store(0)
+			}
 			ended := d.drain(done)
 			d.mu.Unlock()
 			if ended {
 				break
 			}
 		}
-		if chanClosed(done) {
+		if done.Load() {
 			break
 		}
 		if spins >= pollYield {
 			// Past the first polls the wait is a long one (a large message, a peer that
 			// computes): yield at every poll, so that the rank's other goroutines -- the
 			// writer of a large message among them -- run at once.
-			if spins%16 == 0 && !rr.pollIn.pollShortFor(start, rr.pollIn.long) {
+			if spins == pollYield {
+				start = monoNow()
+				e.waitAt.Store(start)
+			} else if spins%16 == 0 && !rr.pollIn.pollShortFor(start, rr.pollIn.long) {
 				break
 			}
 			runtime.Gosched()
@@ -153,6 +152,6 @@ func (e *TCPEndpoint) Poll(peer int, done <-chan struct{}) {
 	}
 	if rr.pollers.Add(-1) == 0 {
 		// The reader goroutine takes over: frames that arrive from now on, and any left.
-		rr.r.ring()
+		rr.handBack()
 	}
 }

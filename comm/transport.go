@@ -14,6 +14,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 )
 
 // Endpoint is one rank's attachment to the data plane.
@@ -71,10 +72,11 @@ type WaitNotifier interface {
 // Poller is implemented by endpoints whose waiting goroutines can take a peer's frames
 // themselves, which saves the hand-over from a reader goroutine: Poll(peer, done) reads and
 // dispatches frames from peer (to the Handler, in order with the transport's own dispatch)
-// until done is closed or the endpoint stops polling; the caller then waits on done as usual.
-// It may return at once (a peer it cannot poll, or polling off).
+// until done is set (by the Handler, typically while Poll dispatches) or the endpoint stops
+// polling; the caller then waits for its event as usual. It may return at once (a peer it
+// cannot poll, or polling off).
 type Poller interface {
-	Poll(peer int, done <-chan struct{})
+	Poll(peer int, done *atomic.Bool)
 }
 
 // ErrPeerLost reports that a peer's connection broke without an orderly goodbye: the peer

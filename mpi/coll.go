@@ -336,12 +336,16 @@ func doubling[T Number](c *Comm, acc []T, op Op, elem uint8, agree bool) error {
 		}
 		return nil
 	}
+	// One receive at a time, each waited for before the next is posted: one request serves
+	// them all.
+	rr := getRequest()
+	defer putRequest(rr)
 	recvFit := func(buf []T, src int) (bad, fatal error) {
-		var r Request
-		if err := cpostAs(c, &r, buf, elem, src, tagAllreduce); err != nil {
+		rr.reset()
+		if err := cpostAs(c, rr, buf, elem, src, tagAllreduce); err != nil {
 			return nil, err
 		}
-		st, err := r.wait()
+		st, err := rr.wait()
 		return fitOutcome("Allreduce", st, err, len(buf))
 	}
 	var bad error
@@ -365,9 +369,7 @@ func doubling[T Number](c *Comm, acc []T, op Op, elem uint8, agree bool) error {
 		}
 	}
 	if newrank >= 0 {
-		// One receive per round, allocated together (a Request is never reused).
-		reqs := make([]Request, bits.Len(uint(pof2))-1)
-		for i, mask := 0, 1; mask < pof2; i, mask = i+1, mask<<1 {
+		for mask := 1; mask < pof2; mask <<= 1 {
 			nd := newrank ^ mask
 			dst := nd + rem
 			if nd < rem {
@@ -375,12 +377,12 @@ func doubling[T Number](c *Comm, acc []T, op Op, elem uint8, agree bool) error {
 			}
 			// The receive is posted before the send, so the partner's message lands in tmp
 			// directly (never in the unexpected queue).
-			rr := &reqs[i]
+			rr.reset()
 			if err := cpostAs(c, rr, tmp, elem, dst, tagAllreduce); err != nil {
 				return err
 			}
 			if err := s.sendFit(acc, bad, dst, tagAllreduce); err != nil {
-				c.e.withdraw(rr.ctx, reqs[i:i+1])
+				c.e.withdraw(rr.ctx, unsafe.Slice(rr, 1))
 				return err
 			}
 			st, err := rr.wait()
@@ -629,7 +631,7 @@ func cpost[T Elem](c *Comm, r *Request, buf []T, src, tag int) error {
 
 // cpostAs is cpost of a message whose element type on the wire is elem.
 func cpostAs[T Elem](c *Comm, r *Request, buf []T, elem uint8, src, tag int) error {
-	r.e, r.comm, r.ctx, r.done = c.e, c, c.ctx+1, make(chan struct{})
+	r.e, r.comm, r.ctx = c.e, c, c.ctx+1
 	r.peer, r.tag, r.buf, r.elem, r.esize = c.group[src], tag, asBytes(buf), elem, sizeOf[T]()
 	r.from = r.peer
 	return c.e.post(r)

@@ -27,14 +27,7 @@ func (r *Request) active() bool {
 }
 
 // completed reports whether r has completed, without blocking.
-func (r *Request) completed() bool {
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
+func (r *Request) completed() bool { return r.done.Load() }
 
 // TestAll reports whether every request has completed, without blocking (MPI_Testall). When
 // they have, it returns the first of their errors; their statuses are then available from
@@ -144,7 +137,7 @@ func waitAnyChan(reqs []*Request) {
 	cases := make([]reflect.SelectCase, 0, len(reqs))
 	for _, r := range reqs {
 		if r.active() {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.done)})
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.waitChan())})
 		}
 	}
 	if len(cases) > 0 {

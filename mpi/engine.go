@@ -304,9 +304,11 @@ func (e *engine) startRendezvous(r *Request, peer int, tag int32, elem uint8, to
 	}
 	send := func() {
 		if err := e.ep.Send(peer, cts, nil); err != nil && cts.ID2 != 0 {
+			// cts.ID2, not r.id: a receive that completed meanwhile (its peer failed) may be
+			// recycled already (putRequest).
 			e.mu.Lock()
-			_, mine := e.recvs[r.id]
-			delete(e.recvs, r.id)
+			_, mine := e.recvs[cts.ID2]
+			delete(e.recvs, cts.ID2)
 			e.mu.Unlock()
 			if mine {
 				r.complete(r.status, err)

@@ -26,7 +26,7 @@ func (c *Comm) afterNonblocking() {
 // startCollective runs fn on a goroutine once the nonblocking collectives started before it
 // on c have completed, and returns the Request that completes with fn's error.
 func (c *Comm) startCollective(fn func() error) *Request {
-	r := &Request{comm: c, done: make(chan struct{}), from: AnySource}
+	r := &Request{comm: c, from: AnySource}
 	finished := make(chan struct{})
 	prev := c.lastNonblocking.Swap(&finished)
 	c.e.nonblockingColls.Add(1)

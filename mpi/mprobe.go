@@ -101,10 +101,10 @@ func imrecvT[T Elem](m *Message, buf []T) (*Request, error) {
 		return nil, fmt.Errorf("mpi: Mrecv: %w: message already received", ErrRequest)
 	}
 	if m.m == nil {
-		return &Request{comm: m.c, done: closedChan, status: Status{Source: ProcNull, Tag: AnyTag}}, nil
+		return (&Request{comm: m.c, status: Status{Source: ProcNull, Tag: AnyTag}}).completedNow(), nil
 	}
 	c, msg := m.c, m.m
-	r := &Request{e: c.e, comm: c, ctx: c.ctx, done: make(chan struct{}), peer: msg.peer, from: msg.peer,
+	r := &Request{e: c.e, comm: c, ctx: c.ctx, peer: msg.peer, from: msg.peer,
 		tag: int(msg.tag), buf: asBytes(buf), elem: elemCode[T](), esize: sizeOf[T]()}
 	c.e.mu.Lock()
 	c.e.claimed--

@@ -53,11 +53,13 @@ func Recv[T Elem](c *Comm, buf []T, source, tag int) (st Status, err error) {
 	if t := observe("Recv"); t != nil {
 		defer func() { t.done(c, st.Source, st.Count*sizeOf[T](), err) }()
 	}
-	r, err := irecvT(c, buf, source, tag)
+	r, err := irecvT(c, getRequest(), buf, source, tag)
 	if err != nil {
 		return Status{}, err
 	}
-	return r.wait()
+	st, err = r.wait()
+	putRequest(r)
+	return st, err
 }
 
 // Irecv starts a receive into buf and returns at once.
@@ -65,17 +67,18 @@ func Irecv[T Elem](c *Comm, buf []T, source, tag int) (r *Request, err error) {
 	if t := observe("Irecv"); t != nil {
 		defer func() { t.done(c, source, 0, err) }()
 	}
-	return irecvT(c, buf, source, tag)
+	return irecvT(c, nil, buf, source, tag)
 }
 
-func irecvT[T Elem](c *Comm, buf []T, source, tag int) (*Request, error) {
+// irecvT posts a receive into r (nil: a new request; see irecvInto).
+func irecvT[T Elem](c *Comm, r *Request, buf []T, source, tag int) (*Request, error) {
 	if err := c.valid("Irecv"); err != nil {
 		return nil, err
 	}
 	if err := checkTag("Irecv", tag, true); err != nil {
 		return nil, err
 	}
-	return c.irecv("Irecv", c.ctx, asBytes(buf), elemCode[T](), sizeOf[T](), source, tag, false)
+	return c.irecvInto(r, "Irecv", c.ctx, asBytes(buf), elemCode[T](), sizeOf[T](), source, tag, false)
 }
 
 // Sendrecv sends send to dest and receives recv from source, without deadlocking when every
@@ -94,10 +97,11 @@ func sendrecv[T Elem](c *Comm, op string, send []T, dest, sendtag int, recv []T,
 	if err := checkTag(op, sendtag, false); err != nil { // before a receive is posted
 		return Status{}, err
 	}
-	rr, err := irecvT(c, recv, source, recvtag)
+	rr, err := irecvT(c, getRequest(), recv, source, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
+	defer putRequest(rr)
 	sr, err := c.startSend(op, c.ctx, asBytes(send), elemCode[T](), dest, sendtag)
 	if err != nil {
 		st, _ := rr.wait() // no buffer may stay in use after we return
@@ -205,7 +209,7 @@ func RecvValue(c *Comm, ptr any, source, tag int) (st Status, err error) {
 func (c *Comm) isend(op string, ctx uint32, buf []byte, elem uint8, dest, tag int) (*Request, error) {
 	r, err := c.startSend(op, ctx, buf, elem, dest, tag)
 	if err == nil && r == nil {
-		r = &Request{comm: c, send: true, done: closedChan}
+		r = (&Request{comm: c, send: true}).completedNow()
 	}
 	return r, err
 }
@@ -284,7 +288,7 @@ func (c *Comm) send(h *comm.Header, op string, r *Request, ctx uint32, buf []byt
 // later, and registers it among the sends waiting for their receiver.
 func (c *Comm) sendRequest(r *Request, ctx uint32, buf []byte, elem uint8, w int) *Request {
 	if r == nil {
-		r = &Request{done: make(chan struct{})}
+		r = &Request{}
 	}
 	r.e, r.comm, r.ctx, r.send, r.dest, r.from, r.buf, r.elem = c.e, c, ctx, true, w, w, buf, elem
 	r.id = c.e.nextID.Add(1)
@@ -296,14 +300,24 @@ func (c *Comm) sendRequest(r *Request, ctx uint32, buf []byte, elem uint8, w int
 
 // irecv posts a receive of raw bytes on context ctx from rank source of c.
 func (c *Comm) irecv(op string, ctx uint32, buf []byte, elem uint8, esize, source, tag int, alloc bool) (*Request, error) {
+	return c.irecvInto(nil, op, ctx, buf, elem, esize, source, tag, alloc)
+}
+
+// irecvInto is irecv into r: nil for a new request, or a zero one of requestPool, which a
+// blocking call puts back once the receive completed (the result may be another request, for
+// ProcNull).
+func (c *Comm) irecvInto(r *Request, op string, ctx uint32, buf []byte, elem uint8, esize, source, tag int, alloc bool) (*Request, error) {
 	w, err := c.worldRankOf(op, source, true)
 	if err != nil {
 		return nil, err
 	}
 	if w == ProcNull {
-		return &Request{done: closedChan, status: Status{Source: ProcNull, Tag: AnyTag}}, nil
+		return (&Request{status: Status{Source: ProcNull, Tag: AnyTag}}).completedNow(), nil
 	}
-	r := &Request{e: c.e, comm: c, ctx: ctx, done: make(chan struct{}), peer: w, from: w, tag: tag, buf: buf, elem: elem, esize: esize, alloc: alloc}
+	if r == nil {
+		r = new(Request)
+	}
+	r.e, r.comm, r.ctx, r.peer, r.from, r.tag, r.buf, r.elem, r.esize, r.alloc = c.e, c, ctx, w, w, tag, buf, elem, esize, alloc
 	if err := c.e.post(r); err != nil {
 		return nil, fmt.Errorf("mpi: %s from rank %d: %w", op, source, err)
 	}

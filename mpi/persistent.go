@@ -58,8 +58,9 @@ func sendInit(c *Comm, op string, buf []byte, elem uint8, esize, dest, tag int, 
 	if err != nil {
 		return nil, err
 	}
-	return &Request{e: c.e, comm: c, ctx: c.ctx, done: closedChan, status: inactiveStatus, send: true, dest: w, from: w, tag: tag,
-		elem: elem, esize: esize, persist: &persistent{buf: buf, elem: elem, peer: dest, sync: sync}}, nil
+	r := &Request{e: c.e, comm: c, ctx: c.ctx, status: inactiveStatus, send: true, dest: w, from: w, tag: tag,
+		elem: elem, esize: esize, persist: &persistent{buf: buf, elem: elem, peer: dest, sync: sync}}
+	return r.completedNow(), nil
 }
 
 // RecvInit creates a persistent receive into buf from rank source (or AnySource) of c with
@@ -79,8 +80,9 @@ func RecvInit[T Elem](c *Comm, buf []T, source, tag int) (r *Request, err error)
 		return nil, err
 	}
 	b := asBytes(buf)
-	return &Request{e: c.e, comm: c, ctx: c.ctx, done: closedChan, status: inactiveStatus, peer: w, from: w, tag: tag, buf: b,
-		elem: elemCode[T](), esize: sizeOf[T](), persist: &persistent{buf: b, elem: elemCode[T](), peer: source}}, nil
+	r = &Request{e: c.e, comm: c, ctx: c.ctx, status: inactiveStatus, peer: w, from: w, tag: tag, buf: b,
+		elem: elemCode[T](), esize: sizeOf[T](), persist: &persistent{buf: b, elem: elemCode[T](), peer: source}}
+	return r.completedNow(), nil
 }
 
 // Start activates a persistent request (MPI_Start). It fails with ErrRequest for a request that
@@ -115,8 +117,7 @@ func (r *Request) start() error {
 	}
 	p := r.persist
 	// The previous activation is complete and the engine holds no reference to r: reset it.
-	r.done = make(chan struct{})
-	r.finished.Store(false)
+	r.rearm()
 	r.status, r.err, r.id, r.total, r.got = Status{}, nil, 0, 0, 0
 	p.started.Store(true)
 	if r.send {

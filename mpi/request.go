@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,13 @@ type Request struct {
 	ctx  uint32
 	// finished is set by the first complete; Start of a persistent request clears it.
 	finished atomic.Bool
-	done     chan struct{}
+	// done is set once status and err are written: the request is complete. A goroutine that
+	// polls for its message (comm.Poller) watches it, and mostly finds it set on its own stack.
+	done atomic.Bool
+	// mu guards wake, closed by complete: the channel of goroutines that block until the
+	// request completes, made by the first of them (waitChan). Most waits never block.
+	mu   sync.Mutex
+	wake chan struct{}
 
 	status Status
 	err    error
@@ -57,9 +64,70 @@ func (r *Request) complete(st Status, err error) {
 		return
 	}
 	r.status, r.err = st, err
-	if r.done != closedChan {
-		close(r.done)
+	r.mu.Lock()
+	r.done.Store(true)
+	wake := r.wake
+	r.mu.Unlock() // the last use of r: its owner may recycle it now (putRequest)
+	if wake != nil {
+		close(wake)
 	}
+}
+
+// completedNow marks r, a new request, as complete (with the status it holds) and returns it:
+// for requests that complete when they are made, and inactive persistent ones.
+func (r *Request) completedNow() *Request {
+	r.finished.Store(true)
+	r.done.Store(true)
+	return r
+}
+
+// waitChan returns a channel that is closed once r completes.
+func (r *Request) waitChan() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done.Load() {
+		return closedChan
+	}
+	if r.wake == nil {
+		r.wake = make(chan struct{})
+	}
+	return r.wake
+}
+
+// rearm makes a completed request pending again, for its next use: a persistent request's
+// next activation, or the next receive of a collective's round. Nothing but its owner refers
+// to it any more (complete's last step is unlocking mu).
+func (r *Request) rearm() {
+	r.mu.Lock()
+	r.wake = nil
+	r.mu.Unlock()
+	r.done.Store(false)
+	r.finished.Store(false)
+}
+
+// requestPool recycles the requests of blocking calls, which nothing refers to once the call
+// returns: a receive then allocates nothing.
+var requestPool = sync.Pool{New: func() any { return new(Request) }}
+
+// getRequest returns a zero request from requestPool.
+func getRequest() *Request { return requestPool.Get().(*Request) }
+
+// putRequest returns r, completed (or never posted) and referred to by nothing but its
+// caller, to requestPool.
+func putRequest(r *Request) {
+	if r == nil || r.persist != nil {
+		return
+	}
+	r.reset()
+	requestPool.Put(r)
+}
+
+// reset makes r, completed (or never posted) and referred to by nothing but its caller, a
+// zero request again.
+func (r *Request) reset() {
+	r.mu.Lock() // complete may still be unlocking it
+	r.mu.Unlock()
+	*r = Request{}
 }
 
 // check validates an incoming message against the receive buffer. It returns the status the
@@ -117,18 +185,14 @@ func (r *Request) wait() (Status, error) {
 	if r == nil {
 		return Status{Source: ProcNull, Tag: AnyTag}, nil
 	}
-	select {
-	case <-r.done:
-	default:
+	if !r.done.Load() {
 		peer := r.from
 		// Take the peer's frames ourselves while the transport lets us (comm.Poller): the
 		// message then completes on this goroutine, without a hand-over from a reader.
 		if r.e != nil && r.e.poller != nil {
-			r.e.poller.Poll(peer, r.done)
-			select {
-			case <-r.done:
+			r.e.poller.Poll(peer, &r.done)
+			if r.done.Load() {
 				return r.status, r.err
-			default:
 			}
 		}
 		// Tell the transport that this process waits: it keeps polling for the message
@@ -140,7 +204,7 @@ func (r *Request) wait() (Status, error) {
 		if w != nil {
 			w.Waiting(peer, true)
 		}
-		<-r.done
+		<-r.waitChan()
 		if w != nil {
 			w.Waiting(peer, false)
 		}
@@ -153,12 +217,10 @@ func (r *Request) Test() (Status, bool, error) {
 	if r == nil {
 		return Status{Source: ProcNull, Tag: AnyTag}, true, nil
 	}
-	select {
-	case <-r.done:
+	if r.done.Load() {
 		return r.status, true, r.err
-	default:
-		return Status{}, false, nil
 	}
+	return Status{}, false, nil
 }
 
 // WaitAll waits for every request and returns the first error (each request is still waited

@@ -34,7 +34,7 @@ func Issend[T Elem](c *Comm, buf []T, dest, tag int) (r *Request, err error) {
 	}
 	r, err = issendT(c, "Issend", buf, dest, tag)
 	if err == nil && r == nil {
-		r = &Request{comm: c, send: true, done: closedChan} // to ProcNull
+		r = (&Request{comm: c, send: true}).completedNow() // to ProcNull
 	}
 	return r, err
 }
