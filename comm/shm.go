@@ -64,9 +64,14 @@ const (
 // ShmDir is where rings are created: tmpfs, removed at reboot.
 const ShmDir = "/dev/shm"
 
-// cmaMin is the smallest Data frame read with process_vm_readv: below it, the two copies
-// through the ring cost less than the system call and the acknowledgement.
-const cmaMin = 64 << 10
+// cmaMin is the smallest Data frame read with process_vm_readv. Below it the ring is faster:
+// its two copies run on two cores at once, the first pieces of a frame are copied out while
+// the rest is copied in, and a frame of up to 512 KiB stays in the cores' caches; in a
+// ping-pong the ring took 34 us for 256 KiB and 63 us for 512 KiB against 48 and 80 us with
+// process_vm_readv (MPICH 43 and 77), both 122-126 us for 1 MiB, and process_vm_readv 387 us
+// for 4 MiB against 566 (MPICH 388; docs/PERFORMANCE.md, 2026-11-27). mpi's rendezvous sends
+// 1 MiB chunks, so a large message's full chunks take the single copy.
+const cmaMin = 1 << 20
 
 // transportSetting validates the configured or environment setting.
 func transportSetting(cfg string) (string, error) {

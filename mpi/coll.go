@@ -417,7 +417,11 @@ func doubling[T Number](c *Comm, acc []T, op Op, elem uint8, agree bool) error {
 // recv. On loopback TCP (2-core VM, 2 MiB vectors on 2 ranks) that takes about half the time
 // of a stream of 64 KiB eager frames, which the two ranks' readers -- each sharing its
 // rank's only P with the sending and reducing goroutine -- drain in small, stop-and-go steps;
-// a round trip per 512 KiB costs little next to that.
+// a round trip per segment costs little next to that. Segments are 1 MiB, the size from
+// which ranks of a node read each other's data with one process_vm_readv (comm's cmaMin):
+// for a 2 MiB vector on 2 ranks one segment per block took 231 us against 260 with two of
+// 512 KiB (MPICH 314), and over loopback TCP 473 against 557 us, in alternating runs
+// (docs/PERFORMANCE.md, 2026-11-27).
 //
 // Step t = 0 .. 2p-3 of rank r sends block (r-t) mod p to the right neighbour and receives
 // block (r-t-1) mod p from the left one, with tag tagRing+t. In the reduce-scatter steps
@@ -440,7 +444,7 @@ func doubling[T Number](c *Comm, acc []T, op Op, elem uint8, agree bool) error {
 const (
 	ringSegBytes    = eagerLimit
 	ringBigBlock    = 4 * eagerLimit
-	ringBigSegBytes = 512 << 10
+	ringBigSegBytes = 1 << 20
 	ringEarlySegs   = 2
 	// tagRingReady is the tag of the receives-posted message; ring step t uses tagRing+t.
 	tagRingReady = 1<<16 - 1

@@ -390,7 +390,7 @@ func ringSizes(p int) []int {
 }
 
 // bigRingSize has blocks above ringBigBlock: two rendezvous segments per block, one short.
-func bigRingSize(p int) int { return 70000*p + 3 }
+func bigRingSize(p int) int { return 140000*p + 3 }
 
 // The large-vector Allreduce is deterministic: every rank gets the same bits, and they are the
 // bits of the documented ring order (which is also the order of earlier versions, so results
