@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mpios/mpios/iosbridge"
 	"github.com/mpios/mpios/iosbridge/iossim"
 )
 
@@ -91,9 +92,21 @@ at the end over OPT. Bustos' targets: ALOP below 2 and fewer than 6.5 migrations
 			met = false
 		}
 	}
+	var late []string
+	duration, cooldown := iossim.BustosConfig(3, "rhns", 1).Duration, iosbridge.DefaultStability().Cooldown
+	for _, r := range rows {
+		if r.Policy == "rhns" && r.ALOP >= 2 && time.Duration(r.MaxMigrations)*cooldown >= duration {
+			late = append(late, fmt.Sprintf(`At %d×%d RHNS ends on %d nodes for OPT %d, but not settled: an object moved
+%d times, once per cooldown from the start, so its last move came in the last %.0f s of the %.0f s
+simulated; a longer run was not made (this one took %.0f s of CPU).`, r.Nodes, r.Nodes, r.Used, r.OPT, r.MaxMigrations, cooldown.Seconds(), duration.Seconds(), r.CPU.Seconds()))
+		}
+	}
 	notRun := ""
+	if len(late) > 0 {
+		notRun = "\n" + strings.Join(late, "\n")
+	}
 	if largest := slices.Max(sizes); largest < 100 {
-		notRun = fmt.Sprintf(" Sides above %d were not run here (100×100 takes several CPU minutes).", largest)
+		notRun += fmt.Sprintf(" Sides above %d were not run here (100×100 takes several CPU minutes).", largest)
 	}
 	if met {
 		w("\nRHNS meets both targets at every size. ")

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mpios/mpios/iosbridge/iossim"
 )
 
 func TestParseRejectsBadSizes(t *testing.T) {
@@ -109,5 +111,18 @@ func TestOnlyRASReplacesFigs34To39AndKeepsTheRest(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "iossim-scale.svg")); err == nil {
 		t.Error("-only ras wrote the scaling plot")
+	}
+}
+
+func TestBustosSectionSaysWhenRHNSHadNotSettled(t *testing.T) {
+	rows := []bustosRow{{Policy: "rhns", BustosResult: iossim.BustosResult{Nodes: 100, OPT: 9, Used: 35, ALOP: 3.89, MigrationsPerObject: 5.9, MaxMigrations: 10}}}
+	md := bustosMarkdown(rows, "2026-01-01", 1, []int{100})
+	for _, want := range []string{"**3.89**", "**RHNS misses a target**", "At 100×100 RHNS ends on 35 nodes for OPT 9, but not settled", "last 60 s of the 600 s"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("section lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "were not run") {
+		t.Errorf("100×100 was run:\n%s", md)
 	}
 }
