@@ -733,10 +733,9 @@ func (e *TCPEndpoint) Send(peer int, h *Header, payload []byte) error {
 	// Taking the write lock once here (and dialing only on first use) saved two allocations
 	// and a lock per frame, and made a 2 MiB allreduce 40% slower in alternating runs
 	// (docs/PERFORMANCE.md, 2026-11-27): kept as it was. Only the allocations gone (connect's
-	// retry closure in a function apart), the same: 6% off the 16-byte ping-pong, +30% for
-	// the 2 MiB allreduce (shmsmall A/B, 2026-11-27), most likely because the rank's garbage
-	// collections, which look at the network poller, then come less often (see
-	// ringWriter.waitFor on doorbells that nothing delivers while goroutines yield).
+	// retry closure in a function apart), the same: 6-12% off the 16-byte ping-pong, +30-45%
+	// for the 2 MiB allreduce, also with the single copy and with the garbage collector off
+	// (shmsmall A/B, 2026-11-27): not the allocations' own cost but the frames' timing.
 	conn, err := e.connect(peer, p)
 	if err != nil {
 		return err
