@@ -493,12 +493,12 @@ func (r *report) notes() []string {
 		}
 	}
 	if r.machineBusy() {
-		notes = append(notes, fmt.Sprintf("Other work loaded the machine during the experiment (load average %s at the start, %s at the end, on %d CPUs, which the 4 nodes' quotas of %g CPUs already fill): nodes got less than their quota at times, and the rates are noisy.", r.loadStart, orDash(r.loadEnd), runtime.NumCPU(), 4*r.cfg.cpus))
+		notes = append(notes, fmt.Sprintf("Other work loaded the machine during the experiment (load average %s at the start, %s at the end, on %d CPUs, of which the 4 nodes' quotas take up to %g): nodes got less than their quota at times, and the rates are noisy.", r.loadStart, orDash(r.loadEnd), runtime.NumCPU(), 4*r.cfg.cpus))
 	}
 	if r.machineBusy() && len(r.base().Joins) > 0 {
 		for _, a := range r.adaptive() {
 			if _, rose := joinRise(a); !rose {
-				notes = append(notes, fmt.Sprintf("The 4 nodes' quotas (%g CPUs each) add up to the machine's %d CPUs, so a joining node only adds CPU that other work leaves free: with the load average above, a join could not raise the rate as much as its quota would, and the rise at each join needs a quieter machine to show.", r.cfg.cpus, runtime.NumCPU()))
+				notes = append(notes, fmt.Sprintf("A joining node adds only the CPU that other work leaves free (the 4 nodes' quotas of %g CPUs each add up to %g of the machine's %d CPUs): with the load average above, a join could not raise the rate as much as its quota would, and the rise at each join needs a quieter machine to show.", r.cfg.cpus, 4*r.cfg.cpus, runtime.NumCPU()))
 				break
 			}
 		}
