@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -207,8 +208,18 @@ func (r *report) gridMarkdown() string {
 			line += fmt.Sprintf("; %s (%.1f s against %.1f s)", verdict, res.Total, static.Total)
 		}
 		mi, ma := crossings(res)
-		line += fmt.Sprintf("; %d migrations inside a cluster, %d across.\n", mi, ma)
+		line += fmt.Sprintf("; migrations: %d inside a cluster, %d across.\n", mi, ma)
 		p("%s", line)
+	}
+	// A run that moved nothing is the static run again: how far its time is from the
+	// static run's is what the machine's noise alone does.
+	for _, res := range r.results {
+		if res.Scenario.Policy == cfg.static || len(res.Migrations) > 0 || static == nil || !completed(res) || !completed(static) {
+			continue
+		}
+		p("\nThe `%s` run moved no rank, yet its time differs from the static run's by %.0f%%: that is this machine's noise, ",
+			res.Scenario.Policy, 100*math.Abs(res.Total/static.Total-1))
+		p("and a difference of that order between any two runs here means nothing.\n")
 	}
 	p("\nmpirun's output and the node logs of each run are kept in `--logs` (`grid-POLICY`).\n%s\n", gridEnd)
 	return b.String()
