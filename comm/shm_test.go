@@ -862,3 +862,31 @@ func TestShmWriterPollsWhileItsRankWaits(t *testing.T) {
 		})
 	}
 }
+
+// A goroutine that polls the ring takes down the flag by which the sleeping reader goroutine
+// asked the writer for a doorbell; the reader goroutine must not sleep on after the poller
+// leaves, or the next frame, sent without a doorbell, waits forever (seen: ranks hung once
+// the load gate had closed, so that nothing polled or woke the reader any more).
+func TestShmPollerLeavesNoReaderAsleepWithoutDoorbell(t *testing.T) {
+	for _, wake := range []string{ShmWakeDoorbell, ShmWakeFutex} {
+		t.Run(wake, func(t *testing.T) {
+			a, b, rec := shmPairWake(t, TransportAuto, "shmpollwake"+wake, time.Microsecond, wake)
+			send := func(tag int32) {
+				t.Helper()
+				if err := b.Send(0, &Header{Kind: KindEager, Tag: tag, Len: 1, Total: 1}, []byte("x")); err != nil {
+					t.Fatal(err)
+				}
+				rec.wait(t, 1)
+			}
+			send(0)
+			rr := a.rings[1].Load()
+			for !rr.parked.Load() || rr.r.rwait.Load() == 0 {
+				time.Sleep(100 * time.Microsecond) // the reader's 1 us window ends; it sleeps
+			}
+			var done atomic.Bool
+			done.Store(true) // a poll that finds its message already there: in and out
+			a.Poll(1, &done)
+			send(1) // no doorbell: the flag is down
+		})
+	}
+}

@@ -125,8 +125,13 @@ func (e *TCPEndpoint) Poll(peer int, done *atomic.Bool) {
 			// Our polls replace the writer's doorbells (a reader goroutine that went to sleep
 			// before we came asked for them). Read first: a write would take the flag's cache
 			// line from the writer, which reads it on every frame.
-			if rr.r.rwait.Load() != 0 {
-				rr.r.rwait.Store(0)
+			if rr.r.rwait.Load() != 0 && rr.r.rwait.Swap(0) != 0 {
+				// That reader goroutine sleeps for a doorbell that no writer rings now that the
+				// flag is down, and handBack wakes it only if it sleeps for the pollers: wake it
+				// here (it then sees us and sleeps for the pollers), or it sleeps on after we
+				// leave, and a rank whose gate has closed meanwhile (no polling, no wake from
+				// WaitNotifier) waits for its peer's frames forever.
+				rr.wakeSleeper()
 			}
 			ended := d.drain(done)
 			d.mu.Unlock()

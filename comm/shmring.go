@@ -341,6 +341,18 @@ func (rr *ringReader) handBack() {
 	}
 }
 
+// wakeSleeper wakes the reader goroutine sleeping in idleWait after a poller took its wait flag
+// down. Callers hold the dispatch, which keeps the ring mapped.
+func (rr *ringReader) wakeSleeper() {
+	if rr.r.futex {
+		futexWake(rr.r.rwait)
+	}
+	select {
+	case rr.r.idle <- struct{}{}:
+	default:
+	}
+}
+
 // wake makes a sleeping reader poll again (WaitNotifier).
 func (rr *ringReader) wake() {
 	if rr == nil || !rr.parked.Load() || !rr.pollIn.gateOpen() {
