@@ -18,6 +18,10 @@ import (
 const (
 	bustosBegin = "<!-- bustos: written by go run ./bench/iossim -only bustos -->"
 	bustosEnd   = "<!-- bustos end -->"
+	// The subsection of the settled runs (-bustos-until), which only they rewrite: a full
+	// run of the tool keeps it as it is.
+	bustosSettledBegin = "<!-- bustos settled: written by go run ./bench/iossim -only bustos -bustos-until -->"
+	bustosSettledEnd   = "<!-- bustos settled end -->"
 )
 
 // bustosPolicies are compared up to bustosCompareUpTo nodes a side: the combination Bustos
@@ -42,12 +46,23 @@ func bustos(o options) ([]bustosRow, error) {
 		}
 		for _, pol := range pols {
 			cpu0 := cpuTime()
-			r, err := iossim.Bustos(n, pol, o.seed)
+			cfg := iossim.BustosConfig(n, pol, o.seed)
+			if o.bustosUntil > 0 {
+				cfg.Duration, cfg.QuietStop = o.bustosUntil, o.bustosQuiet
+				// These runs take CPU hours at 100×100: say where they are every 5 virtual minutes.
+				cfg.OnSample = func(s iossim.Sample) {
+					if s.At > 0 && s.At%(5*time.Minute) == 0 {
+						fmt.Fprintf(o.log, "bustos %d×%d %s: %v virtual, %d migrations, %v CPU\n", n, n, pol, s.At, s.Migrations, (cpuTime() - cpu0).Round(time.Second))
+					}
+				}
+			}
+			r, err := iossim.RunBustos(cfg)
 			if err != nil {
 				return nil, err
 			}
 			rows = append(rows, bustosRow{Policy: pol, BustosResult: r, CPU: cpuTime() - cpu0})
-			fmt.Fprintf(o.log, "bustos %d×%d %s: ALOP %.2f (%d of OPT %d), %.2f migrations per object\n", n, n, pol, r.ALOP, r.Used, r.OPT, r.MigrationsPerObject)
+			fmt.Fprintf(o.log, "bustos %d×%d %s: ALOP %.2f (%d of OPT %d), %.2f migrations per object, last at %v, ended at %v\n",
+				n, n, pol, r.ALOP, r.Used, r.OPT, r.MigrationsPerObject, r.LastMigration, r.End)
 		}
 	}
 	return rows, nil
@@ -98,7 +113,8 @@ at the end over OPT. Bustos' targets: ALOP below 2 and fewer than 6.5 migrations
 		if r.Policy == "rhns" && r.ALOP >= 2 && time.Duration(r.MaxMigrations)*cooldown >= duration {
 			late = append(late, fmt.Sprintf(`At %d×%d RHNS ends on %d nodes for OPT %d, but not settled: an object moved
 %d times, once per cooldown from the start, so its last move came in the last %.0f s of the %.0f s
-simulated; a longer run was not made (this one took %.0f s of CPU).`, r.Nodes, r.Nodes, r.Used, r.OPT, r.MaxMigrations, cooldown.Seconds(), duration.Seconds(), r.CPU.Seconds()))
+simulated (this one took %.0f s of CPU; -bustos-until runs on until the agents settle and
+writes a subsection of its own).`, r.Nodes, r.Nodes, r.Used, r.OPT, r.MaxMigrations, cooldown.Seconds(), duration.Seconds(), r.CPU.Seconds()))
 		}
 	}
 	notRun := ""
@@ -124,6 +140,63 @@ The most moves by one object is bounded by the one-minute cooldown (600 s / 1 mi
 %s
 `, notRun, bustosEnd)
 	return b.String()
+}
+
+// bustosSettledMarkdown is the subsection of the settled runs, markers included.
+func bustosSettledMarkdown(rows []bustosRow, o options) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var sz []string
+	for _, n := range o.bustos {
+		sz = append(sz, fmt.Sprint(n))
+	}
+	w("%s\n### Bustos once settled: %s nodes a side\n\n", bustosSettledBegin, strings.Join(sz, ", "))
+	w("**Date:** %s, seed %d: `go run ./bench/iossim -only bustos -bustos %s -bustos-until %v -bustos-quiet %v`.\n\n",
+		o.date, o.seed, strings.Join(sz, ","), o.bustosUntil, o.bustosQuiet)
+	w(`The scenario above, but each run goes on until no migration has happened for %v of virtual
+time (it then counts as settled; the agents' cooldown is %v), at most %v. Bustos measures
+ALOP once the system has converged; the 600 s runs above may stop while objects still move.
+
+| nodes | policy | OPT | nodes used | ALOP | migrations per object | most by one object | overloaded nodes | last migration | ended | settled | CPU time |
+| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |
+`, o.bustosQuiet, iosbridge.DefaultStability().Cooldown, o.bustosUntil)
+	for _, r := range rows {
+		alop := fmt.Sprintf("%.2f", r.ALOP)
+		if r.Policy == "rhns" && r.ALOP >= 2 {
+			alop = "**" + alop + "**"
+		}
+		mig := fmt.Sprintf("%.2f", r.MigrationsPerObject)
+		if r.Policy == "rhns" && r.MigrationsPerObject >= 6.5 {
+			mig = "**" + mig + "**"
+		}
+		last := "none"
+		if r.LastMigration >= 0 {
+			last = fmt.Sprintf("%.0f s", r.LastMigration.Seconds())
+		}
+		settled := "yes"
+		if r.End >= o.bustosUntil {
+			settled = "**no** (cap)"
+		}
+		w("| %d×%d | `%s` | %d | %d | %s | %s | %d | %d | %s | %.0f s | %s | %.0f s |\n", r.Nodes, r.Nodes, r.Policy, r.OPT, r.Used, alop,
+			mig, r.MaxMigrations, r.Overloaded, last, r.End.Seconds(), settled, r.CPU.Seconds())
+	}
+	w("\n%s\n", bustosSettledEnd)
+	return b.String()
+}
+
+// keptSettled is the settled subsection of the report in dir, markers included, set off by
+// blank lines to follow Bustos' section in a full report; "" if there is none.
+func keptSettled(dir string) string {
+	old, err := os.ReadFile(filepath.Join(dir, "SIMULATIONS.md"))
+	if err != nil {
+		return ""
+	}
+	s := string(old)
+	i, j := strings.Index(s, bustosSettledBegin), strings.Index(s, bustosSettledEnd)
+	if i < 0 || j < i {
+		return ""
+	}
+	return "\n" + s[i:j+len(bustosSettledEnd)] + "\n"
 }
 
 // splice replaces the section between the markers begin and end of the report in dir with

@@ -6,6 +6,8 @@
 //	go run ./bench/iossim -date 2026-11-23
 //	go run ./bench/iossim -sizes 100,1000   # a quicker scaling table
 //	go run ./bench/iossim -only bustos      # only Bustos' ALOP section, spliced in
+//	go run ./bench/iossim -only bustos -bustos 100 -bustos-until 40m
+//	                                        # until settled, in a subsection of its own
 //
 // Every run is deterministic from -seed; only the wall times in the scaling table vary.
 package main
@@ -31,8 +33,12 @@ type options struct {
 	only      string
 	sizes     []int
 	bustos    []int
-	seed      uint64
-	log       io.Writer
+	// bustosUntil, if positive, makes -only bustos a settled run: up to this much virtual
+	// time, ending once no migration has happened for bustosQuiet; its rows go to a
+	// subsection of their own (bustosSettledBegin) and the 600 s section is left as it is.
+	bustosUntil, bustosQuiet time.Duration
+	seed                     uint64
+	log                      io.Writer
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -43,6 +49,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.date, "date", time.Now().UTC().Format("2006-01-02"), "date printed in the report")
 	sizes := fs.String("sizes", "100,300,1000,3000,10000", "node counts of the scaling table")
 	bustosSizes := fs.String("bustos", "10,20,50", "sides n of Bustos' n×n ALOP simulations")
+	fs.DurationVar(&o.bustosUntil, "bustos-until", 0, "with -only bustos: run Bustos' simulations until no migration has happened for -bustos-quiet, at most this virtual time (e.g. 40m), and write them to a subsection of their own; 0: the standard 600 s section")
+	fs.DurationVar(&o.bustosQuiet, "bustos-quiet", 5*time.Minute, "with -bustos-until: the virtual time without a migration after which a run counts as settled and ends")
 	fs.StringVar(&o.only, "only", "", `"bustos": rerun only Bustos' section and replace it in the existing report; "ras": only Figs. 3.4–3.9 (the section, its plots and iossim.csv)`)
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every run")
 	if err := fs.Parse(args); err != nil {
@@ -61,6 +69,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("iossim: -bustos: %q is not a side of at least 3", f)
 		}
 		o.bustos = append(o.bustos, n)
+	}
+	if o.bustosUntil < 0 || o.bustosQuiet <= 0 {
+		return o, errors.New("iossim: -bustos-until must not be negative and -bustos-quiet must be positive")
+	}
+	if o.bustosUntil > 0 && o.only != "bustos" {
+		return o, errors.New("iossim: -bustos-until writes a subsection of its own and needs -only bustos")
 	}
 	if o.only != "" && o.only != "bustos" && o.only != "ras" {
 		return o, fmt.Errorf("iossim: -only %q: the sections that can be rerun alone are bustos and ras", o.only)
@@ -94,6 +108,9 @@ func run(o options) error {
 		if err != nil {
 			return err
 		}
+		if o.bustosUntil > 0 {
+			return splice(o.out, bustosSettledBegin, bustosSettledEnd, "", "", bustosSettledMarkdown(rows, o))
+		}
 		return splice(o.out, bustosBegin, bustosEnd, "", "", bustosMarkdown(rows, o.date, o.seed, o.bustos))
 	}
 	var csv strings.Builder
@@ -123,7 +140,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	rep.bustos = bustosMarkdown(rows, o.date, o.seed, o.bustos)
+	rep.bustos = bustosMarkdown(rows, o.date, o.seed, o.bustos) + keptSettled(o.out)
 	svg, err = scale(o, rep)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mpios/mpios/iosbridge/iossim"
 )
@@ -124,5 +125,69 @@ func TestBustosSectionSaysWhenRHNSHadNotSettled(t *testing.T) {
 	}
 	if strings.Contains(md, "were not run") {
 		t.Errorf("100×100 was run:\n%s", md)
+	}
+}
+
+// -bustos-until writes the settled runs into a subsection of their own, after Bustos'
+// section, which it leaves as it was; -only bustos and a full run keep the subsection.
+func TestBustosUntilWritesASettledSubsectionAndKeepsTheSection(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "SIMULATIONS.md")
+	old := "# Simulations\n\n" + bustosBegin + "\nthe 600 s rows\n" + bustosEnd + "\n\n## Scale: x\n\nafter\n"
+	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parse([]string{"-out", dir, "-only", "bustos", "-bustos", "4", "-bustos-until", "20m", "-bustos-quiet", "2m"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.log = io.Discard
+	for range 2 { // the second run replaces the first's subsection
+		if err := run(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	if !strings.HasPrefix(md, "# Simulations\n\n"+bustosBegin+"\nthe 600 s rows\n"+bustosEnd+"\n\n"+bustosSettledBegin) ||
+		strings.Count(md, bustosSettledBegin) != 1 || strings.Count(md, bustosSettledEnd) != 1 ||
+		!strings.Contains(md, "| 4×4 | `rhns` |") || !strings.Contains(md, "-bustos 4 -bustos-until 20m0s -bustos-quiet 2m0s`") ||
+		!strings.HasSuffix(md, bustosSettledEnd+"\n\n## Scale: x\n\nafter\n") {
+		t.Fatalf("report:\n%s", md)
+	}
+	settled := md[strings.Index(md, bustosSettledBegin) : strings.Index(md, bustosSettledEnd)+len(bustosSettledEnd)]
+	o, err = parse([]string{"-out", dir, "-only", "bustos", "-bustos", "3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.log = io.Discard
+	if err := run(o); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = os.ReadFile(p); err != nil || !strings.Contains(string(b), "| 3×3 | `rhns` |") || !strings.Contains(string(b), bustosEnd+"\n\n"+settled) {
+		t.Fatalf("-only bustos lost the settled subsection (%v):\n%s", err, b)
+	}
+	if got := keptSettled(dir); got != "\n"+settled+"\n" {
+		t.Errorf("a full run would keep %q", got)
+	}
+	for _, bad := range [][]string{{"-bustos-until", "1h"}, {"-only", "bustos", "-bustos-until", "-1s"}, {"-only", "bustos", "-bustos-quiet", "0s"}} {
+		if _, err := parse(bad, io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestBustosSettledSubsectionMarksARunStoppedByTheCap(t *testing.T) {
+	o := options{date: "2026-01-01", seed: 1, bustos: []int{100}, bustosUntil: 40 * time.Minute, bustosQuiet: 5 * time.Minute}
+	rows := []bustosRow{{Policy: "rhns", BustosResult: iossim.BustosResult{Nodes: 100, OPT: 9, Used: 20, ALOP: 2.22, MigrationsPerObject: 7,
+		MaxMigrations: 30, End: 40 * time.Minute, LastMigration: 39 * time.Minute}}}
+	md := bustosSettledMarkdown(rows, o)
+	for _, want := range []string{"| 100×100 | `rhns` | 9 | 20 | **2.22** | **7.00** | 30 | 0 | 2340 s | 2400 s | **no** (cap) |", "at most 40m0s"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("subsection lacks %q:\n%s", want, md)
+		}
 	}
 }

@@ -91,14 +91,22 @@ type BustosResult struct {
 	MaxMigrations       int
 	// Overloaded counts nodes whose ranks want more cores than they have at the end.
 	Overloaded int
-	// Throughput is iterations per second over the last fifth of the run, Optimal what the
-	// OPT best nodes would give (every rank a full core).
+	// Throughput is iterations per second over the last fifth of the run.
 	Throughput float64
+	// End is the virtual time the run ended (earlier than Duration with QuietStop);
+	// LastMigration when the last migration landed (-1 if none did).
+	End, LastMigration time.Duration
 }
 
 // Bustos runs BustosConfig(n, policy, seed) and measures it.
 func Bustos(n int, policy string, seed uint64) (BustosResult, error) {
-	cfg := BustosConfig(n, policy, seed)
+	return RunBustos(BustosConfig(n, policy, seed))
+}
+
+// RunBustos runs cfg, a BustosConfig whose Duration, QuietStop or OnSample the caller may
+// have changed (a longer run, or one that ends once the agents settle), and measures it.
+func RunBustos(cfg Config) (BustosResult, error) {
+	n := int(math.Round(math.Sqrt(float64(len(cfg.Nodes)))))
 	res, err := Run(cfg)
 	if err != nil {
 		return BustosResult{}, err
@@ -106,7 +114,7 @@ func Bustos(n int, policy string, seed uint64) (BustosResult, error) {
 	if res.StepErrors > 0 {
 		return BustosResult{}, fmt.Errorf("iossim: bustos %d×%d: %d steps rejected, first: %w", n, n, res.StepErrors, res.FirstError)
 	}
-	out := BustosResult{Nodes: n, OPT: BustosOPT(cfg), Throughput: res.Throughput(cfg.Duration * 4 / 5)}
+	out := BustosResult{Nodes: n, OPT: BustosOPT(cfg), Throughput: res.Throughput(res.End * 4 / 5), End: res.End, LastMigration: res.LastMigration}
 	hosted := map[string]int{}
 	for _, node := range res.Placement {
 		hosted[node]++

@@ -62,3 +62,31 @@ func TestLockstepCapsARankAtItsNeighboursRate(t *testing.T) {
 		t.Fatalf("throughput free %.2f, lockstep %.2f", free, locked)
 	}
 }
+
+// Bustos measures ALOP "once the system has converged": with QuietStop a run ends at the
+// first sample QuietStop after the last migration, and up to there it is the same run as
+// one without QuietStop (the early end changes nothing before it).
+func TestQuietStopEndsTheRunOnceNoMigrationForThePeriod(t *testing.T) {
+	cfg := BustosConfig(10, "rhns", 1) // settles after about 450 s (docs/SIMULATIONS.md)
+	cfg.Duration, cfg.QuietStop = 30*time.Minute, 5*time.Minute
+	var samples int
+	cfg.OnSample = func(Sample) { samples++ }
+	quiet, err := RunBustos(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if quiet.LastMigration < 0 || quiet.End < quiet.LastMigration+cfg.QuietStop || quiet.End > quiet.LastMigration+cfg.QuietStop+time.Second {
+		t.Fatalf("last migration %v, ended %v, quiet %v", quiet.LastMigration, quiet.End, cfg.QuietStop)
+	}
+	if want := int(quiet.End/time.Second) + 1; samples != want {
+		t.Errorf("OnSample called %d times, %d samples taken", samples, want)
+	}
+	cfg.Duration, cfg.QuietStop, cfg.OnSample = quiet.End, 0, nil
+	full, err := RunBustos(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full != quiet {
+		t.Errorf("quiet stop %+v, fixed duration %+v", quiet, full)
+	}
+}

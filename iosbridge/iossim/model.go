@@ -104,8 +104,14 @@ type Config struct {
 	// Links: zero means DefaultLinks().
 	Links LinkModel
 	Loads []LoadChange
-	// Duration is the virtual time simulated (required).
+	// Duration is the virtual time simulated (required); with QuietStop, the most.
 	Duration time.Duration
+	// QuietStop, if positive, ends the run at the first sample after no migration has been
+	// ordered or landed for QuietStop of virtual time (none in flight): a run that
+	// measures the placement once the agents have settled need not simulate the idle rest.
+	QuietStop time.Duration
+	// OnSample, if set, is called with every sample as it is taken (progress of long runs).
+	OnSample func(Sample)
 	// TickPeriod is the agents' timer (default 500ms, as in pcmd); SamplePeriod the
 	// profiling period and the throughput sampling (default 1s).
 	TickPeriod, SamplePeriod time.Duration
@@ -139,8 +145,8 @@ func (c *Config) defaults() error {
 	switch {
 	case c.Duration <= 0:
 		return errors.New("iossim: config needs a positive Duration")
-	case c.TickPeriod < 0 || c.SamplePeriod < 0 || c.Degree < 0:
-		return errors.New("iossim: negative period or degree")
+	case c.TickPeriod < 0 || c.SamplePeriod < 0 || c.Degree < 0 || c.QuietStop < 0:
+		return errors.New("iossim: negative period, degree or QuietStop")
 	case len(c.Nodes) == 0:
 		return errors.New("iossim: config has no nodes")
 	case c.Links.LocalBandwidth <= 0 || c.Links.WideBandwidth <= 0:

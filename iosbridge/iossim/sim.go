@@ -40,6 +40,8 @@ type Result struct {
 	Migrations, Refused int
 	// LastMigration is the virtual time the last migration landed; -1 if none did.
 	LastMigration time.Duration
+	// End is the virtual time the run ended: Duration, or earlier with Config.QuietStop.
+	End time.Duration
 	// Messages counts protocol messages sent, in total and by kind.
 	Messages uint64
 	ByKind   map[iosbridge.Kind]uint64
@@ -173,6 +175,11 @@ type sim struct {
 	live   []int    // started nodes, in start order (join seeds come from here)
 	free   []*event // recycled events: a 10,000-node run delivers millions of messages
 	res    Result
+	// moved is when a migration was last ordered or landed, inFlight how many have not
+	// landed, quiet whether QuietStop ends the run (see Config.QuietStop).
+	moved    time.Duration
+	inFlight int
+	quiet    bool
 }
 
 // Run simulates cfg and returns what happened. It fails only on an invalid Config.
@@ -222,13 +229,17 @@ func Run(cfg Config) (Result, error) {
 	s.push(&event{at: 0, kind: evSample})
 	for s.q.Len() > 0 {
 		e := heap.Pop(&s.q).(*event)
-		if e.at > cfg.Duration {
+		if e.at > cfg.Duration || s.quiet {
 			break
 		}
 		s.now = e.at
 		s.handle(e)
 		*e = event{}
 		s.free = append(s.free, e)
+	}
+	s.res.End = cfg.Duration
+	if s.quiet {
+		s.res.End = s.now
 	}
 	s.finish()
 	return s.res, nil
@@ -264,6 +275,10 @@ func (s *sim) handle(e *event) {
 		s.push(next)
 	case evSample:
 		s.sample()
+		if q := s.cfg.QuietStop; q > 0 && s.inFlight == 0 && s.now-s.moved >= q {
+			s.quiet = true
+			return
+		}
 		s.push(&event{at: s.now + s.cfg.SamplePeriod, kind: evSample})
 	case evDeliver:
 		to := e.node
@@ -285,6 +300,8 @@ func (s *sim) handle(e *event) {
 		n := s.nodes[r.node]
 		n.ranks = insertSorted(n.ranks, e.rank)
 		s.res.LastMigration = s.now
+		s.moved = s.now
+		s.inFlight--
 		s.rates(r.node)
 	case evLoad:
 		s.nodes[e.node].background = e.bg
@@ -347,6 +364,8 @@ func (s *sim) collect(i int) {
 		r.moving, r.node, r.rate = true, to, 0
 		r.migrations++
 		s.res.Migrations++
+		s.moved = s.now
+		s.inFlight++
 		lat, bw := s.link(i, to)
 		cost := lat + time.Duration(float64(r.spec.StateBytes)/bw*float64(time.Second))
 		s.push(&event{at: s.now + cost, kind: evLand, node: to, rank: ri})
@@ -465,6 +484,9 @@ func (s *sim) sample() {
 		}
 	}
 	s.res.Samples = append(s.res.Samples, Sample{At: s.now, Throughput: tput, Migrations: s.res.Migrations, Messages: s.res.Messages})
+	if s.cfg.OnSample != nil {
+		s.cfg.OnSample(s.res.Samples[len(s.res.Samples)-1])
+	}
 	for _, i := range s.live {
 		s.update(i)
 		s.collect(i)
@@ -537,7 +559,7 @@ func (s *sim) finish() {
 		s.res.RemoteEdges, s.res.WideEdges = float64(remote)/float64(edges), float64(wide)/float64(edges)
 	}
 	for _, i := range s.live {
-		s.res.NodeSeconds += (s.cfg.Duration - s.nodes[i].startedAt).Seconds()
+		s.res.NodeSeconds += (s.res.End - s.nodes[i].startedAt).Seconds()
 	}
 }
 
