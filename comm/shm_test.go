@@ -226,7 +226,11 @@ func TestShmTransportTCPForcesSockets(t *testing.T) {
 func TestShmDiscardedRemoteDataReleasesTheSender(t *testing.T) {
 	_, b, rec := shmPair(t, TransportAuto, "shmdiscard")
 	rec.discard = true
-	sendMessage(t, b, 7, pattern(1<<20, 1), 256<<10) // returns only once the reader took each chunk
+	// Chunks of cmaMin go by single copy; each Send returns only once the reader took it.
+	sendMessage(t, b, 7, pattern(3*cmaMin, 1), cmaMin)
+	if l := linkOf(b, 0); l == nil || !l.cma {
+		t.Fatal("no single copy between ranks of one node")
+	}
 	if err := b.Send(0, &Header{Kind: KindEager, Tag: 9, Len: 2, Total: 2}, []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
@@ -393,6 +397,39 @@ func TestShmDeadReaderReleasesABlockedWriter(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a send blocked on a full ring outlived its reader")
+	}
+}
+
+// A sender whose chunk waits to be read by single copy is released when the reader's process
+// dies, as one waiting for room in the ring is.
+func TestShmDeadReaderReleasesASingleCopySender(t *testing.T) {
+	a, b, rec := shmPair(t, TransportAuto, "shmdeadcma")
+	rec.block = make(chan struct{})
+	defer close(rec.block)
+	if err := b.Send(0, &Header{Kind: KindEager, Len: 1, Total: 1}, []byte("x")); err != nil {
+		t.Fatal(err) // the reader's dispatch now waits in HandleFrame
+	}
+	if l := linkOf(b, 0); l == nil || !l.cma {
+		t.Fatal("no single copy between ranks of one node")
+	}
+	done := make(chan error, 1)
+	go func() {
+		h := &Header{Kind: KindData, ID2: 1, Total: cmaMin, Len: cmaMin}
+		done <- b.Send(0, h, pattern(cmaMin, 3))
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the single-copy send returned before its reader took it: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	a.Abandon()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrPeerLost) {
+			t.Fatalf("the send ended with %v, want ErrPeerLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a single-copy send outlived its reader")
 	}
 }
 
