@@ -118,9 +118,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.n, "n", 0, "heat2d grid size (default 2048, --quick 1024)")
 	fs.IntVar(&cfg.iters, "iters", 0, "heat2d iterations of the adaptive and static runs (default 3000, --quick 2400)")
 	fs.IntVar(&cfg.residualEvery, "residual-every", 10, "heat2d -residual-every: progress report period in iterations")
-	fs.Var(&cfg.joinAt, "join-at", "n3 joins at the first of these fractions of the iterations, n4 at the second; one value: both join then (default 0.3,0.42; --quick 0.25,0.375)")
+	fs.Var(&cfg.joinAt, "join-at", "n3 joins at the first of these fractions of the iterations, n4 at the second; one value: both join then (default 0.2,0.45; --quick 0.2,0.4: phases long enough for the moves a join causes to land)")
 	fs.IntVar(&cfg.ranksPerNode, "ranks-per-node", 4, "ranks that start on each of n1 and n2 (with 4, 8 ranks spread better over 3 nodes than over 2, so throughput can rise at each join)")
-	fs.Float64Var(&cfg.loadAt, "load-at", 0, "the load on n1 and n2 rises at this fraction of the iterations (default 0.55, --quick 0.5)")
+	fs.Float64Var(&cfg.loadAt, "load-at", 0, "the load on n1 and n2 rises at this fraction of the iterations (default 0.7, --quick 0.6)")
 	fs.Float64Var(&cfg.load, "load", 0.8, "share of n1's and n2's CPU the competing process takes")
 	fs.Float64Var(&cfg.cpus, "cpus", 0.5, "CPU quota of every node")
 	fs.IntVar(&cfg.slots, "slots", 0, "slots of every node (default --ranks-per-node, at least 2)")
@@ -179,7 +179,7 @@ func parseFlags(args []string) (*config, error) {
 	def(&cfg.iters, 3000, 2400)
 	def(&cfg.idleN, 8192, 2048)
 	if len(cfg.joinAt) == 0 {
-		cfg.joinAt = map[bool]floatList{false: {0.3, 0.42}, true: {0.25, 0.375}}[cfg.quick]
+		cfg.joinAt = map[bool]floatList{false: {0.2, 0.45}, true: {0.2, 0.4}}[cfg.quick]
 	}
 	if cfg.slots == 0 {
 		cfg.slots = max(2, cfg.ranksPerNode)
@@ -200,7 +200,7 @@ func parseFlags(args []string) (*config, error) {
 		}
 		cfg.policies = append(cfg.policies, p)
 	}
-	deff(&cfg.loadAt, 0.55, 0.5)
+	deff(&cfg.loadAt, 0.7, 0.6)
 	for _, p := range strings.Split(*gridPolicies, ",") {
 		if p = strings.TrimSpace(p); p != "" && !slices.Contains(cfg.gridPolicies, p) {
 			cfg.gridPolicies = append(cfg.gridPolicies, p)

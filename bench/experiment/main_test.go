@@ -124,12 +124,12 @@ func fakeReport(t *testing.T) *report {
 
 func TestReport(t *testing.T) {
 	r := fakeReport(t)
-	// quick: 2400 iterations, n3 at 600, n4 at 900, load at 1200.
-	want := 600/100.0 + 300/100.0 + 300/100.0 + 1200/20.0
+	// quick: 2400 iterations, n3 at 480, n4 at 960, load at 1440.
+	want := 480/100.0 + 480/100.0 + 480/100.0 + 960/20.0
 	if got := r.find("static").Total; math.Abs(got-want) > 1e-6 {
 		t.Fatalf("static total %v, want %v", got, want)
 	}
-	mp := 600/100.0 + 300/150.0 + 300/200.0 + 1200/100.0
+	mp := 480/100.0 + 480/150.0 + 480/200.0 + 960/100.0
 	if sp := r.speedup(r.find("mpiios")); math.Abs(sp-want/mp) > 1e-9 {
 		t.Errorf("speedup %v, want %v", sp, want/mp)
 	}
@@ -137,13 +137,13 @@ func TestReport(t *testing.T) {
 	for _, want := range []string{
 		"**Date:** 2026-11-22", "go run ./bench/experiment --quick --policies mpiios,atsras",
 		"starts as 8 ranks on nodes n1 and n2, 4 ranks",
-		"As rank 0 reports its iterations, at iteration 600 n3 joins;\nat iteration 900 n4 joins;\nat iteration 1200 a competing",
+		"As rank 0 reports its iterations, at iteration 480 n3 joins;\nat iteration 960 n4 joins;\nat iteration 1440 a competing",
 		"| it/s at the start | it/s after n3 joins | it/s after n4 joins | it/s after load 80% on n1,n2 | checksum |",
-		"| adaptive | `mpiios` | 21.5 | 3.35 | 2 | 0.08 | 100 | 150 | 200 | 100 | `1.0e+00` |",
-		"| adaptive | `atsras` | 22.5 | 3.20 | 1 | 0.04 | 100 | 100 | 200 | 100 |",
-		"| static | `none` | 72.0 | 1.00 | 0 | 0.00 | 100 | 100 | 100 | 20 |",
-		"| `mpiios` finishes ≥ 1.8 × faster than static | 3.35 × | met |",
-		"| `atsras` finishes ≥ 1.8 × faster than static | 3.20 × | met |",
+		"| adaptive | `mpiios` | 20.0 | 3.12 | 2 | 0.08 | 100 | 150 | 200 | 100 | `1.0e+00` |",
+		"| adaptive | `atsras` | 21.6 | 2.89 | 1 | 0.04 | 100 | 100 | 200 | 100 |",
+		"| static | `none` | 62.4 | 1.00 | 0 | 0.00 | 100 | 100 | 100 | 20 |",
+		"| `mpiios` finishes ≥ 1.8 × faster than static | 3.12 × | met |",
+		"| `atsras` finishes ≥ 1.8 × faster than static | 2.89 × | met |",
 		"| no migration in 200 iterations on 4 idle, equal nodes | 0 | met |",
 		"| throughput rises (≥ 10%) at each join (`mpiios`) | 100 → 150 → 200 it/s | met |",
 		"| throughput rises (≥ 10%) at each join (`atsras`) | 100 → 100 → 200 it/s | **not met** |",
@@ -208,7 +208,7 @@ func TestFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.n != 2048 || cfg.iters != 3000 || cfg.idleIters != 200 || cfg.date != "2026-11-22" || cfg.slots != 4 ||
-		!slices.Equal(cfg.policies, []string{"mpiios", "atsras", "flcras"}) || !slices.Equal(cfg.joinAt, floatList{0.3, 0.42}) {
+		!slices.Equal(cfg.policies, []string{"mpiios", "atsras", "flcras"}) || !slices.Equal(cfg.joinAt, floatList{0.2, 0.45}) {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	for _, bad := range [][]string{{"--join-at", "0.7", "--load-at", "0.5"}, {"--join-at", "0.4,0.3"}, {"--join-at", "0.1,0.2,0.3"},
@@ -223,11 +223,11 @@ func TestFlags(t *testing.T) {
 		t.Errorf("scenarios: %+v %+v %+v", ads, s, idle)
 	}
 	if a := ads[0]; a.ranks() != 8 || a.loadChanges() != 3 || idle.ranks() != 4 || idle.loadChanges() != 0 ||
-		a.Joins[0].At != 900 || a.Joins[0].label() != "n3 joins" || a.Joins[1].At != 1260 || a.Joins[1].label() != "n4 joins" || a.LoadAt != 1650 {
+		a.Joins[0].At != 600 || a.Joins[0].label() != "n3 joins" || a.Joins[1].At != 1350 || a.Joins[1].label() != "n4 joins" || a.LoadAt != 2100 {
 		t.Errorf("scenarios: %+v %+v", a, idle)
 	}
 	// The command line of the reports up to 2026-11-23: 4 ranks, n3 and n4 join together.
-	old, err := parseFlags([]string{"--ranks-per-node", "2", "--join-at", "0.3", "--adaptive", "atsras"})
+	old, err := parseFlags([]string{"--ranks-per-node", "2", "--join-at", "0.3", "--load-at", "0.55", "--adaptive", "atsras"})
 	if err != nil {
 		t.Fatal(err)
 	}

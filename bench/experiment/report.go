@@ -255,7 +255,7 @@ func (r *report) markdown(svgPath string) string {
 		p("The nodes join one after the other, and %d ranks spread better over 3 nodes than over 2, so each\n", sc.ranks())
 		p("join can raise the rate of a bulk-synchronous job (whose slowest node sets the pace).\n")
 		p("Reports up to 2026-11-23 had 4 ranks (2 per node) and n3 and n4 joining together at iteration 900\n")
-		p("(`--ranks-per-node 2 --join-at 0.3` reproduces them): their \"it/s after join\" is the rate with both\n")
+		p("(`--ranks-per-node 2 --join-at 0.3 --load-at 0.55` reproduces them): their \"it/s after join\" is the rate with both\n")
 		p("new nodes; with 4 ranks a lone third node could not have raised it.\n\n")
 	}
 	if !isolated {
