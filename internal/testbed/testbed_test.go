@@ -514,7 +514,7 @@ func (c *Cluster) cgRoots() []string {
 
 func TestCleanupRemovesLeftovers(t *testing.T) {
 	needRoot(t)
-	// A crashed run: a namespace, a bridge and a cgroup with a process in it.
+	// A crashed run: a namespace, a bridge and a cgroup with a process in it, ...
 	fs, err := detectCgroups()
 	if err != nil {
 		t.Fatal(err)
@@ -528,6 +528,20 @@ func TestCleanupRemovesLeftovers(t *testing.T) {
 	if err := errors.Join(setupBridge(), fs.prepare(), setupNetns("stale", 7)); err != nil {
 		lock.release()
 		t.Fatal(err)
+	}
+	// and the namespace and veth of a delay router whose process died.
+	r, err := startRouter()
+	if err != nil {
+		lock.release()
+		t.Fatal(err)
+	}
+	if err := r.close(); err != nil {
+		lock.release()
+		t.Fatal(err)
+	}
+	if !netnsExists(routerNetns) || !linkExists(routerVeth) {
+		lock.release()
+		t.Fatal("the delay router left no namespace or veth to clean up")
 	}
 	cg := &nodeCgroup{fs: fs, name: "stale"}
 	if err := cg.create(0.1, DefaultCFSPeriod); err != nil {
