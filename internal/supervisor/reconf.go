@@ -152,7 +152,7 @@ func (m *Machine) onNodeChecked(now time.Time, e NodeChecked) {
 	seq := m.propose(reconf.Reconfiguration{Kind: reconf.Migrate, Ranks: c.ranks, To: c.to, From: from, Reason: c.reason})
 	for _, r := range c.ranks {
 		st := &m.ranks[r]
-		st.next = &successor{seq: seq, to: c.to}
+		st.next = &successor{seq: seq, to: c.to, deadline: now.Add(m.cfg.MigrationTimeout)}
 		m.history = append(m.history, job.Migration{Seq: seq, Rank: r, From: nodeOf(m.procs[st.proc]), To: c.to,
 			Reason: c.reason, State: reconf.Proposed, At: now.UTC()})
 	}
@@ -252,7 +252,11 @@ func (m *Machine) onSuccessorRequest(e SuccessorRequest) {
 		m.refuseSuccessor(e.Reply, req.Seq, req.Rank, "the job is stopping")
 		return
 	case st.next == nil || st.next.seq != req.Seq || st.next.proc != 0 || st.next.start != 0:
-		m.refuseSuccessor(e.Reply, req.Seq, req.Rank, fmt.Sprintf("no pending migration of rank %d for request %d", req.Rank, req.Seq))
+		why := fmt.Sprintf("no pending migration of rank %d for request %d", req.Rank, req.Seq)
+		if h := m.historyOf(req.Seq, req.Rank); h != nil && h.State == reconf.Aborted && h.Error != "" {
+			why = fmt.Sprintf("request %d was aborted: %s", req.Seq, h.Error)
+		}
+		m.refuseSuccessor(e.Reply, req.Seq, req.Rank, why)
 		return
 	case !m.cfg.Migrations:
 		m.refuseSuccessor(e.Reply, req.Seq, req.Rank, "ranks run locally")
@@ -365,6 +369,64 @@ func (m *Machine) onMigrateReport(e MigrateReport) {
 	}
 	m.logf("migrated rank %d from %s to %s at iteration %d in %v, %s of state%s",
 		rep.Rank, from, rep.To, rep.Iteration, rep.Pause.Round(time.Millisecond), byteSize(rep.StateBytes), reason)
+}
+
+// moveDeadline returns the earliest instant an accepted migration that waits for its rank
+// needs the Machine: its timeout, or the next publication of the log.
+func (m *Machine) moveDeadline() time.Time {
+	var at time.Time
+	for i := range m.ranks {
+		if n := m.ranks[i].next; n != nil && n.waiting() && (at.IsZero() || n.deadline.Before(at)) {
+			at = n.deadline
+		}
+	}
+	if !at.IsZero() && !m.republishAt.IsZero() && m.republishAt.Before(at) {
+		at = m.republishAt
+	}
+	return at
+}
+
+// expireMoves aborts the accepted migrations whose ranks did not ask for their successors
+// within Config.MigrationTimeout, and publishes the log again while others wait: an
+// accepted migration is carried out at an agreement point or aborted, never left pending.
+func (m *Machine) expireMoves(now time.Time) {
+	waiting := false
+	for r := range m.ranks {
+		n := m.ranks[r].next
+		if n == nil || !n.waiting() {
+			continue
+		}
+		if now.Before(n.deadline) {
+			waiting = true
+			continue
+		}
+		m.dropMove(r, fmt.Sprintf("the ranks reached no agreement point on it within %v", m.cfg.MigrationTimeout), false)
+	}
+	switch {
+	case !waiting:
+		m.republishAt = time.Time{}
+	case m.republishAt.IsZero():
+		m.republishAt = now.Add(RepublishEvery)
+	case !now.Before(m.republishAt):
+		m.republishAt = now.Add(RepublishEvery)
+		m.emit(Publish{Subject: job.ReconfSubject(m.cfg.JobID), Msg: m.Log()})
+	}
+}
+
+// dropMove aborts rank r's accepted migration before the rank asked for its successor, and
+// says why: the rank finished first, or the migration timed out (then the ranks get the
+// log with the entry aborted; one that asks later is refused).
+func (m *Machine) dropMove(r int, why string, finished bool) {
+	st := &m.ranks[r]
+	n := st.next
+	st.next = nil
+	m.settle(n.seq, r, reconf.Aborted, why)
+	if finished {
+		m.logf("migration of rank %d to %s not carried out: %s (request %d)", r, n.to, why, n.seq)
+		return
+	}
+	m.logf("migration of rank %d to %s aborted, it continues on %s: %s (request %d)", r, n.to, nodeOf(m.procs[st.proc]), why, n.seq)
+	m.emit(Publish{Subject: job.ReconfSubject(m.cfg.JobID), Msg: m.Log()})
 }
 
 // commit makes the successor the rank's process; the predecessor is on its way out.

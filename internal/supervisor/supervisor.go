@@ -46,6 +46,18 @@ const (
 // (reporting the failure they saw) before mpirun has even read the first exit status.
 const DefaultFailureWindow = 150 * time.Millisecond
 
+// DefaultMigrationTimeout bounds the wait for the ranks to reach an agreement point on an
+// accepted migration (Config.MigrationTimeout). The ranks agree at least every half second
+// of iterations (pcm), so only a rank that cannot learn of the request, or an iteration
+// longer than this, reaches it.
+const DefaultMigrationTimeout = time.Minute
+
+// RepublishEvery is how often the Machine publishes the reconfiguration log again while an
+// accepted migration waits for its rank: the ranks act only on entries every one of them
+// holds, and a rank that missed a publication (at-most-once delivery, a reconnection)
+// would otherwise not learn of it before the next request.
+const RepublishEvery = 2 * time.Second
+
 // Config describes the job a Machine supervises.
 type Config struct {
 	JobID             string
@@ -54,6 +66,9 @@ type Config struct {
 	KillGrace         time.Duration // SIGTERM to SIGKILL delay when stopping; > 0
 	Timeout           time.Duration // stop the job after this long; 0 = never
 	FailureWindow     time.Duration // 0 = DefaultFailureWindow
+	// MigrationTimeout aborts an accepted migration whose rank has not asked for its
+	// successor this long after the acceptance; 0 = DefaultMigrationTimeout.
+	MigrationTimeout time.Duration
 
 	// Migrations says the starter can place ranks on named nodes (pcmd nodes).
 	Migrations bool
@@ -81,11 +96,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("supervisor: number of ranks is %d, want at least 1", c.NP)
 	case c.RendezvousTimeout <= 0 || c.KillGrace <= 0:
 		return errors.New("supervisor: rendezvous timeout and kill grace must be positive")
-	case c.Timeout < 0 || c.FailureWindow < 0 || c.HangTimeout < 0:
+	case c.Timeout < 0 || c.FailureWindow < 0 || c.HangTimeout < 0 || c.MigrationTimeout < 0:
 		return errors.New("supervisor: timeouts must not be negative")
 	}
 	if c.FailureWindow == 0 {
 		c.FailureWindow = DefaultFailureWindow
+	}
+	if c.MigrationTimeout == 0 {
+		c.MigrationTimeout = DefaultMigrationTimeout
 	}
 	return nil
 }
@@ -136,7 +154,13 @@ type successor struct {
 	to    string
 	proc  ProcID // 0 until started
 	start ProcID // the StartRank waiting for its Started
+	// deadline is when the migration is aborted if the rank has not asked for its
+	// successor by then (Config.MigrationTimeout).
+	deadline time.Time
 }
+
+// waiting reports whether the rank has yet to ask for this successor at an agreement point.
+func (s *successor) waiting() bool { return s.proc == 0 && s.start == 0 }
 
 // rank is the Machine's view of one rank.
 type rank struct {
@@ -193,10 +217,13 @@ type Machine struct {
 	history   []job.Migration
 	checks    map[uint64]pendingCheck
 	lastCheck uint64
-	gone      map[string]string // nodes gone, and why
-	rs        *resizing         // the resize under way (resize.go)
-	rigid     bool              // the ranks registered no distributed data (resize.go)
-	malleable bool              // they registered some: the job can shrink when recovered (recover.go)
+	// republishAt is when the log is published again for a migration that waits for its
+	// rank (RepublishEvery); zero if not armed.
+	republishAt time.Time
+	gone        map[string]string // nodes gone, and why
+	rs          *resizing         // the resize under way (resize.go)
+	rigid       bool              // the ranks registered no distributed data (resize.go)
+	malleable   bool              // they registered some: the job can shrink when recovered (recover.go)
 
 	now time.Time // of the event being stepped
 	out []Action
@@ -281,7 +308,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 // NextDeadline returns when the Machine must next get a Tick, if it waits for a time.
 func (m *Machine) NextDeadline() (time.Time, bool) {
 	var at time.Time
-	for _, t := range []time.Time{m.rdvAt, m.timeoutAt, m.graceAt, m.hangDeadline()} {
+	for _, t := range []time.Time{m.rdvAt, m.timeoutAt, m.graceAt, m.hangDeadline(), m.moveDeadline()} {
 		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
 			at = t
 		}
@@ -379,6 +406,7 @@ func (m *Machine) expire(now time.Time) {
 		m.killAll(true)
 	}
 	m.checkHangs(now)
+	m.expireMoves(now)
 }
 
 func (m *Machine) onLaunch(now time.Time) {
@@ -498,6 +526,10 @@ func (m *Machine) onExited(now time.Time, e Exited) {
 		st.running = false
 		m.commit(p.rank)
 		return
+	}
+	if n := st.next; n != nil && n.waiting() && !e.failed() && !m.stopping && m.failing == nil {
+		// The rank ended its run before the agreement point of its migration.
+		m.dropMove(p.rank, fmt.Sprintf("rank %d finished first", p.rank), true)
 	}
 	st.running = false
 	if m.failing != nil {
