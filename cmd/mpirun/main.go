@@ -118,6 +118,11 @@ OPTIONS:
                         declare a rank failed when it sent no sign of life for
                         this long, e.g. when stopped or frozen (default 10s;
                         0 turns hang detection off)
+   --migrate-timeout DURATION
+                        abort an accepted migration (pcmd migrate, an IOS agent)
+                        whose ranks have not reached an agreement point on it
+                        this long after it was accepted; mpirun logs why
+                        (default 1m0s)
    --policy NAME        how the IOS agents of the pcmd nodes decide to move this
                         job's ranks: mpiios (MPI/IOS gain), sras, atsras, flcras
                         (Desell's RAS), rs, ars, nrs, nrs-ars (the IO paper's
@@ -247,6 +252,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer, sigs <-chan os.Signal
 			&cli.BoolFlag{Name: "no-recover", Usage: "do not recover a checkpointing job from failures"},
 			&cli.IntFlag{Name: "max-recoveries", Value: supervisor.DefaultMaxRecoveries, Usage: "recoveries before giving up"},
 			&cli.DurationFlag{Name: "hang-timeout", Value: launch.DefaultHangTimeout, Usage: "declare a silent rank failed after this long"},
+			&cli.DurationFlag{Name: "migrate-timeout", Value: supervisor.DefaultMigrationTimeout, Usage: "abort an accepted migration the ranks have not begun after this long"},
 		}, natsCLI.Flags()...),
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return &usageError{msg: err.Error()}

@@ -209,6 +209,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"-np", "1", "--job-id", "a/b", fakerank}, 2, `mpirun: --job-id: .*`},
 		{[]string{"-np", "1", "--max-recoveries", "-1", fakerank}, 2, `mpirun: --max-recoveries -1: want N >= 0 .*`},
 		{[]string{"-np", "1", "--hang-timeout", "-1s", fakerank}, 2, `mpirun: --hang-timeout must not be negative .*`},
+		{[]string{"-np", "1", "--migrate-timeout", "0s", fakerank}, 2, `mpirun: --migrate-timeout must be positive .*`},
 		{[]string{"-np", "2", "./no-such-program"}, 1, `mpirun: program "./no-such-program": not found .*`},
 		{[]string{"-np", "2", "no-such-command-xyz"}, 1, `mpirun: program "no-such-command-xyz": not found .*`},
 	} {
@@ -230,7 +231,7 @@ func TestHelp(t *testing.T) {
 		p := mpirunOK(t, arg)
 		out := p.stdout.String()
 		for _, want := range []string{"USAGE:", "-np N, -n N", "--nats URL", "--tag-output", "--timeout DURATION",
-			"--job-id ID", "--bind HOST", "EXAMPLES:", "EXIT STATUS:"} {
+			"--job-id ID", "--bind HOST", "--migrate-timeout DURATION", "EXAMPLES:", "EXIT STATUS:"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s: help lacks %q", arg, want)
 			}

@@ -33,7 +33,7 @@ func remembered(c *cli.Context, remote bool) (*jobrecord.Launch, error) {
 	return &l, nil
 }
 
-// recoveryFlags reads --no-recover, --max-recoveries and --hang-timeout.
+// recoveryFlags reads --no-recover, --max-recoveries, --hang-timeout and --migrate-timeout.
 func recoveryFlags(c *cli.Context, cfg *launch.Config) error {
 	n := c.Int("max-recoveries")
 	if n < 0 {
@@ -47,6 +47,10 @@ func recoveryFlags(c *cli.Context, cfg *launch.Config) error {
 		cfg.HangTimeout = -1 // off
 	default:
 		cfg.HangTimeout = d
+	}
+	cfg.MigrationTimeout = c.Duration("migrate-timeout")
+	if cfg.MigrationTimeout <= 0 {
+		return &usageError{"--migrate-timeout must be positive"}
 	}
 	return nil
 }

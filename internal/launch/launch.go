@@ -89,6 +89,9 @@ type Config struct {
 	// HangTimeout declares failed a rank that sent no liveness beat for this long; 0 =
 	// DefaultHangTimeout, < 0 turns hang detection off.
 	HangTimeout time.Duration
+	// MigrationTimeout aborts an accepted migration the ranks have not begun this long
+	// after it was accepted; 0 = supervisor.DefaultMigrationTimeout.
+	MigrationTimeout time.Duration
 
 	Starter    rankproc.Starter // nil = rankproc.Local{}
 	RuntimeDir string           // where the job's jobrecord.Record is written; "" = jobrecord.RuntimeDir()
@@ -393,6 +396,7 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 		Checkpoints: checkpoints, Policy: rankproc.EnvValue(r.cfg.Env, job.EnvPolicy),
 		Recover: checkpoints && !r.cfg.NoRecover, MaxRecoveries: r.cfg.MaxRecoveries,
 		HangTimeout: max(r.cfg.HangTimeout, 0), Slots: slotsOf(r.cfg.Starter),
+		MigrationTimeout: r.cfg.MigrationTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
