@@ -460,3 +460,55 @@ func TestRestartOnOtherNodesFetchesPieces(t *testing.T) {
 	}
 	j.sameDump(dump, want)
 }
+
+// TestAcceptedMigrationIsCarriedOutOrAbortedWithAReason: an accepted migration whose ranks
+// never reach an agreement point on it (MPIOS_CKPT_POLL larger than the run: the ranks agree
+// once, at their first boundary) is not left pending in silence, as one was in a grid
+// experiment run: it is aborted after --migrate-timeout with the reason, or reported not
+// carried out when its rank finishes first. Either way the job's history says so, the rank
+// stayed where it was, and the result is unchanged.
+func TestAcceptedMigrationIsCarriedOutOrAbortedWithAReason(t *testing.T) {
+	c := newCluster(t, "n1", "n2")
+	for _, tc := range []struct {
+		name, iters, timeout, log string
+	}{
+		// 5000 paced iterations last at least 10 s: the 1 s timeout comes first.
+		{"timeout", "5000", "1s", `mpirun: migration of rank 1 to n1 aborted, it continues on n2: the ranks reached no agreement point on it within 1s \(request 1\)`},
+		// 1500 paced iterations end long before the 1 minute timeout.
+		{"finished-first", "1500", "1m", `mpirun: migration of rank 1 to n1 not carried out: rank 1 finished first \(request 1\)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"heat2d", "-n", "64", "-iters", tc.iters}
+			want := referenceDump(t, args...)
+			id := "pending-" + tc.name
+			dump := filepath.Join(t.TempDir(), "out.bin")
+			j := c.start(t, id, []string{"MPIOS_CKPT_POLL=65536"}, "--hosts", "n1:2,n2:2", "--migrate-timeout", tc.timeout,
+				prog(args[0]), args[1], args[2], args[3], args[4], "-dump", dump, "-pace", "2ms")
+			c.waitRunning(t, j.id)
+			if rep := c.control(id, job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: "n1", Reason: "test"}); !rep.OK {
+				t.Fatalf("request refused: %s", rep.Error)
+			}
+			if tc.name == "timeout" {
+				j.waitLog(tc.log, 1, 60*time.Second)
+				info := c.jobInfo(id)
+				if len(info.Migrations) != 1 || info.Migrations[0].State != reconf.Aborted || info.Migrations[0].Error == "" {
+					t.Errorf("job info migrations %+v, want one aborted with a reason", info.Migrations)
+				}
+				if info.Ranks[1].Node != "n2" {
+					t.Errorf("rank 1 runs on %q, want n2", info.Ranks[1].Node)
+				}
+			}
+			if code := j.wait(120 * time.Second); code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+			}
+			wantLine := regexp.MustCompile(tc.log)
+			if !wantLine.MatchString(j.stderr.String()) {
+				t.Errorf("mpirun's log lacks %q:\n%s", tc.log, j.stderr.String())
+			}
+			if strings.Contains(j.stderr.String(), "migrated rank") {
+				t.Errorf("the rank moved:\n%s", j.stderr.String())
+			}
+			j.sameDump(dump, want)
+		})
+	}
+}
