@@ -7,6 +7,7 @@ package supervisor
 // 400 iterations before the job ended and neither happened nor was aborted.
 
 import (
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,4 +118,28 @@ func TestMigrationPendingWhenItsRankFinishesIsReportedNotCarriedOut(t *testing.T
 	if _, ok := j.m.NextDeadline(); ok {
 		t.Error("a finished job still has a deadline")
 	}
+}
+
+// A job stopped (here by a signal) while a migration waits for its agreement point ends the
+// migration too, with the reason, and stops publishing the log to ranks that are leaving.
+func TestMigrationPendingWhenTheJobStopsIsReportedNotCarriedOut(t *testing.T) {
+	j := migratingJob(t)
+	if rep := j.migrate("n3", nil, 1); !rep.OK {
+		t.Fatalf("refused: %+v", rep)
+	}
+	j.step(Signal{Sig: syscall.SIGTERM})
+	n := len(j.published())
+	j.advance(3 * RepublishEvery)
+	if len(j.published()) != n {
+		t.Error("the log is republished to a stopping job")
+	}
+	for _, p := range j.proc {
+		j.exit(p, 143)
+	}
+	j.wantLog(`migration of rank 1 to n3 not carried out: rank 1's process ended first: exited with status 143 \(request 1\)`)
+	if h := j.m.Info().Migrations[0]; h.State != reconf.Aborted {
+		t.Errorf("history %+v, want aborted", h)
+	}
+	j.advance(2 * DefaultMigrationTimeout)
+	j.noLog(`no agreement point`)
 }

@@ -375,6 +375,9 @@ func (m *Machine) onMigrateReport(e MigrateReport) {
 // needs the Machine: its timeout, or the next publication of the log.
 func (m *Machine) moveDeadline() time.Time {
 	var at time.Time
+	if m.stopping || m.failing != nil {
+		return at // the ranks are leaving: their exits end the migrations
+	}
 	for i := range m.ranks {
 		if n := m.ranks[i].next; n != nil && n.waiting() && (at.IsZero() || n.deadline.Before(at)) {
 			at = n.deadline
@@ -390,6 +393,10 @@ func (m *Machine) moveDeadline() time.Time {
 // within Config.MigrationTimeout, and publishes the log again while others wait: an
 // accepted migration is carried out at an agreement point or aborted, never left pending.
 func (m *Machine) expireMoves(now time.Time) {
+	if m.stopping || m.failing != nil {
+		m.republishAt = time.Time{}
+		return
+	}
 	waiting := false
 	for r := range m.ranks {
 		n := m.ranks[r].next

@@ -527,9 +527,14 @@ func (m *Machine) onExited(now time.Time, e Exited) {
 		m.commit(p.rank)
 		return
 	}
-	if n := st.next; n != nil && n.waiting() && !e.failed() && !m.stopping && m.failing == nil {
-		// The rank ended its run before the agreement point of its migration.
-		m.dropMove(p.rank, fmt.Sprintf("rank %d finished first", p.rank), true)
+	if n := st.next; n != nil && n.waiting() {
+		// The rank ended its run, or the job is ending, before the agreement point of its
+		// migration.
+		why := fmt.Sprintf("rank %d finished first", p.rank)
+		if e.failed() || m.stopping || m.failing != nil {
+			why = fmt.Sprintf("rank %d's process ended first: %s", p.rank, exitText(e))
+		}
+		m.dropMove(p.rank, why, true)
 	}
 	st.running = false
 	if m.failing != nil {
