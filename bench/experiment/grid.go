@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log"
 	"math"
@@ -313,15 +312,8 @@ func runGrid(ctx context.Context, cfg *config, rn *runner, logger *log.Logger) e
 		rep.results = append(rep.results, res)
 	}
 	rep.end, rep.loadEnd = time.Now(), loadAvg()
-	if cfg.data != "" {
-		b, err := json.MarshalIndent(saved{Args: cfg.args, PcmdArgs: cfg.pcmdArgs, Start: rep.start, End: rep.end,
-			LoadStart: rep.loadStart, LoadEnd: rep.loadEnd, PolicyFlag: rep.policyFlag, Results: rep.results}, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(cfg.data, b, 0o644); err != nil {
-			return err
-		}
+	if err := saveData(cfg, rep); err != nil {
+		return err
 	}
 	if err := writeGrid(cfg, rep); err != nil {
 		return err

@@ -375,17 +375,24 @@ type saved struct {
 	Results    []*result `json:"results"`
 }
 
+// saveData writes the runs to the --data file, if one was asked for, so that --render can
+// redo the report and plot later.
+func saveData(cfg *config, rep *report) error {
+	if cfg.data == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(saved{Args: cfg.args, PcmdArgs: cfg.pcmdArgs, Start: rep.start, End: rep.end,
+		LoadStart: rep.loadStart, LoadEnd: rep.loadEnd, PolicyFlag: rep.policyFlag, Results: rep.results}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(cfg.data, b, 0o644)
+}
+
 // writeOutputs writes the --data file, the plot and the report.
 func writeOutputs(cfg *config, rep *report, logger *log.Logger) error {
-	if cfg.data != "" {
-		b, err := json.MarshalIndent(saved{Args: cfg.args, PcmdArgs: cfg.pcmdArgs, Start: rep.start, End: rep.end,
-			LoadStart: rep.loadStart, LoadEnd: rep.loadEnd, PolicyFlag: rep.policyFlag, Results: rep.results}, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(cfg.data, b, 0o644); err != nil {
-			return err
-		}
+	if err := saveData(cfg, rep); err != nil {
+		return err
 	}
 	if err := os.WriteFile(cfg.svg, []byte(rep.svg()), 0o644); err != nil {
 		return err

@@ -4,17 +4,12 @@ package testbed
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // inNetns runs fn on a thread that entered network namespace ns: sockets fn creates live
@@ -24,29 +19,7 @@ import (
 // locked and dies with its goroutine.
 func inNetns(t *testing.T, ns string, fn func()) {
 	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer own.Close()
-		f, err := os.Open("/run/netns/" + ns)
-		if err == nil {
-			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-			_ = f.Close()
-		}
-		if err == nil {
-			fn()
-			if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+	if err := inNetnsDo("/run/netns/"+ns, func() error { fn(); return nil }); err != nil {
 		t.Fatalf("enter %s: %v", ns, err)
 	}
 }

@@ -78,7 +78,19 @@ func linkExists(name string) bool {
 // setupNetns creates node's namespace with eth0 at nodeIP(idx), joined to the bridge by a
 // veth pair.
 func setupNetns(node string, idx int) error {
-	ns, veth, ip := netnsName(node), vethName(idx), nodeIP(idx)
+	ns := netnsName(node)
+	if err := attachNetns(ns, vethName(idx), nodeIP(idx)); err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	if err := ipCmd("-n", ns, "route", "add", "default", "via", BridgeIP); err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	return nil
+}
+
+// attachNetns creates namespace ns with eth0 at ip, joined to the bridge by the veth pair
+// veth/eth0: the setup shared by the nodes and the delay router.
+func attachNetns(ns, veth, ip string) error {
 	steps := [][]string{
 		{"netns", "add", ns},
 		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
@@ -87,11 +99,10 @@ func setupNetns(node string, idx int) error {
 		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", ns, "addr", "add", ip + "/" + strconv.Itoa(SubnetPrefix), "dev", "eth0"},
 		{"-n", ns, "link", "set", "eth0", "up"},
-		{"-n", ns, "route", "add", "default", "via", BridgeIP},
 	}
 	for _, s := range steps {
 		if err := ipCmd(s...); err != nil {
-			return fmt.Errorf("node %s: %w", node, err)
+			return err
 		}
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
@@ -57,19 +56,8 @@ func startRouter() (*delayRouter, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoTun, err)
 	}
 	ns := routerNetns
-	steps := [][]string{
-		{"netns", "add", ns},
-		{"link", "add", routerVeth, "type", "veth", "peer", "name", "eth0", "netns", ns},
-		{"link", "set", routerVeth, "master", BridgeName},
-		{"link", "set", routerVeth, "up"},
-		{"-n", ns, "link", "set", "lo", "up"},
-		{"-n", ns, "addr", "add", RouterIP + "/" + strconv.Itoa(SubnetPrefix), "dev", "eth0"},
-		{"-n", ns, "link", "set", "eth0", "up"},
-	}
-	for _, s := range steps {
-		if err := ipCmd(s...); err != nil {
-			return nil, fmt.Errorf("testbed: delay router: %w", err)
-		}
+	if err := attachNetns(ns, routerVeth, RouterIP); err != nil {
+		return nil, fmt.Errorf("testbed: delay router: %w", err)
 	}
 	var tun *os.File
 	err := inNetnsDo("/run/netns/"+ns, func() error {
@@ -95,7 +83,7 @@ func startRouter() (*delayRouter, error) {
 	}
 	r := &delayRouter{tun: tun, delays: map[flow]time.Duration{}, count: map[flow]uint64{},
 		in: make(chan arrival, routerQueue), done: make(chan struct{})}
-	steps = [][]string{
+	steps := [][]string{
 		{"-n", ns, "link", "set", routerTun, "up"},
 		{"-n", ns, "route", "add", "default", "dev", routerTun, "table", routeTable},
 		{"-n", ns, "rule", "add", "iif", "eth0", "lookup", routeTable, "pref", "100"},
