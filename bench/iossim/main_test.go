@@ -51,21 +51,7 @@ func TestOnlyBustosReplacesItsSection(t *testing.T) {
 	if err := os.WriteFile(p, []byte("# Simulations\n\nbefore\n\n## Scale: 100 to 10,000 nodes\n\nafter\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, err := parse([]string{"-out", dir, "-only", "bustos", "-bustos", "3,4"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.log = io.Discard
-	for range 2 { // the second run replaces the first's section
-		if err := run(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := string(b)
+	md := runTwice(t, p, "-out", dir, "-only", "bustos", "-bustos", "3,4")
 	if strings.Count(md, bustosBegin) != 1 || strings.Count(md, bustosEnd) != 1 || !strings.Contains(md, "| 3×3 | `sheriff` |") ||
 		strings.Index(md, "before") > strings.Index(md, bustosBegin) || strings.Index(md, "## Scale") < strings.Index(md, bustosEnd) ||
 		!strings.HasSuffix(md, "after\n") {
@@ -137,21 +123,7 @@ func TestBustosUntilWritesASettledSubsectionAndKeepsTheSection(t *testing.T) {
 	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, err := parse([]string{"-out", dir, "-only", "bustos", "-bustos", "4", "-bustos-until", "20m", "-bustos-quiet", "2m"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.log = io.Discard
-	for range 2 { // the second run replaces the first's subsection
-		if err := run(o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := string(b)
+	md := runTwice(t, p, "-out", dir, "-only", "bustos", "-bustos", "4", "-bustos-until", "20m", "-bustos-quiet", "2m")
 	if !strings.HasPrefix(md, "# Simulations\n\n"+bustosBegin+"\nthe 600 s rows\n"+bustosEnd+"\n\n"+bustosSettledBegin) ||
 		strings.Count(md, bustosSettledBegin) != 1 || strings.Count(md, bustosSettledEnd) != 1 ||
 		!strings.Contains(md, "| 4×4 | `rhns` |") || !strings.Contains(md, "-bustos 4 -bustos-until 20m0s -bustos-quiet 2m0s`") ||
@@ -159,7 +131,7 @@ func TestBustosUntilWritesASettledSubsectionAndKeepsTheSection(t *testing.T) {
 		t.Fatalf("report:\n%s", md)
 	}
 	settled := md[strings.Index(md, bustosSettledBegin) : strings.Index(md, bustosSettledEnd)+len(bustosSettledEnd)]
-	o, err = parse([]string{"-out", dir, "-only", "bustos", "-bustos", "3"}, io.Discard)
+	o, err := parse([]string{"-out", dir, "-only", "bustos", "-bustos", "3"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +139,7 @@ func TestBustosUntilWritesASettledSubsectionAndKeepsTheSection(t *testing.T) {
 	if err := run(o); err != nil {
 		t.Fatal(err)
 	}
-	if b, err = os.ReadFile(p); err != nil || !strings.Contains(string(b), "| 3×3 | `rhns` |") || !strings.Contains(string(b), bustosEnd+"\n\n"+settled) {
+	if b, err := os.ReadFile(p); err != nil || !strings.Contains(string(b), "| 3×3 | `rhns` |") || !strings.Contains(string(b), bustosEnd+"\n\n"+settled) {
 		t.Fatalf("-only bustos lost the settled subsection (%v):\n%s", err, b)
 	}
 	if got := keptSettled(dir); got != "\n"+settled+"\n" {
@@ -190,4 +162,25 @@ func TestBustosSettledSubsectionMarksARunStoppedByTheCap(t *testing.T) {
 			t.Errorf("subsection lacks %q:\n%s", want, md)
 		}
 	}
+}
+
+// runTwice runs the tool twice with args (the second run must replace what the first wrote)
+// and returns the document at p afterwards.
+func runTwice(t *testing.T, p string, args ...string) string {
+	t.Helper()
+	o, err := parse(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.log = io.Discard
+	for range 2 {
+		if err := run(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
