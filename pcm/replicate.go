@@ -84,7 +84,9 @@ func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo
 		return fmt.Errorf("copy to node %s: %w", buddy, err)
 	}
 	defer conn.Close()
-	w := bufio.NewWriterSize(conn, 1<<20)
+	// The piece's runs are large writes that go to the socket directly; the buffer only
+	// gathers the small ones (proof, run headers), so it need not be large.
+	w := bufio.NewWriterSize(conn, 64<<10)
 	if _, err := w.Write(p.launched.Auth.OfferProof(rep.Token)); err != nil {
 		return fmt.Errorf("copy to node %s: %w", buddy, err)
 	}

@@ -72,29 +72,36 @@ func (b *PieceBuffer) Grow(n int) {
 
 // Write appends p. It never fails.
 func (b *PieceBuffer) Write(p []byte) (int, error) {
-	return b.WriteChecksummed(p, crc32c.UpdateSparse(0, p))
+	b.WriteSummed(p)
+	return len(p), nil
 }
 
-// WriteChecksummed appends p, whose CRC-32C is crc (crc32.Update(0, castagnoli-table, p)),
-// without checksumming it again; state.Registry.WriteTo uses it. It never fails.
-func (b *PieceBuffer) WriteChecksummed(p []byte, crc uint32) (int, error) {
+// WriteSummed appends p and returns its CRC-32C (crc32.Update(0, castagnoli-table, p)),
+// reading p once: each part of p that falls in one DirectAlign block of the buffer is tested
+// for zeros and then, while it is still in the CPU's first-level cache, checksummed and
+// copied, or, if all zeros, checksummed without reading it again and not copied at all.
+// state.Registry.WriteTo uses the CRC for its own format. It never fails.
+func (b *PieceBuffer) WriteSummed(p []byte) (uint32, error) {
 	b.Grow(len(p))
-	b.crc = crc32c.Combine(b.crc, crc, int64(len(p)))
 	off := len(b.buf)
 	b.buf = b.buf[:off+len(p)]
+	var crc uint32
 	for n := 0; n < len(p); {
-		// seg is the part of p in block i; right after the CRC pass p is in the cache, so
-		// the test for zeros does not go to memory.
+		// seg is the part of p in block i; all but the first and last are whole blocks,
+		// whose zeros crc32c.Zeros checksums with a table lookup.
 		i := (off + n) / DirectAlign
 		end := min((i+1)*DirectAlign-off, len(p))
 		seg, dst := p[n:end], b.buf[off+n:off+end]
 		switch {
 		case !crc32c.IsZero(seg):
+			crc = crc32c.Update(crc, seg)
 			copy(dst, seg)
 			b.data[i], b.clean[i] = true, false
 		case b.clean[i]:
 			// Already zeros: nothing to copy.
+			crc = crc32c.Zeros(crc, int64(len(seg)))
 		default:
+			crc = crc32c.Zeros(crc, int64(len(seg)))
 			clear(dst)
 			if len(dst) == DirectAlign {
 				b.clean[i] = true
@@ -102,7 +109,8 @@ func (b *PieceBuffer) WriteChecksummed(p []byte, crc uint32) (int, error) {
 		}
 		n = end
 	}
-	return len(p), nil
+	b.crc = crc32c.Combine(b.crc, crc, int64(len(p)))
+	return crc, nil
 }
 
 // alignedBytes returns a zero-length slice with capacity of at least n bytes rounded up to

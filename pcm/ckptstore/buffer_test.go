@@ -217,7 +217,9 @@ func TestPieceBufferReuseChecksumAndZeroBlocks(t *testing.T) {
 			if r.IntN(2) == 0 {
 				b.Write(rest[:k])
 			} else {
-				b.WriteChecksummed(rest[:k], crc32.Checksum(rest[:k], castagnoli))
+				if crc, _ := b.WriteSummed(rest[:k]); crc != crc32.Checksum(rest[:k], castagnoli) {
+					t.Fatalf("round %d: WriteSummed of %d bytes returned CRC %#x, want %#x", round, k, crc, crc32.Checksum(rest[:k], castagnoli))
+				}
 			}
 			rest = rest[k:]
 		}
@@ -242,12 +244,12 @@ func BenchmarkPieceBufferWrite(b *testing.B) {
 	for i := range dense {
 		dense[i] = byte(i*7 + 1)
 	}
-	// "checksummed" is how state.Registry.WriteTo fills the buffer: the CRC comes with the data.
+	// "summed" is how state.Registry.WriteTo fills the buffer: the CRC comes back from the buffer.
 	for _, c := range []struct {
 		name        string
 		data        []byte
 		checksummed bool
-	}{{"zeros", make([]byte, size), false}, {"dense", dense, false}, {"dense-checksummed", dense, true}} {
+	}{{"zeros", make([]byte, size), false}, {"dense", dense, false}, {"dense-summed", dense, true}, {"zeros-summed", make([]byte, size), true}} {
 		b.Run(c.name, func(b *testing.B) {
 			var buf PieceBuffer
 			buf.Grow(size)
@@ -256,7 +258,7 @@ func BenchmarkPieceBufferWrite(b *testing.B) {
 				buf.Reset()
 				for off := 0; off < size; off += chunk {
 					if c.checksummed {
-						buf.WriteChecksummed(c.data[off:off+chunk], 0)
+						buf.WriteSummed(c.data[off : off+chunk])
 					} else {
 						buf.Write(c.data[off : off+chunk])
 					}

@@ -62,28 +62,28 @@ func swapBytes(b []byte, unit int) {
 	}
 }
 
-// ChecksummedWriter is an io.Writer that checksums what it is given with CRC-32C, such as
-// a checkpoint piece buffer. WriteTo computes the CRC-32C of every raw chunk for its own
-// format anyway and hands it over with the chunk, so that the data is read once, not twice.
-type ChecksummedWriter interface {
+// SummingWriter is an io.Writer that computes the CRC-32C of what it is given while it takes
+// it, such as a checkpoint piece buffer. WriteTo needs the CRC-32C of every raw chunk for its
+// own format and takes it from the writer, so that the data is read once, not twice.
+type SummingWriter interface {
 	io.Writer
-	// WriteChecksummed writes p, whose CRC-32C is crc (crc32.Update(0, castagnoli, p)).
-	WriteChecksummed(p []byte, crc uint32) (int, error)
+	// WriteSummed writes p and returns its CRC-32C (crc32.Update(0, castagnoli, p)).
+	WriteSummed(p []byte) (crc uint32, err error)
 }
 
 // streamWriter frames entries and tracks the running stream CRC and byte count.
 type streamWriter struct {
-	w       io.Writer         // buffered, or the ChecksummedWriter itself
-	flush   func() error      // nil when w is not buffered
-	sink    ChecksummedWriter // non-nil: raw chunks go to it with their CRC
+	w       io.Writer     // buffered, or the SummingWriter itself
+	flush   func() error  // nil when w is not buffered
+	sink    SummingWriter // non-nil: raw chunks go to it, which checksums them
 	n       int64
 	sum     uint32 // stream CRC so far
 	scratch []byte // for byte swapping on big-endian hosts
 }
 
 func newStreamWriter(w io.Writer) *streamWriter {
-	if cw, ok := w.(ChecksummedWriter); ok {
-		// A checksumming writer is a memory buffer: small writes cost it nothing.
+	if cw, ok := w.(SummingWriter); ok {
+		// A summing writer is a memory buffer: small writes cost it nothing.
 		return &streamWriter{w: cw, sink: cw}
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
@@ -96,14 +96,17 @@ func (sw *streamWriter) write(p []byte) error {
 	return err
 }
 
-// writeChecksummed writes p, whose CRC-32C is crc.
-func (sw *streamWriter) writeChecksummed(p []byte, crc uint32) error {
+// writeSummed writes p and returns its CRC-32C.
+func (sw *streamWriter) writeSummed(p []byte) (uint32, error) {
 	if sw.sink == nil {
-		return sw.write(p)
+		// Zero blocks (common: grids start at zero) cost a test for zeros, not a CRC.
+		return crc32c.UpdateSparse(0, p), sw.write(p)
 	}
-	n, err := sw.sink.WriteChecksummed(p, crc)
-	sw.n += int64(n)
-	return err
+	crc, err := sw.sink.WriteSummed(p)
+	if err == nil {
+		sw.n += int64(len(p))
+	}
+	return crc, err
 }
 
 // writeFramed writes p and adds it to the stream CRC.
@@ -192,12 +195,11 @@ func (sw *streamWriter) writeEntry(e *entry) error {
 			c = sw.scratch
 			swapBytes(c, e.kind.swapUnit(e.elemSize))
 		}
-		// Zero blocks (common: grids start at zero) are checksummed without being read twice.
-		chunkCRC := crc32c.UpdateSparse(0, c)
-		crc = crc32c.Combine(crc, chunkCRC, int64(len(c)))
-		if err := sw.writeChecksummed(c, chunkCRC); err != nil {
+		chunkCRC, err := sw.writeSummed(c)
+		if err != nil {
 			return err
 		}
+		crc = crc32c.Combine(crc, chunkCRC, int64(len(c)))
 	}
 	return sw.endEntry(crc)
 }
