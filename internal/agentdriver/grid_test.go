@@ -134,29 +134,14 @@ func TestAgentHierarchicalManagerGrowsAMalleableJobOntoAJoinedNode(t *testing.T)
 	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "growing"})
 	secret := []byte("the secret of job j, 32 bytes..")
-	launcher, err := ctlauth.NewJobChannel("j", secret, ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	launcher := jobJChannel(t, secret, ctlauth.RoleLauncher)
 	if _, err := nc.Subscribe(job.JobInfoSubject("j"), func(m *nats.Msg) {
 		data, _ := launcher.Encode(m.Reply, job.JobInfo{Job: "j", Size: 4, Malleable: true}, time.Now())
 		_ = m.Respond(data)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ranks, err := ctlauth.NewJobChannel("j", secret, ctlauth.Sender{Role: ctlauth.RoleRank}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := loadedRanks("j", 4)
-	cfg := fastIOS(iosbridge.PolicySheriff)
-	cfg.Hierarchical = true
-	cfg.FreeSlots = func() map[string]int { return map[string]int{"A": 2, "B": 0} }
-	cfg.Jobs = knowingJob(t, "B", "j", secret)
-	startAgentT(t, url, "B", cfg, 0, table, "A")
-	cfg.Jobs = knowingJob(t, "A", "j", secret)
-	startAgentT(t, url, "A", cfg, 1, nil, "B")
-	publishProfilesUnder(t, nc, ranks, "B", "", table)
+	startManagerOfJobJ(t, url, nc, secret)
 
 	select {
 	case req := <-ctl.got:
@@ -191,10 +176,7 @@ func TestAgentHierarchicalManagerIgnoresAForgedJobInfo(t *testing.T) {
 	nc := testbin.Connect(t, url)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving"})
 	secret := []byte("the secret of job j, 32 bytes..")
-	forger, err := ctlauth.NewJobChannel("j", []byte("not the secret of job j at all.."), ctlauth.Sender{Role: ctlauth.RoleLauncher}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	forger := jobJChannel(t, []byte("not the secret of job j at all.."), ctlauth.RoleLauncher)
 	var asked atomic.Int32
 	if _, err := nc.Subscribe(job.JobInfoSubject("j"), func(m *nats.Msg) {
 		info := job.JobInfo{Job: "j", Size: 4, Malleable: true}
@@ -206,19 +188,7 @@ func TestAgentHierarchicalManagerIgnoresAForgedJobInfo(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ranks, err := ctlauth.NewJobChannel("j", secret, ctlauth.Sender{Role: ctlauth.RoleRank}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := loadedRanks("j", 4)
-	cfg := fastIOS(iosbridge.PolicySheriff)
-	cfg.Hierarchical = true
-	cfg.FreeSlots = func() map[string]int { return map[string]int{"A": 2, "B": 0} }
-	cfg.Jobs = knowingJob(t, "B", "j", secret)
-	b := startAgentT(t, url, "B", cfg, 0, table, "A")
-	cfg.Jobs = knowingJob(t, "A", "j", secret)
-	startAgentT(t, url, "A", cfg, 1, nil, "B")
-	publishProfilesUnder(t, nc, ranks, "B", "", table)
+	b := startManagerOfJobJ(t, url, nc, secret)
 
 	select {
 	case req := <-ctl.got:
@@ -231,6 +201,34 @@ func TestAgentHierarchicalManagerIgnoresAForgedJobInfo(t *testing.T) {
 	if asked.Load() == 0 || !strings.Contains(b.log.String(), "ignoring job j's info (taken as rigid)") {
 		t.Fatalf("%d info requests; B's log:\n%s", asked.Load(), b.log)
 	}
+}
+
+// startManagerOfJobJ starts nodes B (the manager, running job j's four loaded ranks, no free
+// slot) and A (idle, two free slots), both knowing job j's key, and publishes the ranks'
+// profiles under that key. It returns B.
+func startManagerOfJobJ(t *testing.T, url string, nc *nats.Conn, secret []byte) *testAgent {
+	t.Helper()
+	ranks := jobJChannel(t, secret, ctlauth.RoleRank)
+	table := loadedRanks("j", 4)
+	cfg := fastIOS(iosbridge.PolicySheriff)
+	cfg.Hierarchical = true
+	cfg.FreeSlots = func() map[string]int { return map[string]int{"A": 2, "B": 0} }
+	cfg.Jobs = knowingJob(t, "B", "j", secret)
+	b := startAgentT(t, url, "B", cfg, 0, table, "A")
+	cfg.Jobs = knowingJob(t, "A", "j", secret)
+	startAgentT(t, url, "A", cfg, 1, nil, "B")
+	publishProfilesUnder(t, nc, ranks, "B", "", table)
+	return b
+}
+
+// jobJChannel is job j's channel under secret for a sender of role.
+func jobJChannel(t *testing.T, secret []byte, role ctlauth.Role) *ctlauth.JobChannel {
+	t.Helper()
+	ch, err := ctlauth.NewJobChannel("j", secret, ctlauth.Sender{Role: role}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }
 
 // knowingJob is the keyring of node, which learnt job jobID's key from a spawn.
