@@ -217,10 +217,15 @@ type Node struct {
 	backoff       time.Duration
 	nextSteal     time.Time
 	lastHeartbeat time.Time
-	push          *steal // Robin-Hood: the balance request waiting for an offer
-	pushBackoff   time.Duration
-	nextPush      time.Time
-	pingSeq       uint64
+	// quietUntil: no neighbour can have been silent for PeerTimeout before this (the
+	// oldest lastSeen at the last scan + PeerTimeout; lastSeen only grows), so Tick skips
+	// the scan until then: it walked every neighbour twice a second, the largest cost of a
+	// 10,000-node simulation.
+	quietUntil  time.Time
+	push        *steal // Robin-Hood: the balance request waiting for an offer
+	pushBackoff time.Duration
+	nextPush    time.Time
+	pingSeq     uint64
 
 	out   Ready
 	stats Stats
@@ -431,14 +436,21 @@ func (n *Node) Tick(now time.Time) {
 	if n.left {
 		return
 	}
-	var silent []string
-	for _, p := range n.sortedPeers() {
-		if now.Sub(n.peers[p].lastSeen) > n.cfg.PeerTimeout {
-			silent = append(silent, p)
+	if now.After(n.quietUntil) {
+		var silent []string
+		oldest := now
+		for _, p := range n.sortedPeers() {
+			seen := n.peers[p].lastSeen
+			if now.Sub(seen) > n.cfg.PeerTimeout {
+				silent = append(silent, p)
+			} else if seen.Before(oldest) {
+				oldest = seen
+			}
 		}
-	}
-	for _, p := range silent {
-		n.dropPeer(p)
+		for _, p := range silent {
+			n.dropPeer(p)
+		}
+		n.quietUntil = oldest.Add(n.cfg.PeerTimeout)
 	}
 	n.expire(now)
 	if len(n.peers) > 0 && now.Sub(n.lastHeartbeat) >= n.cfg.HeartbeatInterval {

@@ -334,6 +334,27 @@ func TestRASLeaveRemovesPeerAndStopsNode(t *testing.T) {
 	}
 }
 
+// Tick skips its scan for silent neighbours until the oldest could have gone silent; a
+// neighbour is still dropped at the first Tick after PeerTimeout of silence.
+func TestRASHeartbeatExpiryBetweenScans(t *testing.T) {
+	a := idleNode(t, "A", "B", "C") // both seen at t0
+	a.Tick(t0.Add(time.Second))     // scanned: none can go silent before t0+10s
+	connect(t, t0.Add(8*time.Second), a, "C")
+	a.Tick(t0.Add(9 * time.Second))
+	a.Tick(t0.Add(10*time.Second + time.Millisecond))
+	if got := a.Peers(); len(got) != 1 || got[0] != "C" {
+		t.Fatalf("after B's silence: %v", got)
+	}
+	a.Tick(t0.Add(17 * time.Second))
+	if got := a.Peers(); len(got) != 1 {
+		t.Fatalf("C heard 9 s ago: %v", got)
+	}
+	a.Tick(t0.Add(18*time.Second + time.Millisecond))
+	if got := a.Peers(); len(got) != 0 {
+		t.Fatalf("after C's silence: %v", got)
+	}
+}
+
 func TestRASHeartbeatExpiryRemovesPeer(t *testing.T) {
 	a := idleNode(t, "A", "B", "C") // both seen at t0; PeerTimeout 10 s
 	connect(t, t0.Add(8*time.Second), a, "C")
