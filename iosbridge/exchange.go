@@ -22,12 +22,15 @@ import (
 //     fair share, rankShare) instead of the free CPU, allowed only when the target ends no
 //     denser in ranks per CPU than the giver: (k_R+1)/C_R ≤ (k_L−1)/C_L;
 //   - a swap with the offered rank, which leaves both nodes' rank counts alone, allowed when
-//     it cuts the bytes crossing nodes by more than an eighth of the pair's traffic and does
-//     not widen the free-CPU difference beyond max(|d|, m/2) (m the guard's margin).
+//     it cuts the bytes crossing nodes by more than an eighth of the pair's traffic and
+//     leaves the free-CPU difference d within max(|d|, m) (m the guard's margin, balanced);
+//   - a three-way exchange with the offered rank and a relay added by a node that forwarded
+//     the request (decideRotation, below).
 //
 // No ping-pong: a single move strictly lowers Σ k²/C over the nodes (the reverse would need
-// the target denser than the giver before the move), a swap leaves it alone and strictly
-// lowers the traffic crossing nodes (its reverse would have the opposite, negative gain), so
+// the target denser than the giver before the move), a swap or a three-way exchange leaves
+// it alone and strictly lowers the traffic crossing nodes (its reverse would have the
+// opposite, negative gain), so
 // with steady traffic no sequence of exchanges can return to a placement it left. Exchanged
 // ranks are in cooldown like any migrated rank.
 
@@ -164,7 +167,7 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 			continue // only ranks of one job talk to each other
 		}
 		after := diff - 2*(a.cpuUse(in.Local)-ub)
-		if math.Abs(after) > math.Max(math.Abs(diff), margin/2) {
+		if !balanced(diff, after, margin) {
 			continue
 		}
 		red := SwapReduction(a, *b, in.Local, in.Remote)
@@ -177,10 +180,170 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 		d.Reason = fmt.Sprintf("swap %s (here) with %s (at %s): %d bytes per window stop crossing nodes (of %d sent by the pair); free CPUs %s−here %.3f → %.3f",
 			a.ID(), b.ID(), in.Remote.Node, red, totalBytes(a)+totalBytes(*b), in.Remote.Node, diff, after)
 	}
+	if d.Migrate && finite(d.Gain) && d.Gain > st.s.MinGain {
+		return d
+	}
+	if d := st.decideRotation(in, mine); d.Migrate {
+		return d
+	}
+	return no(fmt.Sprintf("no swap with %s cuts more than 1/%d of the pair's traffic within the CPU balance", b.ID(), exchangeDivisor))
+}
+
+// Three-way exchanges. Pairwise swaps stop where a rank's neighbours sit on two other nodes:
+// in a chain split as L: …a…, R: …b…, M: …c… no swap of two ranks cuts the halos, while the
+// rotation a → R, b → M, c → L does. Such a rotation is "the gain for the group" of three
+// theaters, and it keeps the potential: every node gives one rank and gets one, so Σ k²/C
+// is unchanged, and it is carried out only if it strictly cuts the traffic crossing nodes
+// (by more than 1/exchangeDivisor of the three ranks' traffic, as a swap), so the reverse
+// rotation, which would add that traffic back, is refused like a reversed swap.
+//
+// The protocol needs no new round: L's exchange request (offering a) that R declines is
+// forwarded by R with a relay, the rank b that R would give for a (relayFor), and R's
+// profile; R holds b for StealTimeout. The node M that then finds a c for which the
+// rotation pays gives c to L in a steal accept naming R as where a goes (Message.SwapTo),
+// and tells R to send b to M (KindRelayAccept). As for a swap, an answer that comes after
+// the requester's steal or the relay's hold timed out is carried out only in part.
+
+// RotationReduction is the bytes per window that stop crossing nodes when a (hosted on l)
+// moves to r, b (on r) to m and c (on m) to l: the bytes the three ranks send that cross
+// before and not after, minus those that cross after and not before, counting both
+// directions of every changed link as its sender's count (the application's traffic is
+// taken as symmetric, as for SwapReduction). Peers on other nodes than l, r and m cross
+// before and after. For a swap (a rotation of two) it is twice SwapReduction.
+func RotationReduction(a, b, c RankProfile, l, r, m NodeProfile) int64 {
+	return cycleReduction([]RankProfile{a, b, c}, []NodeProfile{l, r, m})
+}
+
+// cycleReduction is RotationReduction for the cycle ranks[i]: nodes[i] → nodes[i+1].
+func cycleReduction(ranks []RankProfile, nodes []NodeProfile) int64 {
+	dest := map[RankID]string{}
+	for i, x := range ranks {
+		dest[x.ID()] = nodes[(i+1)%len(nodes)].Node
+	}
+	hostBefore := func(id RankID) string {
+		for _, p := range nodes {
+			if p.Hosts(id) {
+				return p.Node
+			}
+		}
+		return "" // elsewhere: crosses from any of these nodes, before and after
+	}
+	var red int64
+	for i, x := range ranks {
+		from, to := nodes[i].Node, nodes[(i+1)%len(nodes)].Node
+		for _, pc := range x.Peers {
+			id := RankID{Job: x.Job, Rank: pc.Rank}
+			if pc.Rank == x.Rank {
+				continue
+			}
+			before := hostBefore(id)
+			after, moved := dest[id]
+			w := pc.Bytes
+			if !moved {
+				after = before
+				w *= 2 // the peer's answer, which no moved rank's profile counts
+			}
+			if before == "" || before != from {
+				red += w
+			}
+			if after == "" || after != to {
+				red -= w
+			}
+		}
+	}
+	return red
+}
+
+// balanced says whether an exchange that changes the free-CPU difference between two nodes
+// from before to after (m the guard's margin between them) keeps the ordinary rule quiet: a
+// rank using u moves by that rule only across a difference of at least u + m, so a
+// difference that stays below m, or does not grow, cannot call for a move it did not call
+// for already.
+func balanced(before, after, m float64) bool {
+	return math.Abs(after) <= math.Max(math.Abs(before), m)
+}
+
+// decideRotation completes a three-way exchange: the request's Offer a (at Remote, L) goes
+// to the relay node (R), its Relay b comes here (M), and one of mine, c, goes to L.
+func (st stable) decideRotation(in DecisionInput, mine []RankProfile) Decision {
+	a, b, rn := in.Offer, in.Relay, in.RelayNode
+	d := Decision{Policy: st.inner.Name()}
+	if a == nil || b == nil || rn == nil || rn.Node == in.Local.Node || rn.Node == in.Remote.Node ||
+		!rn.Hosts(b.ID()) || in.Local.Hosts(b.ID()) || in.Remote.Hosts(b.ID()) || b.ID() == a.ID() {
+		return d
+	}
+	if !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.Cooldown {
+		return d
+	}
+	ua, ub := a.cpuUse(in.Remote), b.cpuUse(*rn)
+	nodes := [3]NodeProfile{in.Remote, *rn, in.Local} // L, R, M
+	var best int64
+	for _, c := range mine {
+		// Each node gives one rank and gets one; the free CPUs between every two of them must
+		// stay balanced as for a swap.
+		uc := c.cpuUse(in.Local)
+		change := [3]float64{ua - uc, ub - ua, uc - ub}
+		ok := true
+		for i := 0; i < 3; i++ {
+			x, y := nodes[i], nodes[(i+1)%3]
+			before := y.FreeCPUs() - x.FreeCPUs()
+			ok = ok && balanced(before, before+change[(i+1)%3]-change[i], st.s.margin(x, y))
+		}
+		if !ok {
+			continue
+		}
+		red := RotationReduction(*a, *b, c, in.Remote, *rn, in.Local)
+		traffic := totalBytes(*a) + totalBytes(*b) + totalBytes(c)
+		// red counts both directions: compare it with twice the ranks' (sent) traffic.
+		if red <= best || exchangeDivisor*red <= 2*traffic {
+			continue
+		}
+		best = red
+		d.Migrate, d.Rank, d.Swap, d.Relay, d.RelayNode = true, c.ID(), a.ID(), b.ID(), rn.Node
+		d.Gain = float64(red) / 2
+		d.Reason = fmt.Sprintf("three-way exchange: %s (here) → %s, %s (at %s) → %s, %s (at %s) → here: %d bytes per window stop crossing nodes, both ways (the three send %d)",
+			c.ID(), in.Remote.Node, a.ID(), in.Remote.Node, rn.Node, b.ID(), rn.Node, red, traffic)
+	}
 	if !d.Migrate || !finite(d.Gain) || d.Gain <= st.s.MinGain {
-		return no(fmt.Sprintf("no swap with %s cuts more than 1/%d of the pair's traffic within the CPU balance", b.ID(), exchangeDivisor))
+		return Decision{Policy: st.inner.Name()}
 	}
 	return d
+}
+
+// relayFor is the rank this node would give if it got the offer of exchange request m that
+// it declined and forwards: the start of a three-way exchange (see RotationReduction). It
+// picks, among its ranks out of cooldown whose policy exchanges, of the offer's job and
+// CPU use, the one for which what this node can judge of the rotation is best: the offer's
+// traffic that becomes node-local here, minus the offer's traffic with its own node and the
+// candidate's with this node that start crossing, plus the candidate's traffic with third
+// nodes (what the node completing the rotation may bring home). nil if none could pay.
+func (n *Node) relayFor(now time.Time, m Message, eff NodeProfile) *RankProfile {
+	a := m.Offer
+	if a == nil || m.Relay != nil || m.Origin == n.cfg.ID || !n.proto.Exchange || m.Profile == nil || eff.Hosts(a.ID()) {
+		return nil
+	}
+	if n.relay != nil && now.Sub(n.relay.at) < n.cfg.StealTimeout {
+		return nil // one hold at a time
+	}
+	st, _ := n.policy.(stable)
+	var best *RankProfile
+	var score int64
+	for _, b := range n.candidates() {
+		if b.Job != a.Job || (!b.LastMigration.IsZero() && now.Sub(b.LastMigration) < n.cfg.Stability.Cooldown) ||
+			(st.inner != nil && !st.exchangeCandidate(b)) {
+			continue
+		}
+		home := bytesTo(b, eff, RankID{})
+		third := totalBytes(b) - home - bytesTo(b, *m.Profile, RankID{})
+		s := bytesTo(*a, eff, b.ID()) - bytesTo(*a, *m.Profile, RankID{}) - home + third
+		if s > score {
+			score = s
+			c := b
+			c.Node = n.cfg.ID
+			best = &c
+		}
+	}
+	return best
 }
 
 // exchangeOffer is the rank this node offers in an exchange request: out of cooldown, of a

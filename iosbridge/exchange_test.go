@@ -41,10 +41,12 @@ func placed(name string, cpus, n int, ranks ...int) (NodeProfile, []RankProfile)
 	return node(name, cpus, 0, ids("heat", ranks...)...), rs
 }
 
-// exchangePair is two agents of policy on busy 2-CPU nodes that know each other.
+// exchangePair is agents of policy on busy 2-CPU nodes that all know each other: two (L
+// and R) or more (newExchangeGroup).
 type exchangePair struct {
 	t     *testing.T
 	now   time.Time
+	names []string
 	nodes map[string]*Node
 	hosts map[string][]int
 	n     int
@@ -53,13 +55,26 @@ type exchangePair struct {
 }
 
 func newExchangePair(t *testing.T, policy string, n int, l, r []int) *exchangePair {
-	p := &exchangePair{t: t, now: t0, nodes: map[string]*Node{}, hosts: map[string][]int{"L": l, "R": r}, n: n, moved: map[RankID]time.Time{}}
-	for i, name := range []string{"L", "R"} {
+	return newExchangeGroup(t, policy, n, []string{"L", "R"}, l, r)
+}
+
+// newExchangeGroup is nodes names[i] hosting slices hosts[i] of an n-slice chain.
+func newExchangeGroup(t *testing.T, policy string, n int, names []string, hosts ...[]int) *exchangePair {
+	p := &exchangePair{t: t, now: t0, names: names, nodes: map[string]*Node{}, hosts: map[string][]int{}, n: n, moved: map[RankID]time.Time{}}
+	for i, name := range names {
+		p.hosts[name] = hosts[i]
 		p.nodes[name] = mustNode(t, Config{ID: name, Policy: mustPolicy(t, policy), Rand: newRand(uint64(i + 1))})
 	}
 	p.update()
-	connect(t, t0, p.nodes["L"], "R")
-	connect(t, t0, p.nodes["R"], "L")
+	for _, name := range names {
+		var others []string
+		for _, o := range names {
+			if o != name {
+				others = append(others, o)
+			}
+		}
+		connect(t, t0, p.nodes[name], others...)
+	}
 	return p
 }
 
@@ -80,13 +95,13 @@ func (p *exchangePair) update() {
 // migrations they order (instantly) and returns them.
 func (p *exchangePair) round() []Migration {
 	p.t.Helper()
-	for _, name := range []string{"L", "R"} {
+	for _, name := range p.names {
 		p.nodes[name].Tick(p.now)
 	}
 	var done []Migration
 	for busy := true; busy; {
 		busy = false
-		for _, name := range []string{"L", "R"} {
+		for _, name := range p.names {
 			rd := p.nodes[name].Ready()
 			for _, m := range rd.Messages {
 				busy = true
@@ -96,8 +111,7 @@ func (p *exchangePair) round() []Migration {
 				}
 			}
 			for _, mg := range rd.Migrations {
-				to := mg.To
-				from := map[string]string{"L": "R", "R": "L"}[to]
+				to, from := mg.To, name
 				p.hosts[from] = remove(p.hosts[from], mg.Rank.Rank)
 				p.hosts[to] = append(p.hosts[to], mg.Rank.Rank)
 				p.moved[mg.Rank] = p.now
@@ -187,6 +201,69 @@ func TestATSRASRegroupsActorsOfACrowdedBusyTheaterWithTheirNeighbours(t *testing
 	}
 }
 
+// randomGraph is an application of n ranks (job "g") with each pair linked with
+// probability 0.3: the links of the randomized exchange tests.
+type randomGraph map[int][]int
+
+func newRandomGraph(rng Rand, n int) randomGraph {
+	adj := randomGraph{}
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			if rng.Float64() < 0.3 {
+				adj[i], adj[j] = append(adj[i], j), append(adj[j], i)
+			}
+		}
+	}
+	return adj
+}
+
+// side is the profile of node name (cpus CPUs) hosting ranks of g, each using its fair
+// share, and the ranks' profiles.
+func (g randomGraph) side(name string, cpus int, ranks []int) (NodeProfile, []RankProfile) {
+	share := math.Min(1, float64(cpus)/float64(len(ranks)))
+	prof := node(name, cpus, math.Max(0, 1-share*float64(len(ranks))/float64(cpus)), ids("g", ranks...)...)
+	var rs []RankProfile
+	for _, i := range ranks {
+		rp := rankProfile("g", i, share)
+		rp.Node = name
+		for _, j := range g[i] {
+			rp.Peers = append(rp.Peers, PeerComm{Rank: j, Messages: exMsgs, Bytes: exMsgs * exHalo})
+		}
+		rp.MessagesProcessed = exMsgs * int64(len(g[i]))
+		rp.ComputePerMessage = 10 * time.Millisecond
+		rs = append(rs, rp)
+	}
+	return prof, rs
+}
+
+// cut counts the links between ranks on different nodes (hosts: the ranks of each node).
+func (g randomGraph) cut(hosts ...[]int) int {
+	on := map[int]int{}
+	for k, h := range hosts {
+		for _, i := range h {
+			on[i] = k
+		}
+	}
+	c := 0
+	for i, js := range g {
+		for _, j := range js {
+			if i < j && on[i] != on[j] {
+				c++
+			}
+		}
+	}
+	return c
+}
+
+// density is Σ k²/C of nodes with the given CPUs hosting the given ranks.
+func density(cpus []int, hosts ...[]int) float64 {
+	var d float64
+	for k, h := range hosts {
+		d += float64(len(h)*len(h)) / float64(cpus[k])
+	}
+	return d
+}
+
 // The property behind the two tests above, on random placements of random graphs: every
 // exchange the guard allows lowers (Σ k²/C, bytes crossing nodes) lexicographically, so the
 // reverse exchange is always refused and no sequence of them comes back.
@@ -197,14 +274,7 @@ func TestExchangesNeverAllowTheReverseExchange(t *testing.T) {
 		moves, swaps := 0, 0
 		for it := 0; it < 1500; it++ {
 			n := 4 + rng.IntN(12)
-			adj := map[int][]int{}
-			for i := 0; i < n; i++ {
-				for j := i + 1; j < n; j++ {
-					if rng.Float64() < 0.3 {
-						adj[i], adj[j] = append(adj[i], j), append(adj[j], i)
-					}
-				}
-			}
+			g := newRandomGraph(rng, n)
 			cl, cr := 1+rng.IntN(4), 1+rng.IntN(4)
 			var l, r []int
 			for i := 0; i < n; i++ {
@@ -217,24 +287,8 @@ func TestExchangesNeverAllowTheReverseExchange(t *testing.T) {
 			if len(l) == 0 || len(r) == 0 {
 				continue
 			}
-			side := func(name string, cpus int, ranks []int) (NodeProfile, []RankProfile) {
-				share := math.Min(1, float64(cpus)/float64(len(ranks)))
-				prof := node(name, cpus, math.Max(0, 1-share*float64(len(ranks))/float64(cpus)), ids("g", ranks...)...)
-				var rs []RankProfile
-				for _, i := range ranks {
-					rp := rankProfile("g", i, share)
-					rp.Node = name
-					for _, j := range adj[i] {
-						rp.Peers = append(rp.Peers, PeerComm{Rank: j, Messages: exMsgs, Bytes: exMsgs * exHalo})
-					}
-					rp.MessagesProcessed = exMsgs * int64(len(adj[i]))
-					rp.ComputePerMessage = 10 * time.Millisecond
-					rs = append(rs, rp)
-				}
-				return prof, rs
-			}
-			lp, lr := side("L", cl, l)
-			rp, rr := side("R", cr, r)
+			lp, lr := g.side("L", cl, l)
+			rp, rr := g.side("R", cr, r)
 			var offer *RankProfile
 			if k := rng.IntN(len(rr) + 1); k < len(rr) {
 				offer = &rr[k]
@@ -244,24 +298,6 @@ func TestExchangesNeverAllowTheReverseExchange(t *testing.T) {
 			if !d.Migrate {
 				continue
 			}
-			cut := func(l []int) int {
-				on := map[int]bool{}
-				for _, i := range l {
-					on[i] = true
-				}
-				c := 0
-				for i, js := range adj {
-					for _, j := range js {
-						if i < j && on[i] != on[j] {
-							c++
-						}
-					}
-				}
-				return c
-			}
-			density := func(l, r []int) float64 {
-				return float64(len(l)*len(l))/float64(cl) + float64(len(r)*len(r))/float64(cr)
-			}
 			l2, r2 := remove(l, d.Rank.Rank), append(append([]int(nil), r...), d.Rank.Rank)
 			if d.Swap != (RankID{}) {
 				swaps++
@@ -269,13 +305,14 @@ func TestExchangesNeverAllowTheReverseExchange(t *testing.T) {
 			} else {
 				moves++
 			}
-			before, after := density(l, r), density(l2, r2)
-			if after > before+1e-9 || (after > before-1e-9 && cut(l2) >= cut(l)) {
-				t.Fatalf("%s: exchange %+v does not lower (Σk²/C, cut): %.3f,%d → %.3f,%d", pol, d, before, cut(l), after, cut(l2))
+			cpus := []int{cl, cr}
+			before, after := density(cpus, l, r), density(cpus, l2, r2)
+			if after > before+1e-9 || (after > before-1e-9 && g.cut(l2, r2) >= g.cut(l, r)) {
+				t.Fatalf("%s: exchange %+v does not lower (Σk²/C, cut): %.3f,%d → %.3f,%d", pol, d, before, g.cut(l, r), after, g.cut(l2, r2))
 			}
 			// The reverse: R gives the rank back (offering the swapped one, if any).
-			lp2, lr2 := side("L", cl, l2)
-			rp2, rr2 := side("R", cr, r2)
+			lp2, lr2 := g.side("L", cl, l2)
+			rp2, rr2 := g.side("R", cr, r2)
 			var back *RankProfile
 			for i := range lr2 {
 				if d.Swap != (RankID{}) && lr2[i].ID() == d.Swap {
@@ -290,6 +327,73 @@ func TestExchangesNeverAllowTheReverseExchange(t *testing.T) {
 		if moves == 0 || swaps == 0 {
 			t.Fatalf("%s: %d single moves, %d swaps: the property was not exercised", pol, moves, swaps)
 		}
+	}
+}
+
+// The same for three-way exchanges: on random graphs over three nodes, with a random offer
+// from L and a random relay from R, every rotation M's guard allows leaves every node's
+// rank count alone and strictly cuts the links crossing nodes, and the reverse rotation
+// (the offer from L's new rank back to M, M's relay back to R, R's back to L) is refused.
+func TestThreeWayExchangesNeverAllowTheReverseRotation(t *testing.T) {
+	rng := newRand(18)
+	for _, pol := range []string{PolicyATSRAS, PolicyFLCRAS, PolicyARS} {
+		st := Stabilize(mustPolicy(t, pol), DefaultStability())
+		rotations := 0
+		for it := 0; it < 6000; it++ {
+			n := 6 + rng.IntN(12)
+			g := newRandomGraph(rng, n)
+			cpus := []int{1 + rng.IntN(4), 1 + rng.IntN(4), 1 + rng.IntN(4)}
+			hosts := make([][]int, 3) // L, R, M
+			for i := 0; i < n; i++ {
+				k := rng.IntN(3)
+				hosts[k] = append(hosts[k], i)
+			}
+			if len(hosts[0]) == 0 || len(hosts[1]) == 0 || len(hosts[2]) == 0 {
+				continue
+			}
+			lp, lr := g.side("L", cpus[0], hosts[0])
+			rp, rr := g.side("R", cpus[1], hosts[1])
+			mp, mr := g.side("M", cpus[2], hosts[2])
+			a, b := lr[rng.IntN(len(lr))], rr[rng.IntN(len(rr))]
+			d := st.Decide(DecisionInput{Local: mp, Remote: lp, Ranks: mr, Now: t0, Exchange: true, Offer: &a, Relay: &b, RelayNode: &rp})
+			if !d.Migrate || d.Relay == (RankID{}) {
+				continue
+			}
+			rotations++
+			if d.Swap != a.ID() || d.Relay != b.ID() || d.RelayNode != "R" {
+				t.Fatalf("%s: rotation %+v does not name offer %s and relay %s of R", pol, d, a.ID(), b.ID())
+			}
+			c := d.Rank.Rank
+			l2 := append(remove(hosts[0], a.Rank), c)
+			r2 := append(remove(hosts[1], b.Rank), a.Rank)
+			m2 := append(remove(hosts[2], c), b.Rank)
+			if density(cpus, l2, r2, m2) != density(cpus, hosts...) || g.cut(l2, r2, m2) >= g.cut(hosts...) {
+				t.Fatalf("%s: rotation %+v does not keep Σk²/C and cut the links: %d → %d", pol, d, g.cut(hosts...), g.cut(l2, r2, m2))
+			}
+			// The reverse: L offers c (to go to M), M relays b (to go to R), R gives a (to L).
+			lp2, lr2 := g.side("L", cpus[0], l2)
+			rp2, rr2 := g.side("R", cpus[1], r2)
+			mp2, mr2 := g.side("M", cpus[2], m2)
+			var c2, b2 RankProfile
+			for _, x := range lr2 {
+				if x.Rank == c {
+					c2 = x
+				}
+			}
+			for _, x := range mr2 {
+				if x.Rank == b.Rank {
+					b2 = x
+				}
+			}
+			rev := DecisionInput{Local: rp2, Remote: lp2, Ranks: rr2, Now: t0, Exchange: true, Offer: &c2, Relay: &b2, RelayNode: &mp2}
+			if d2 := st.Decide(rev); d2.Migrate && d2.Rank.Rank == a.Rank && d2.Relay == b2.ID() {
+				t.Fatalf("%s: reverse of %+v allowed: %+v", pol, d, d2)
+			}
+		}
+		if rotations < 40 {
+			t.Fatalf("%s: %d rotations: the property was hardly exercised", pol, rotations)
+		}
+		t.Logf("%s: %d rotations", pol, rotations)
 	}
 }
 
@@ -368,5 +472,173 @@ func TestExchangeOfferIsHeldAndOnlyItsAcceptMovesIt(t *testing.T) {
 	r := nd.Ready()
 	if len(r.Migrations) != 1 || r.Migrations[0].Rank != req.Offer.ID() || r.Migrations[0].To != "R" || nd.Stats().RanksSwapped != 1 {
 		t.Fatalf("swap not carried out: %+v", r.Migrations)
+	}
+}
+
+// cutEdges counts the edges of a chain of n slices whose ends are on different nodes.
+func cutEdges(p *exchangePair) int {
+	at := map[int]string{}
+	for name, rs := range p.hosts {
+		for _, r := range rs {
+			at[r] = name
+		}
+	}
+	c := 0
+	for i := 0; i+1 < p.n; i++ {
+		if at[i] != at[i+1] {
+			c++
+		}
+	}
+	return c
+}
+
+// The formula of RotationReduction on the chain of the test below: slice 0 (C) goes to B,
+// slice 4 (B) to A, slice 8 (A) to C. Links 0–1, 4–5 and 8–9 stop crossing, 3–4 and 7–8
+// start: one link less, counted both ways. A rotation of two is a swap, counted both ways.
+func TestRotationReductionCountsTheLinksThatStopCrossingBothWays(t *testing.T) {
+	a, ra := placed("A", 2, 12, 5, 6, 7, 8)
+	b, rb := placed("B", 2, 12, 1, 2, 3, 4)
+	c, rc := placed("C", 2, 12, 0, 9, 10, 11)
+	w := int64(exMsgs * exHalo)
+	if got := RotationReduction(rc[0], rb[3], ra[3], c, b, a); got != 2*w {
+		t.Fatalf("rotation 0→B, 4→A, 8→C: %d bytes, want %d (one link, both ways)", got, 2*w)
+	}
+	// The reverse rotation adds that link back.
+	c2, rc2 := placed("C", 2, 12, 8, 9, 10, 11)
+	b2, rb2 := placed("B", 2, 12, 0, 1, 2, 3)
+	a2, ra2 := placed("A", 2, 12, 4, 5, 6, 7)
+	if got := RotationReduction(rc2[0], ra2[0], rb2[0], c2, a2, b2); got != -2*w {
+		t.Fatalf("reverse rotation: %d bytes, want %d", got, -2*w)
+	}
+	for _, x := range ra {
+		for _, y := range rb {
+			if got, want := cycleReduction([]RankProfile{x, y}, []NodeProfile{a, b}), 2*SwapReduction(x, y, a, b); got != want {
+				t.Fatalf("swap %s↔%s: cycle of two %d, 2×SwapReduction %d", x.ID(), y.ID(), got, want)
+			}
+		}
+	}
+}
+
+// Thesis §2.2.1.2 (ATS-RAS co-locates tightly coupled actors) where pairwise exchanges
+// cannot: a 12-slice chain on three busy theaters, C: 0, 9–11; B: 1–4; A: 5–8. No swap of
+// two slices cuts the halos crossing theaters (checked), so the exchanges of two stopped
+// here; slice 0 must go to B, 4 to A and 8 to C at once. B, forwarding C's exchange request
+// (offering slice 0), relays slice 4; A completes the rotation. Each theater then holds a
+// contiguous block, and for an hour nothing moves again.
+func TestThreeWayExchangeBringsHomeWhatNoSwapCan(t *testing.T) {
+	for _, pol := range []string{PolicyATSRAS, PolicyFLCRAS, PolicyARS} {
+		t.Run(pol, func(t *testing.T) {
+			p := newExchangeGroup(t, pol, 12, []string{"A", "B", "C"}, []int{5, 6, 7, 8}, []int{1, 2, 3, 4}, []int{0, 9, 10, 11})
+			for i, x := range p.names {
+				for _, y := range p.names[i+1:] {
+					lp, lr := placed(x, 2, 12, p.hosts[x]...)
+					rp, rr := placed(y, 2, 12, p.hosts[y]...)
+					for _, a := range lr {
+						for _, b := range rr {
+							if SwapReduction(a, b, lp, rp) > 0 {
+								t.Fatalf("swap %s↔%s cuts the halos: not the case this test is about", a.ID(), b.ID())
+							}
+						}
+					}
+				}
+			}
+			if cutEdges(p) != 3 {
+				t.Fatalf("start: %d links cross", cutEdges(p))
+			}
+			for i := 0; i < 600; i++ { // ten minutes
+				p.round()
+				p.now = p.now.Add(time.Second)
+			}
+			if cutEdges(p) != 2 {
+				t.Fatalf("ended with %d links crossing (A %v B %v C %v) after %+v", cutEdges(p), p.hosts["A"], p.hosts["B"], p.hosts["C"], p.log)
+			}
+			var relayed, rotations uint64
+			for _, nd := range p.nodes {
+				relayed += nd.Stats().RanksRelayed
+				rotations += nd.Stats().RotationsDecided
+			}
+			if relayed != 1 || rotations != 1 || len(p.log) != 3 {
+				t.Fatalf("%d relayed, %d rotations, migrations %+v: want one rotation of three", relayed, rotations, p.log)
+			}
+			for i := 0; i < 3600; i += 10 {
+				p.now = p.now.Add(10 * time.Second)
+				if again := p.round(); len(again) != 0 {
+					t.Fatalf("moved again at +%v: %+v", p.now.Sub(t0), again)
+				}
+			}
+		})
+	}
+}
+
+// A relay holds its rank for the request it forwarded: no one else gets it meanwhile, a
+// relay accept of another request, rank, offer or origin moves nothing, nor one that comes
+// after StealTimeout; the one that matches sends the rank to the node that completed the
+// rotation and books the offer.
+func TestRelayIsHeldAndOnlyItsRelayAcceptMovesIt(t *testing.T) {
+	relayNode := func() (*Node, Message) {
+		nd := mustNode(t, Config{ID: "B", Policy: mustPolicy(t, PolicyATSRAS), Rand: fixedRand{0}})
+		prof, rs := placed("B", 2, 12, 1, 2, 3, 4)
+		if err := nd.Update(t0, prof, rs); err != nil {
+			t.Fatal(err)
+		}
+		connect(t, t0, nd, "A", "C")
+		cp, cr := placed("C", 2, 12, 0, 9, 10, 11)
+		offer := cr[0]
+		offer.Node = "C"
+		req := Message{Kind: KindStealRequest, From: "C", To: "B", Origin: "C", ID: 7, TTL: 3, Profile: &cp, Exchange: true, Offer: &offer}
+		if err := nd.Step(t0, req); err != nil {
+			t.Fatal(err)
+		}
+		var fwd *Message
+		for _, m := range nd.Ready().Messages {
+			if m.Kind == KindStealRequest {
+				fwd = &m
+			}
+		}
+		if fwd == nil || fwd.To != "A" || fwd.Relay == nil || fwd.Relay.ID() != (RankID{"heat", 4}) || fwd.RelayProfile.Node != "B" || nd.Stats().RelaysOffered != 1 {
+			t.Fatalf("forwarded request: %+v", fwd)
+		}
+		if err := fwd.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range nd.candidates() {
+			if c.ID() == fwd.Relay.ID() {
+				t.Fatal("the relayed rank can still be given to others")
+			}
+		}
+		return nd, *fwd
+	}
+	nd, _ := relayNode()
+	good := Message{Kind: KindRelayAccept, From: "A", To: "B", Origin: "C", ID: 7, Rank: RankID{"heat", 4}, Swap: RankID{"heat", 0}, CPUUse: 0.5}
+	for _, m := range []Message{
+		{Kind: KindRelayAccept, From: "A", To: "B", Origin: "C", ID: 8, Rank: good.Rank, Swap: good.Swap},         // another request
+		{Kind: KindRelayAccept, From: "A", To: "B", Origin: "C", ID: 7, Rank: RankID{"heat", 3}, Swap: good.Swap}, // not the relay
+		{Kind: KindRelayAccept, From: "A", To: "B", Origin: "C", ID: 7, Rank: good.Rank, Swap: RankID{"heat", 9}}, // not the offer
+		{Kind: KindRelayAccept, From: "A", To: "B", Origin: "D", ID: 7, Rank: good.Rank, Swap: good.Swap},         // another origin
+	} {
+		if err := nd.Step(t0, m); err != nil {
+			t.Fatal(err)
+		}
+		if r := nd.Ready(); len(r.Migrations) != 0 {
+			t.Fatalf("%+v moved %+v", m, r.Migrations)
+		}
+	}
+	if err := nd.Step(t0.Add(time.Second), good); err != nil {
+		t.Fatal(err)
+	}
+	r := nd.Ready()
+	if len(r.Migrations) != 1 || r.Migrations[0].Rank != good.Rank || r.Migrations[0].To != "A" || nd.Stats().RanksRelayed != 1 {
+		t.Fatalf("relay not carried out: %+v", r.Migrations)
+	}
+	if eff := nd.Local(); !eff.Hosts(good.Swap) || eff.Hosts(good.Rank) {
+		t.Fatalf("after the relay the node lists %v: want slice 0 booked in, slice 4 out", eff.Ranks)
+	}
+	// The hold lasts StealTimeout (5 s by default): a relay accept after it moves nothing.
+	nd, _ = relayNode()
+	if err := nd.Step(t0.Add(5*time.Second), good); err != nil {
+		t.Fatal(err)
+	}
+	if r := nd.Ready(); len(r.Migrations) != 0 || nd.Stats().RanksRelayed != 0 {
+		t.Fatalf("a relay accept after the hold moved %+v", r.Migrations)
 	}
 }

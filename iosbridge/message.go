@@ -34,6 +34,11 @@ const (
 	// rank offers room (its profile attached). The pusher takes the first offer it likes
 	// and sends that node a StealAccept with ID 0 (an unsolicited rank).
 	KindBalanceOffer Kind = "balance_offer"
+	// KindRelayAccept completes a three-way exchange (exchange.go): the node that accepted
+	// Origin's exchange request tells the relay (the node that forwarded it with Relay) to
+	// send Rank to it; Swap, Origin's offered rank, comes to the relay from Origin. ID is
+	// Origin's request.
+	KindRelayAccept Kind = "relay_accept"
 )
 
 // MaxTTL bounds the TTL accepted from the network so a forged packet cannot circulate long.
@@ -75,8 +80,15 @@ type Message struct {
 	Exchange bool         `msgpack:"exchange,omitempty"`
 	Offer    *RankProfile `msgpack:"offer,omitempty"`
 	// Swap, in a steal accept, is the offered rank the giver takes in exchange: Origin
-	// migrates it to From.
-	Swap RankID `msgpack:"swap,omitempty"`
+	// migrates it to From, or to SwapTo if set (a three-way exchange: the relay gets it).
+	// In a relay accept it is the rank the relay gets from Origin.
+	Swap   RankID `msgpack:"swap,omitempty"`
+	SwapTo string `msgpack:"swap_to,omitempty"`
+	// Relay, in a forwarded exchange request, is the rank the forwarding node (RelayProfile,
+	// its profile) would give away if it got Offer: a node further on may complete the
+	// three-way exchange Offer → relay, Relay → itself, one of its ranks → Origin.
+	Relay        *RankProfile `msgpack:"relay,omitempty"`
+	RelayProfile *NodeProfile `msgpack:"relay_profile,omitempty"`
 }
 
 // MaxOfferPeers bounds the peer list of an offered rank accepted from the network.
@@ -115,8 +127,14 @@ func (m Message) Validate() error {
 			return fmt.Errorf("iosbridge: exchange request from %s: offer of %d peers (at most %d) or of node %q, not origin %q", m.From, len(m.Offer.Peers), MaxOfferPeers, m.Offer.Node, m.Origin)
 		}
 	}
-	if m.Swap != (RankID{}) && (m.Kind != KindStealAccept || m.Swap.Job == "" || m.Swap.Rank < 0 || m.Swap == m.Rank) {
-		return fmt.Errorf("iosbridge: %s message from %s: bad swap %q (only a steal accept swaps, another rank than %q)", m.Kind, m.From, m.Swap, m.Rank)
+	if m.Swap != (RankID{}) && (m.Kind != KindStealAccept && m.Kind != KindRelayAccept || m.Swap.Job == "" || m.Swap.Rank < 0 || m.Swap == m.Rank) {
+		return fmt.Errorf("iosbridge: %s message from %s: bad swap %q (only a steal or relay accept swaps, another rank than %q)", m.Kind, m.From, m.Swap, m.Rank)
+	}
+	if m.SwapTo != "" && (m.Kind != KindStealAccept || m.Swap == (RankID{}) || m.SwapTo == m.To) {
+		return fmt.Errorf("iosbridge: %s message from %s: swap to %q needs a steal accept with a swap, to another node than %q", m.Kind, m.From, m.SwapTo, m.To)
+	}
+	if err := m.validateRelay(); err != nil {
+		return err
 	}
 	switch m.Kind {
 	case KindJoin, KindHeartbeat, KindLeave:
@@ -145,12 +163,46 @@ func (m Message) Validate() error {
 		if m.ID == 0 {
 			return fmt.Errorf("iosbridge: pong from %s: needs the ping's ID", m.From)
 		}
+	case KindRelayAccept:
+		if m.Origin == "" || m.Origin == m.To || m.Origin == m.From || m.ID == 0 || m.Rank.Job == "" || m.Rank.Rank < 0 || m.Swap == (RankID{}) {
+			return fmt.Errorf("iosbridge: relay accept from %s: needs a third node as origin (%q), its request ID, a rank (%q) and a swap (%q)", m.From, m.Origin, m.Rank, m.Swap)
+		}
 	case KindBalanceRequest, KindBalanceOffer:
 		if m.ID == 0 || m.Profile == nil || m.Profile.Node != m.From {
 			return fmt.Errorf("iosbridge: %s from %s: needs an ID and the sender's profile", m.Kind, m.From)
 		}
 	default:
 		return fmt.Errorf("iosbridge: unknown message kind %q from %s", m.Kind, m.From)
+	}
+	return nil
+}
+
+// validateRelay checks the relay of a forwarded exchange request: with an offer, of a third
+// node whose profile comes along and lists it, another rank than the offer.
+func (m Message) validateRelay() error {
+	if m.Relay == nil && m.RelayProfile == nil {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("iosbridge: %s message from %s: relay: %s", m.Kind, m.From, why)
+	}
+	switch {
+	case m.Relay == nil || m.RelayProfile == nil:
+		return bad("needs both the rank and its node's profile")
+	case m.Offer == nil:
+		return bad("only an exchange request with an offer carries one")
+	case len(m.Relay.Peers) > MaxOfferPeers:
+		return bad(fmt.Sprintf("%d peers (at most %d)", len(m.Relay.Peers), MaxOfferPeers))
+	case m.Relay.Node != m.RelayProfile.Node || m.RelayProfile.Node == m.Origin || !m.RelayProfile.Hosts(m.Relay.ID()):
+		return bad(fmt.Sprintf("rank %s of node %q is not hosted by profile %q, a node other than origin %q", m.Relay.ID(), m.Relay.Node, m.RelayProfile.Node, m.Origin))
+	case m.Relay.ID() == m.Offer.ID():
+		return bad("the offered rank itself")
+	}
+	if err := m.Relay.Validate(); err != nil {
+		return bad(err.Error())
+	}
+	if err := m.RelayProfile.Validate(); err != nil {
+		return bad(err.Error())
 	}
 	return nil
 }

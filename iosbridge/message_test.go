@@ -19,6 +19,16 @@ func TestMessageValidate(t *testing.T) {
 	offerOfC.Node = "C"
 	badOffer.Peers = []PeerComm{{Rank: 1, Bytes: -1}}
 	hugeOffer.Peers = make([]PeerComm, MaxOfferPeers+1)
+	// A three-way exchange: C forwards A's request with its rank j/5 as the relay.
+	relayProf := node("C", 2, 0, RankID{"j", 5})
+	relay := rankProfile("j", 5, 0.5)
+	relay.Node = "C"
+	relayOfB, relayOfOrigin, relayIsOffer := relay, relay, offer
+	relayOfB.Node = "B"
+	relayOfOrigin.Node = "A"
+	relayIsOffer.Node = "C"
+	originProf := prof
+	originProf.Ranks = []RankID{{"j", 5}}
 	ok := []Message{
 		{Kind: KindJoin, From: "A", To: "B"},
 		{Kind: KindAnnounce, From: "A", To: "B", Peers: []string{"C"}},
@@ -37,6 +47,9 @@ func TestMessageValidate(t *testing.T) {
 		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}}, // a push
 		{Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, TTL: 2, Profile: &prof, Exchange: true, Offer: &offer},
 		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}, Swap: RankID{"j", 2}},
+		{Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, TTL: 2, Profile: &prof, Exchange: true, Offer: &offer, Relay: &relay, RelayProfile: &relayProf},
+		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}, Swap: RankID{"j", 2}, SwapTo: "C"},
+		{Kind: KindRelayAccept, From: "B", To: "C", Origin: "A", ID: 1, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
 	}
 	for _, m := range ok {
 		if err := m.Validate(); err != nil {
@@ -75,6 +88,18 @@ func TestMessageValidate(t *testing.T) {
 		"swap of itself":         {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Swap: RankID{"j", 0}},
 		"swap in a fail":         {Kind: KindStealFail, From: "B", To: "A", Origin: "A", Swap: RankID{"j", 0}},
 		"swap neg rank":          {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Swap: RankID{"j", -1}},
+		"swap to without swap":   {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, SwapTo: "C"},
+		"swap to the origin":     {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Swap: RankID{"j", 2}, SwapTo: "A"},
+		"relay without offer":    {Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Relay: &relay, RelayProfile: &relayProf},
+		"relay without profile":  {Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, Relay: &relay},
+		"relay of another node":  {Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, Relay: &relayOfB, RelayProfile: &relayProf},
+		"relay at the origin":    {Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, Relay: &relayOfOrigin, RelayProfile: &originProf},
+		"relay is the offer":     {Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, Relay: &relayIsOffer, RelayProfile: &relayProf},
+		"relay not hosted":       {Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, Relay: &relay, RelayProfile: &prof},
+		"relay accept no origin": {Kind: KindRelayAccept, From: "B", To: "C", ID: 1, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
+		"relay accept no swap":   {Kind: KindRelayAccept, From: "B", To: "C", Origin: "A", ID: 1, Rank: RankID{"j", 5}},
+		"relay accept no ID":     {Kind: KindRelayAccept, From: "B", To: "C", Origin: "A", Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
+		"relay accept from orig": {Kind: KindRelayAccept, From: "A", To: "C", Origin: "A", ID: 1, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
 	}
 	for name, m := range bad {
 		if err := m.Validate(); err == nil {

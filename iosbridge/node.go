@@ -156,6 +156,9 @@ type Stats struct {
 	// Exchanges (exchange.go): requests sent while busy, and ranks this node sent away as
 	// the offered half of a swap.
 	ExchangesSent, RanksSwapped uint64
+	// Three-way exchanges: forwarded exchange requests this node added a relay to, ranks
+	// it sent away as a relay, and rotations it completed as the third node.
+	RelaysOffered, RanksRelayed, RotationsDecided uint64
 }
 
 // ErrLeft is returned by Step after Leave: the node is no longer part of the network.
@@ -183,6 +186,15 @@ type steal struct {
 	sentAt time.Time
 	locale Locale // NRS: the locale it travels in
 	offer  RankID // the rank offered to swap (exchange requests); zero if none
+}
+
+// relayHold is the rank this node put into a forwarded exchange request as a relay: held for
+// Origin's request ID until the relay accept comes or StealTimeout passes.
+type relayHold struct {
+	origin      string
+	id          uint64
+	rank, offer RankID
+	at          time.Time
 }
 
 // Node is one IOS agent's protocol component (thesis §2.2.1) as a deterministic state
@@ -223,6 +235,7 @@ type Node struct {
 	// 10,000-node simulation.
 	quietUntil  time.Time
 	push        *steal // Robin-Hood: the balance request waiting for an offer
+	relay       *relayHold
 	pushBackoff time.Duration
 	nextPush    time.Time
 	pingSeq     uint64
@@ -556,6 +569,8 @@ func (n *Node) Step(now time.Time, m Message) error {
 		}
 	case KindStealFail:
 		n.stealFailed(now, m.ID)
+	case KindRelayAccept:
+		n.onRelayAccept(now, m)
 	case KindBalanceRequest:
 		n.onBalanceRequest(m)
 	case KindBalanceOffer:
@@ -673,7 +688,7 @@ func (n *Node) inScope(m Message) func(string) bool {
 func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
 		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand,
-			Exchange: m.Exchange, Offer: m.Offer}
+			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile}
 		d := n.policy.Decide(in)
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
 			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
@@ -681,8 +696,18 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 			if d.Swap != (RankID{}) && (m.Offer == nil || m.Offer.ID() != d.Swap) {
 				d.Swap = RankID{} // only the offered rank can come back
 			}
+			relayed := d.Relay != (RankID{}) && d.Swap != (RankID{}) && m.Relay != nil && m.Relay.ID() == d.Relay && m.RelayProfile.Node == d.RelayNode
+			if d.Relay != (RankID{}) && !relayed {
+				return // a rotation that does not match the request: give nothing
+			}
 			n.give(now, m.Origin, m.ID, d, in)
-			if d.Swap != (RankID{}) {
+			switch {
+			case relayed:
+				n.stats.RotationsDecided++
+				n.incoming[d.Relay] = pending{peer: d.RelayNode, at: now, cpu: m.Relay.cpuUse(*m.RelayProfile)}
+				n.send(Message{Kind: KindRelayAccept, To: d.RelayNode, Origin: m.Origin, ID: m.ID, Rank: d.Relay, Swap: d.Swap,
+					CPUUse: m.Offer.cpuUse(*m.Profile), Gain: d.Gain, Reason: d.Reason})
+			case d.Swap != (RankID{}):
 				n.incoming[d.Swap] = pending{peer: m.Origin, at: now, cpu: m.Offer.cpuUse(*m.Profile)}
 			}
 			return
@@ -703,6 +728,14 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 	prof.Ranks = append([]RankID(nil), prof.Ranks...)
 	fwd.Profile = &prof
 	fwd.From, fwd.To, fwd.TTL, fwd.Reason = n.cfg.ID, target, m.TTL-1, ""
+	if m.Origin != n.cfg.ID && m.Exchange {
+		eff := n.effectiveLocal()
+		if b := n.relayFor(now, m, eff); b != nil {
+			fwd.Relay, fwd.RelayProfile = b, &eff
+			n.relay = &relayHold{origin: m.Origin, id: m.ID, rank: b.ID(), offer: m.Offer.ID(), at: now}
+			n.stats.RelaysOffered++
+		}
+	}
 	n.stats.RequestsForwarded++
 	n.send(fwd)
 }
@@ -714,6 +747,10 @@ func (n *Node) swapOut(now time.Time, m Message) {
 	if n.steal == nil || n.steal.id != m.ID || n.steal.offer != m.Swap || !n.local.Hosts(m.Swap) {
 		return
 	}
+	to := m.From
+	if m.SwapTo != "" {
+		to = m.SwapTo // a three-way exchange: the offer goes to the relay
+	}
 	if _, gone := n.outgoing[m.Swap]; gone {
 		return
 	}
@@ -723,10 +760,36 @@ func (n *Node) swapOut(now time.Time, m Message) {
 			cpu = r.cpuUse(n.local)
 		}
 	}
-	n.outgoing[m.Swap] = pending{peer: m.From, at: now, cpu: cpu}
+	n.outgoing[m.Swap] = pending{peer: to, at: now, cpu: cpu}
 	n.stats.RanksSwapped++
-	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Swap, To: m.From, RequestID: m.ID, Gain: m.Gain,
+	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Swap, To: to, RequestID: m.ID, Gain: m.Gain,
 		Policy: n.policy.Name(), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now})
+}
+
+// onRelayAccept is the relay's part of a three-way exchange: it sends its held rank to the
+// node that completed the rotation (m.From) and books the offer coming from Origin. Only
+// the hold of that very request, rank and offer is honoured.
+func (n *Node) onRelayAccept(now time.Time, m Message) {
+	h := n.relay
+	if h == nil || h.origin != m.Origin || h.id != m.ID || h.rank != m.Rank || h.offer != m.Swap ||
+		now.Sub(h.at) >= n.cfg.StealTimeout || !n.local.Hosts(m.Rank) {
+		return
+	}
+	n.relay = nil
+	if _, gone := n.outgoing[m.Rank]; gone {
+		return
+	}
+	cpu := 0.0
+	for _, r := range n.ranks {
+		if r.ID() == m.Rank {
+			cpu = r.cpuUse(n.local)
+		}
+	}
+	n.outgoing[m.Rank] = pending{peer: m.From, at: now, cpu: cpu}
+	n.incoming[m.Swap] = pending{peer: m.Origin, at: now, cpu: m.CPUUse}
+	n.stats.RanksRelayed++
+	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Rank, To: m.From, RequestID: m.ID, Gain: m.Gain,
+		Policy: n.policy.Name(), Reason: fmt.Sprintf("relayed for %s from %s: %s", m.Swap, m.Origin, m.Reason), At: now})
 }
 
 // give books rank d.Rank as leaving for node to, tells to (a steal accept answering its
@@ -740,7 +803,7 @@ func (n *Node) give(now time.Time, to string, id uint64, d Decision, in Decision
 	}
 	n.outgoing[d.Rank] = pending{peer: to, at: now, cpu: cpu}
 	n.stats.RanksGiven++
-	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason, Swap: d.Swap})
+	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason, Swap: d.Swap, SwapTo: d.RelayNode})
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Rank, To: to, RequestID: id, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
 }
 
@@ -962,6 +1025,9 @@ func (n *Node) candidates() []RankProfile {
 		if n.steal != nil && n.steal.offer == id {
 			continue // offered for a swap: promised until the answer comes
 		}
+		if h := n.relay; h != nil && h.rank == id {
+			continue // held as a relay: promised until the relay accept or StealTimeout
+		}
 		if t, ok := n.arrived[id]; ok && t.After(r.LastMigration) {
 			r.LastMigration = t
 		}
@@ -971,6 +1037,9 @@ func (n *Node) candidates() []RankProfile {
 }
 
 func (n *Node) expire(now time.Time) {
+	if n.relay != nil && now.Sub(n.relay.at) >= n.cfg.StealTimeout {
+		n.relay = nil
+	}
 	for id, p := range n.outgoing {
 		if now.Sub(p.at) > n.cfg.PendingTimeout {
 			delete(n.outgoing, id)

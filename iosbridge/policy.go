@@ -53,6 +53,11 @@ type DecisionInput struct {
 	Exchange bool
 	// Offer is the rank the requester offers to swap (exchange requests only); nil if none.
 	Offer *RankProfile
+	// Relay and RelayNode, in a forwarded exchange request, are a rank a third node would
+	// give away if it got Offer, and that node's profile: the guard may complete a three-way
+	// exchange with them (exchange.go). nil if none.
+	Relay     *RankProfile
+	RelayNode *NodeProfile
 }
 
 // Decision is the decision component's answer: which rank (if any) to give the stealer, the
@@ -67,6 +72,10 @@ type Decision struct {
 	// Swap, when set, is the requester's offered rank that comes here in exchange for Rank
 	// (exchange.go).
 	Swap RankID `msgpack:"swap,omitempty"`
+	// Relay, when set, makes the swap three-way: the offered rank Swap goes to node
+	// RelayNode instead of here, and RelayNode's rank Relay comes here (exchange.go).
+	Relay     RankID `msgpack:"relay,omitempty"`
+	RelayNode string `msgpack:"relay_node,omitempty"`
 	// Policy names the deciding policy; Reason explains the numbers, for the event log.
 	Policy string `msgpack:"policy"`
 	Reason string `msgpack:"reason"`

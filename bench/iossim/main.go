@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mpios/mpios/iosbridge"
 	"github.com/mpios/mpios/iosbridge/iossim"
 )
 
@@ -171,6 +172,8 @@ type outcome struct {
 	// of the topology's edges that ended between two nodes.
 	MostOnANode int
 	RemoteEdges float64
+	// Rotations is how many three-way exchanges were completed (relay accepts sent).
+	Rotations uint64
 }
 
 func summarize(policy, start string, res iossim.Result) outcome {
@@ -184,7 +187,8 @@ func summarize(policy, start string, res iossim.Result) outcome {
 		most = max(most, count[node])
 	}
 	return outcome{Policy: policy, Start: start, Throughput: res.Throughput(200 * time.Second),
-		Migrations: res.Migrations, Last: res.LastMigration, Stable: stable, MostOnANode: most, RemoteEdges: res.RemoteEdges}
+		Migrations: res.Migrations, Last: res.LastMigration, Stable: stable, MostOnANode: most, RemoteEdges: res.RemoteEdges,
+		Rotations: res.ByKind[iosbridge.KindRelayAccept]}
 }
 
 // csvEvery thins the CSV to a sample every 5 virtual seconds (and the last one): every

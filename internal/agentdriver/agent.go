@@ -685,7 +685,11 @@ func (a *Agent) step(in inboxMsg) {
 		a.drop("a %s message claiming to come from %q, signed by node %s", m.Kind, m.From, in.from)
 		return
 	}
-	for _, name := range append([]string{m.From, m.To, m.Origin}, m.Peers...) {
+	names := append([]string{m.From, m.To, m.Origin, m.SwapTo}, m.Peers...)
+	if m.RelayProfile != nil {
+		names = append(names, m.RelayProfile.Node)
+	}
+	for _, name := range names {
 		if name == "" {
 			continue
 		}
