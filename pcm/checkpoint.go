@@ -182,6 +182,9 @@ type pieceResult struct {
 	// Store identifies the rank's checkpoint store; the lowest rank of each store commits
 	// and prunes for it. Decided per checkpoint, since migrations move ranks between stores.
 	Store [2]uint64 `json:"store"`
+	// Rechoose says that the rank had a buddy and its copy failed: every rank forgets its
+	// buddy choice, so the next checkpoint chooses again, as it did before choices were kept.
+	Rechoose bool `json:"rechoose,omitempty"`
 
 	err error // this rank's own error, whose text is Err
 }

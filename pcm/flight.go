@@ -71,6 +71,7 @@ func (p *Process) startCheckpoint(iter int) {
 				_, err := p.reg.WriteTo(w)
 				return err
 			}})
+			res.Rechoose = buddy != "" && len(info.Copies) == 0
 		}
 		f.piece <- res.with(info, err)
 		return
@@ -103,6 +104,7 @@ func (p *Process) startCheckpoint(iter int) {
 					return err
 				},
 			})
+			res.Rechoose = buddy != "" && len(info.Copies) == 0
 		}
 		f.piece <- res.with(info, err)
 	})
@@ -196,24 +198,31 @@ func (p *Process) exchangePieces() error {
 	enc, err := json.Marshal(f.res)
 	if err != nil {
 		p.flight = nil
+		p.forgetBuddy()
 		return fmt.Errorf("pcm: checkpoint %d: encode result: %w", seq, err)
 	}
 	encs, err := allgatherBytes(p.world, enc)
 	if err != nil {
 		p.flight = nil
+		p.forgetBuddy()
 		return fmt.Errorf("pcm: checkpoint %d: exchange results: %w", seq, err)
 	}
 	results := make([]pieceResult, n)
 	for r, b := range encs {
 		if err := json.Unmarshal(b, &results[r]); err != nil {
 			p.flight = nil
+			p.forgetBuddy()
 			return fmt.Errorf("pcm: checkpoint %d: result of rank %d: %w", seq, r, err)
 		}
 		if results[r].Err != "" {
 			cerr.Failures = append(cerr.Failures, RankFailure{Rank: r, Reason: results[r].Err})
 		}
+		if results[r].Rechoose {
+			p.forgetBuddy() // every rank sees the same results: all forget
+		}
 	}
 	if len(cerr.Failures) > 0 {
+		p.forgetBuddy()
 		p.flight = nil
 		return cerr // every rank saw the same results: all abandon it
 	}

@@ -44,6 +44,8 @@ type migrationMeta struct {
 // migrate runs the migrations of an agreement point. It is collective.
 func (p *Process) migrate(iter int, moves []rankreconf.Move) (Action, error) {
 	me := p.world.Rank()
+	// The moved ranks' nodes change, and their successors know no buddy: all choose again.
+	p.forgetBuddy()
 	if p.launched == nil || p.launched.Member == nil {
 		// The same on every rank (it depends on the kind of world only).
 		fmt.Fprintf(p.opts.Log, "pcm: rank %d: ignoring migration request: %v\n", me, rewire.ErrUnsupported)

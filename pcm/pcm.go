@@ -121,7 +121,8 @@ type Process struct {
 	callsAtSync     int64
 	lastSyncEnd     time.Time
 	lastSyncCost    time.Duration
-	warnedOneNode   bool // a one-node job was told its checkpoints have no buddy copy
+	warnedOneNode   bool        // a one-node job was told its checkpoints have no buddy copy
+	buddy           buddyChoice // the buddy node of this rank's checkpoint pieces, once chosen
 }
 
 // Init joins the job's PCM service with the configuration the launcher put in the environment

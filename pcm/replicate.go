@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -33,11 +34,26 @@ func (p *Process) replicates() bool {
 	return p.launched != nil && p.launched.Conn != nil && p.launched.Auth != nil && p.opts.Node != ""
 }
 
-// chooseBuddy agrees on the job's nodes and returns this rank's buddy: the node after its
-// own in the sorted list of the nodes that hold ranks, or "" on a one-node job. Collective,
-// at every checkpoint: migrations and resizes change the nodes, and a rank that just
-// arrived knows nothing of an earlier choice (two small collectives, per checkpoint).
+// buddyChoice is the buddy chosen at an earlier checkpoint, reused while the job's nodes
+// stay the same.
+type buddyChoice struct {
+	world *mpi.Comm // the world it was chosen in; nil: no choice
+	node  string    // the buddy, "" on a one-node job
+}
+
+// chooseBuddy returns this rank's buddy: the node after its own in the sorted list of the
+// nodes that hold ranks, or "" on a one-node job. Choosing is collective (two small
+// collectives), so the choice is kept and reused until forgetBuddy, which every rank calls
+// at the same points: wherever the job's nodes may change (a migration, whatever drives
+// it, and a resize) and after a checkpoint that lacks a copy or failed. A process that is
+// new to the job (a migrated rank's successor, a joiner, a recovered or restarted job) has
+// no choice yet, and every other rank has just forgotten its own, so all choose together
+// again. Every rank thus calls the collectives at the same checkpoints.
 func (p *Process) chooseBuddy() (string, error) {
+	if p.buddy.world == p.world && p.world != nil {
+		return p.buddy.node, nil
+	}
+	p.forgetBuddy()
 	all, err := allgatherBytes(p.world, []byte(p.opts.Node))
 	if err != nil {
 		return "", err
@@ -54,11 +70,17 @@ func (p *Process) chooseBuddy() (string, error) {
 				p.opts.JobID, p.opts.Node)
 		}
 		p.warnedOneNode = true
+		p.buddy = buddyChoice{world: p.world}
 		return "", nil
 	}
 	i, _ := slices.BinarySearch(nodes, p.opts.Node)
-	return nodes[(i+1)%len(nodes)], nil
+	p.buddy = buddyChoice{world: p.world, node: nodes[(i+1)%len(nodes)]}
+	return p.buddy.node, nil
 }
+
+// forgetBuddy drops the buddy choice: the next checkpoint chooses again. Every rank must call
+// it at the same point (see chooseBuddy).
+func (p *Process) forgetBuddy() { p.buddy = buddyChoice{} }
 
 // pieceSource writes a piece's bytes for a copy: dense writes them all; sparse, if not nil,
 // writes them as a sparse stream without the zero blocks (ckptstore.PieceBuffer.WriteSparseTo),

@@ -44,6 +44,8 @@ func (p *Process) resize(iter int, rs rankreconf.Resize) (Action, error) {
 	began := time.Now()
 	var watch *resizeWatch
 	old, me := p.world, p.world.Rank()
+	// The job's nodes change, and the joiners know no buddy: all choose again.
+	p.forgetBuddy()
 	if p.launched == nil || p.ctl == nil {
 		// The same on every rank (it depends on how the job was started).
 		if me == 0 {
