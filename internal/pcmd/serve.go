@@ -193,6 +193,10 @@ func Serve(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("pcmd: --store: %w", err)
 		}
+		// The store's byte count may be off if a process crashed while changing it.
+		if _, err := st.Recount(); err != nil {
+			return fmt.Errorf("pcmd: --store: %w", err)
+		}
 		s.store = st.Dir()
 	}
 	if cfg.CkptStore == StoreMem {

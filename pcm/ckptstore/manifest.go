@@ -128,7 +128,7 @@ func (s *Store) commit(m *Manifest) error {
 	if err := s.ensureDir(dir); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(dir, manifestFile, append(data, '\n')); err != nil {
+	if err := s.writeFileAtomic(dir, manifestFile, append(data, '\n')); err != nil {
 		return err
 	}
 	s.forget(m.Job, func(seq uint64) bool { return seq == m.Seq })
@@ -191,7 +191,7 @@ func (s *Store) forget(job string, drop func(seq uint64) bool) {
 
 // writeFileAtomic writes dir/name through a fsynced temporary file and a rename, then fsyncs
 // dir.
-func writeFileAtomic(dir, name string, data []byte) (err error) {
+func (s *Store) writeFileAtomic(dir, name string, data []byte) (err error) {
 	f, err := os.CreateTemp(dir, tmpPrefix+name+"-*")
 	if err != nil {
 		return err
@@ -211,7 +211,7 @@ func writeFileAtomic(dir, name string, data []byte) (err error) {
 	if err = f.Close(); err != nil {
 		return err
 	}
-	if err = os.Rename(f.Name(), filepath.Join(dir, name)); err != nil {
+	if err = s.renameCounted(f.Name(), filepath.Join(dir, name), int64(len(data))); err != nil {
 		return err
 	}
 	return syncDir(dir)

@@ -85,7 +85,7 @@ func (s *Store) prune(job string, keep int) error {
 			if m.Job == "" {
 				break // unreadable manifest: keep the directory as it is for inspection
 			}
-			errs = append(errs, removeUnreferenced(dir, m))
+			errs = append(errs, s.removeUnreferenced(dir, m))
 		case committed[seq] || seq < newest:
 			errs = append(errs, s.removeCheckpoint(job, seq))
 		default: // newer than the newest commit: possibly in progress
@@ -120,7 +120,9 @@ func (s *Store) removeCheckpoint(job string, seq uint64) error {
 		return err
 	}
 	// Into a fresh directory, so the name is unique (os.Rename refuses to replace one).
-	if err := os.Rename(s.seqDir(job, seq), filepath.Join(trash, seqName(seq))); err != nil {
+	if err := s.removeCounted(s.seqDir(job, seq), func(dir string) error {
+		return os.Rename(dir, filepath.Join(trash, seqName(seq)))
+	}); err != nil {
 		os.Remove(trash)
 		return err
 	}
@@ -132,7 +134,7 @@ func (s *Store) removeCheckpoint(job string, seq uint64) error {
 
 // removeUnreferenced deletes from a kept checkpoint directory every file other than its
 // manifest and the pieces it lists: temporary files and stale pieces of crashed attempts.
-func removeUnreferenced(dir string, m *Manifest) error {
+func (s *Store) removeUnreferenced(dir string, m *Manifest) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -144,7 +146,7 @@ func removeUnreferenced(dir string, m *Manifest) error {
 	var errs []error
 	for _, e := range ents {
 		if !want[e.Name()] && !e.IsDir() {
-			errs = append(errs, os.Remove(filepath.Join(dir, e.Name())))
+			errs = append(errs, s.removeCounted(filepath.Join(dir, e.Name()), os.Remove))
 		}
 	}
 	return errors.Join(errs...)

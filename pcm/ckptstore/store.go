@@ -416,7 +416,7 @@ func (s *Store) putPieceWith(id PieceID, h hash.Hash, write func(f *os.File) (in
 		return info, err2
 	}
 	final := s.piecePath(id)
-	if err = os.Rename(tmp, final); err != nil {
+	if err = s.renameCounted(tmp, final, n); err != nil {
 		return info, err
 	}
 	if err = syncDir(dir); err != nil {
