@@ -91,29 +91,25 @@ func (s *Store) Reserve(need, capacity int64) error {
 // usageLock is the locked count of a store's bytes.
 type usageLock struct {
 	s *Store
-	f *os.File
+	f countFile
 }
 
 // lockUsage opens the store's count and locks it exclusively.
 func (s *Store) lockUsage() (*usageLock, error) {
-	f, err := os.OpenFile(filepath.Join(s.root, usageFile), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openCount(filepath.Join(s.root, usageFile))
 	if err != nil {
 		return nil, fmt.Errorf("ckptstore: usage of %s: %w", s.root, err)
-	}
-	if err := lockFile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("ckptstore: usage of %s: lock: %w", s.root, err)
 	}
 	return &usageLock{s: s, f: f}, nil
 }
 
 // unlock releases the lock (closing the file does).
-func (u *usageLock) unlock() { u.f.Close() }
+func (u *usageLock) unlock() { u.f.close() }
 
 // get returns the count, setting it from a walk if there is none.
 func (u *usageLock) get() (int64, error) {
 	var b [8]byte
-	if _, err := u.f.ReadAt(b[:], 0); err == nil {
+	if _, err := u.f.readAt(b[:], 0); err == nil {
 		if n := int64(binary.LittleEndian.Uint64(b[:])); n >= 0 {
 			return n, nil
 		}
@@ -136,8 +132,7 @@ func (u *usageLock) add(n, delta int64) {
 }
 
 func (u *usageLock) set(n int64) error {
-	_, err := u.f.WriteAt(binary.LittleEndian.AppendUint64(nil, uint64(n)), 0)
-	return err
+	return u.f.writeAt(binary.LittleEndian.AppendUint64(nil, uint64(n)), 0)
 }
 
 // recount sets the count from a walk of the store.

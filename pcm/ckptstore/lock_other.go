@@ -2,8 +2,32 @@
 
 package ckptstore
 
-import "os"
+import (
+	"io"
+	"os"
+)
 
-// lockFile does nothing where there is no flock: processes sharing a store may then skew
-// its byte count, which Reserve recounts before it refuses a piece.
-func lockFile(*os.File) error { return nil }
+// countFile is the store's open usageFile. Without flock it is not locked: processes
+// sharing a store may then skew its byte count, which Reserve recounts before it refuses a
+// piece.
+type countFile struct{ f *os.File }
+
+func openCount(path string) (countFile, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	return countFile{f}, err
+}
+
+func (f countFile) readAt(b []byte, off int64) (int, error) {
+	n, err := f.f.ReadAt(b, off)
+	if err == io.EOF {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (f countFile) writeAt(b []byte, off int64) error {
+	_, err := f.f.WriteAt(b, off)
+	return err
+}
+
+func (f countFile) close() { f.f.Close() }
