@@ -40,21 +40,32 @@ func (c FLCCutoffs) validate(what string) error {
 type FLCRASConfig struct {
 	// Computation cutoffs are in percentage points of CPU (g_p of table 2.2).
 	Computation FLCCutoffs `msgpack:"computation"`
-	// Communication cutoffs are in bytes per profile window (g_c of table 2.2).
-	Communication FLCCutoffs `msgpack:"communication"`
+	// Communication cutoffs are in bytes per profile window (g_c of table 2.2), or, with
+	// RelativeCommunication, in shares of the bytes the rank sent in the window: g_c is then
+	// divided by the rank's traffic, so that −1 means everything it sends starts crossing
+	// nodes and +1 that everything becomes node-local, whatever the application's message
+	// sizes and speed.
+	Communication         FLCCutoffs `msgpack:"communication"`
+	RelativeCommunication bool       `msgpack:"relative_communication,omitempty"`
 	// Threshold is the minimum desirability to migrate; the thesis uses 0.5.
 	Threshold float64 `msgpack:"threshold"`
 }
 
 // DefaultFLCRASConfig uses the cutoffs of figure 2.3 (bad −2.5, good 2.5) for computation,
-// in percentage points, and the same numbers read as MiB for communication (a scale we
-// chose: bytes per window are application-specific, as the thesis warns), threshold 0.5.
+// in percentage points, and relative communication cutoffs of ±2 (twice the rank's own
+// traffic), threshold 0.5. Bytes per window are application-specific, as the thesis warns
+// ("these values are tuned by the application designer"); as shares of the rank's traffic
+// g_c lies in [−1, 1] for every application, and ±2 keeps it from being definitely bad on
+// its own: a rank whose neighbours are all local (g_c = −1, good .25) still leaves for an
+// idle node (rules 3, 4: (.25+1)/2 > .5), and between busy nodes, where g_p is about 0,
+// rule 2 moves it exactly when g_c > 0. Absolute cutoffs in bytes (RelativeCommunication
+// false) remain for designers who tune them.
 func DefaultFLCRASConfig() FLCRASConfig {
-	const mib = 1 << 20
 	return FLCRASConfig{
-		Computation:   FLCCutoffs{TBad: -2.5, TGood: 2.5},
-		Communication: FLCCutoffs{TBad: -2.5 * mib, TGood: 2.5 * mib},
-		Threshold:     0.5,
+		Computation:           FLCCutoffs{TBad: -2.5, TGood: 2.5},
+		Communication:         FLCCutoffs{TBad: -2, TGood: 2},
+		RelativeCommunication: true,
+		Threshold:             0.5,
 	}
 }
 
@@ -141,6 +152,9 @@ func (f FLCRAS) Decide(in DecisionInput) Decision {
 	best := f.cfg.Threshold
 	for _, r := range in.Ranks {
 		gc, gp := FLCRASGains(r, in.Local, in.Remote)
+		if f.cfg.RelativeCommunication {
+			gc = relativeGain(gc, r)
+		}
 		if in.Exchange && in.Remote.EffectiveCPUs > 0 && in.Local.EffectiveCPUs > 0 {
 			// p_f on a busy remote: the share of its CPUs the rank would get there.
 			gp = math.Max(gp, 100*rankShare(in.Remote, 1)/in.Remote.EffectiveCPUs-100*r.cpuUse(in.Local)/in.Local.EffectiveCPUs)
@@ -154,4 +168,12 @@ func (f FLCRAS) Decide(in DecisionInput) Decision {
 		d.Reason = fmt.Sprintf("g_c=%.4g g_p=%.4g: rule %d gives desirability %.3f > %.2f for %s to %s", gc, gp, rule, out, f.cfg.Threshold, r.ID(), in.Remote.Node)
 	}
 	return d
+}
+
+// relativeGain is g_c over the bytes r sent to other ranks in the window (0 if none).
+func relativeGain(gc float64, r RankProfile) float64 {
+	if t := totalBytes(r); t > 0 {
+		return gc / float64(t)
+	}
+	return 0
 }

@@ -216,6 +216,50 @@ func TestFLCRASFourRulesThreshold0_5(t *testing.T) {
 	approx(t, "gain = desirability − 0.5", d.Gain, 0.25)
 }
 
+// Table 2.2's g_c with the default, relative cutoffs: the thesis's designer tunes the
+// cutoffs per application (§2.2.1.3); dividing g_c by the bytes the actor sent makes one
+// tuning fit every message size. An actor whose five neighbours are all local (a hypercube
+// node started on one theater) may leave for an idle theater whatever its messages weigh:
+// g_c = −1, good(−1) = (−1+2)/4 = .25, g_p definitely good → rule 3 → (.25+1)/2 = .625 > .5.
+// With absolute cutoffs of ±2.5 MiB the same actor sending 32 KB × 100 to each neighbour is
+// definitely bad and stays (rule 3 → .5, not above the threshold).
+func TestFLCRASRelativeCommunicationCutoffsFitEveryMessageSize(t *testing.T) {
+	def, err := NewFLCRAS(DefaultFLCRASConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs := DefaultFLCRASConfig()
+	abs.Communication, abs.RelativeCommunication = FLCCutoffs{TBad: -2.5 * (1 << 20), TGood: 2.5 * (1 << 20)}, false
+	absolute, err := NewFLCRAS(abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{1 << 10, 32 << 10, 1 << 30} {
+		r := rankProfile("h", 0, 0.25)
+		for _, p := range []int{1, 2, 4, 8, 16} {
+			r.Peers = append(r.Peers, PeerComm{Rank: p, Messages: 100, Bytes: 100 * size})
+		}
+		local := node("L", 2, 0, ids("h", 0, 1, 2, 4, 8, 16)...)
+		in := DecisionInput{Local: local, Remote: node("R", 2, 1), Ranks: []RankProfile{r}}
+		d := def.Decide(in)
+		if !d.Migrate {
+			t.Fatalf("%d-byte messages: %+v", size, d)
+		}
+		approx(t, "gain = .625 − .5", d.Gain, 0.125)
+		if size >= 32<<10 {
+			if d := absolute.Decide(in); d.Migrate {
+				t.Fatalf("absolute cutoffs, %d-byte messages: %+v", size, d)
+			}
+		}
+		// Between two busy theaters the sign of g_c decides: the actor does not leave its
+		// neighbours for a theater where it has none.
+		in.Remote, in.Exchange = node("R", 2, 0, ids("h", 17, 18, 19, 20, 21, 22, 23, 24)...), true
+		if d := def.Decide(in); d.Migrate {
+			t.Fatalf("%d-byte messages: left its neighbours for a busy theater: %+v", size, d)
+		}
+	}
+}
+
 // --- MPI/IOS paper, "reconfiguration policies" ---
 
 func TestMPIIOSResourceDeltaNormalized(t *testing.T) {
