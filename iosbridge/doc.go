@@ -53,8 +53,8 @@
 // missing: a cooldown per migrated rank, a no-flip hysteresis on free CPUs (a margin relative
 // to node size) so similar nodes never ping-pong, and no migration without positive gain.
 // For "atsras", "flcras" and "ars" it also lets busy nodes exchange ranks by communication
-// (exchange.go: single moves to a node no denser in ranks per CPU, swaps and three-way
-// exchanges that cut the traffic crossing nodes), each lowering a potential so that none is
+// (exchange.go: single moves to a node no denser in ranks per CPU, swaps of one or two ranks
+// and three-way exchanges that cut the traffic crossing nodes), each lowering a potential so that none is
 // ever undone.
 // A load change ends a node's steal back-off, so the network reacts to it within a sampling
 // period and a heartbeat.

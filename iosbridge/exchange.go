@@ -15,28 +15,34 @@ import (
 // node it talks to most as long as the gain is positive. A node whose policy has
 // Protocol.Exchange (atsras, flcras, ars) therefore also sends steal requests while busy if
 // its ranks talk to ranks on other nodes, marked Exchange, and offers its worst-placed rank
-// (the one sending most to other nodes relative to its own). A receiver that would not give
+// (the one sending most to other nodes relative to its own) with that rank's worst-placed
+// neighbour on the node (exchangePartner). A receiver that would not give
 // a rank under the ordinary guard then considers, for ranks whose policy has Exchange:
 //
 //   - a single move, judged by the policy with the CPU a rank gets on a saturated node (its
 //     fair share, rankShare) instead of the free CPU, allowed only when the target ends no
 //     denser in ranks per CPU than the giver: (k_R+1)/C_R ≤ (k_L−1)/C_L;
 //   - a swap with the offered rank, which leaves both nodes' rank counts alone, allowed when
-//     it cuts the bytes crossing nodes by more than an eighth of the pair's traffic and
-//     leaves the free-CPU difference d within max(|d|, m) (m the guard's margin, balanced);
+//     it cuts the bytes crossing nodes by more than 1/exchangeDivisor of the pair's traffic
+//     and leaves the free-CPU difference d within max(|d|, m) (m the guard's margin,
+//     balanced);
 //   - a three-way exchange with the offered rank and a relay added by a node that forwarded
-//     the request (decideRotation, below).
+//     the request (decideRotation, below);
+//   - a pair swap: two of its ranks for the offered rank and its partner (decidePairSwap).
 //
 // No ping-pong: a single move strictly lowers Σ k²/C over the nodes (the reverse would need
-// the target denser than the giver before the move), a swap or a three-way exchange leaves
-// it alone and strictly lowers the traffic crossing nodes (its reverse would have the
-// opposite, negative gain), so
+// the target denser than the giver before the move), a swap, a three-way exchange or a pair
+// swap leaves it alone and strictly lowers the traffic crossing nodes (its reverse would have
+// the opposite, negative gain), so
 // with steady traffic no sequence of exchanges can return to a placement it left. Exchanged
 // ranks are in cooldown like any migrated rank.
 
-// exchangeDivisor: a swap must cut at least 1/exchangeDivisor of the pair's traffic, so that
-// sampling noise in the per-window byte counts cannot make a swap and its reverse both pay.
-const exchangeDivisor = 8
+// exchangeDivisor: a swap must cut more than 1/exchangeDivisor of the pair's traffic, so that
+// sampling noise in the per-window byte counts (up to that share of a rank's traffic) cannot
+// make a swap and its reverse both pay. An eighth kept an actor of the hypercube (five
+// links) from trading a single link, a tenth of its traffic: the exchanges stopped with half
+// the links crossing nodes instead of the least possible 40%.
+const exchangeDivisor = 16
 
 // rankShare is the CPUs a rank gets on node p among len(p.Ranks)+extra ranks sharing its
 // CPUs fairly, at most one core: on a saturated node it is what an arriving rank would get,
@@ -186,6 +192,9 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 	if d := st.decideRotation(in, mine); d.Migrate {
 		return d
 	}
+	if d := st.decidePairSwap(in, mine, diff, margin); d.Migrate {
+		return d
+	}
 	return no(fmt.Sprintf("no swap with %s cuts more than 1/%d of the pair's traffic within the CPU balance", b.ID(), exchangeDivisor))
 }
 
@@ -216,12 +225,27 @@ func RotationReduction(a, b, c RankProfile, l, r, m NodeProfile) int64 {
 
 // cycleReduction is RotationReduction for the cycle ranks[i]: nodes[i] → nodes[i+1].
 func cycleReduction(ranks []RankProfile, nodes []NodeProfile) int64 {
+	to := make([]NodeProfile, len(nodes))
+	for i := range nodes {
+		to[i] = nodes[(i+1)%len(nodes)]
+	}
+	return movesReduction(ranks, nodes, to)
+}
+
+// movesReduction is RotationReduction for any exchange that moves ranks[i] from from[i] to
+// to[i] at once.
+func movesReduction(ranks []RankProfile, from, to []NodeProfile) int64 {
 	dest := map[RankID]string{}
 	for i, x := range ranks {
-		dest[x.ID()] = nodes[(i+1)%len(nodes)].Node
+		dest[x.ID()] = to[i].Node
 	}
 	hostBefore := func(id RankID) string {
-		for _, p := range nodes {
+		for _, p := range from {
+			if p.Hosts(id) {
+				return p.Node
+			}
+		}
+		for _, p := range to {
 			if p.Hosts(id) {
 				return p.Node
 			}
@@ -230,7 +254,6 @@ func cycleReduction(ranks []RankProfile, nodes []NodeProfile) int64 {
 	}
 	var red int64
 	for i, x := range ranks {
-		from, to := nodes[i].Node, nodes[(i+1)%len(nodes)].Node
 		for _, pc := range x.Peers {
 			id := RankID{Job: x.Job, Rank: pc.Rank}
 			if pc.Rank == x.Rank {
@@ -243,10 +266,10 @@ func cycleReduction(ranks []RankProfile, nodes []NodeProfile) int64 {
 				after = before
 				w *= 2 // the peer's answer, which no moved rank's profile counts
 			}
-			if before == "" || before != from {
+			if before == "" || before != from[i].Node {
 				red += w
 			}
-			if after == "" || after != to {
+			if after == "" || after != to[i].Node {
 				red -= w
 			}
 		}
@@ -308,6 +331,95 @@ func (st stable) decideRotation(in DecisionInput, mine []RankProfile) Decision {
 		return Decision{Policy: st.inner.Name()}
 	}
 	return d
+}
+
+// Pair swaps. Swaps of one rank and rotations of three stop at a local optimum where two
+// linked ranks are misplaced together: moving either alone breaks their link, moving both
+// keeps it. On the hypercube the exchanges above end with half the links crossing nodes
+// while four 3-subcubes cut 40%, and swapping two linked actors for two others reaches it.
+// So an exchange request offers, with its most misplaced rank, that rank's most misplaced
+// neighbour on the same node (exchangePartner), and the receiver may give two of its ranks
+// for the two: rank counts stay, and it must cut the bytes crossing nodes by more than an
+// eighth of the four ranks' traffic, so like every exchange it lowers the potential and is
+// never undone.
+
+// PairSwapReduction is the bytes per window that stop crossing nodes, both ways (as
+// RotationReduction), when a1 and a2 (on local) trade places with b1 and b2 (on remote).
+func PairSwapReduction(a1, a2, b1, b2 RankProfile, local, remote NodeProfile) int64 {
+	return movesReduction([]RankProfile{a1, a2, b1, b2}, []NodeProfile{local, local, remote, remote}, []NodeProfile{remote, remote, local, local})
+}
+
+// decidePairSwap is the guard's answer to an exchange request with an offered pair: two of
+// mine for the two offered ranks.
+func (st stable) decidePairSwap(in DecisionInput, mine []RankProfile, diff, margin float64) Decision {
+	d := Decision{Policy: st.inner.Name()}
+	b1, b2 := in.Offer, in.OfferPartner
+	if b1 == nil || b2 == nil || b1.ID() == b2.ID() || b1.Job != b2.Job || !in.Remote.Hosts(b2.ID()) || in.Local.Hosts(b2.ID()) {
+		return d
+	}
+	if !b2.LastMigration.IsZero() && in.Now.Sub(b2.LastMigration) < st.s.Cooldown {
+		return d
+	}
+	ub := b1.cpuUse(in.Remote) + b2.cpuUse(in.Remote)
+	var best int64
+	for i, a1 := range mine {
+		for _, a2 := range mine[i+1:] {
+			if a1.Job != b1.Job || a2.Job != b1.Job {
+				continue
+			}
+			after := diff - 2*(a1.cpuUse(in.Local)+a2.cpuUse(in.Local)-ub)
+			if !balanced(diff, after, margin) {
+				continue
+			}
+			red := PairSwapReduction(a1, a2, *b1, *b2, in.Local, in.Remote)
+			traffic := totalBytes(a1) + totalBytes(a2) + totalBytes(*b1) + totalBytes(*b2)
+			if red <= best || exchangeDivisor*red <= 2*traffic {
+				continue
+			}
+			best = red
+			d.Migrate, d.Rank, d.Pair, d.Swap, d.SwapPair = true, a1.ID(), a2.ID(), b1.ID(), b2.ID()
+			d.Gain = float64(red) / 2
+			d.Reason = fmt.Sprintf("pair swap %s and %s (here) with %s and %s (at %s): %d bytes per window stop crossing nodes, both ways (the four send %d); free CPUs %s−here %.3f → %.3f",
+				a1.ID(), a2.ID(), b1.ID(), b2.ID(), in.Remote.Node, red, traffic, in.Remote.Node, diff, after)
+		}
+	}
+	if !d.Migrate || !finite(d.Gain) || d.Gain <= st.s.MinGain {
+		return Decision{Policy: st.inner.Name()}
+	}
+	return d
+}
+
+// exchangePartner is the rank offered with offer: its neighbour on this node, out of
+// cooldown, of a policy that exchanges, with the largest misplacement (ties to the first
+// listed); nil if offer has none.
+func (n *Node) exchangePartner(now time.Time, eff NodeProfile, offer *RankProfile) *RankProfile {
+	if offer == nil {
+		return nil
+	}
+	linked := map[int]bool{}
+	for _, pc := range offer.Peers {
+		if pc.Bytes > 0 {
+			linked[pc.Rank] = true
+		}
+	}
+	var best *RankProfile
+	var worst int64
+	for _, r := range n.candidates() {
+		if r.Job != offer.Job || r.Rank == offer.Rank || !linked[r.Rank] ||
+			(!r.LastMigration.IsZero() && now.Sub(r.LastMigration) < n.cfg.Stability.Cooldown) {
+			continue
+		}
+		if st, ok := n.policy.(stable); ok && !st.exchangeCandidate(r) {
+			continue
+		}
+		if m := misplacement(r, eff); best == nil || m > worst {
+			worst = m
+			c := r
+			c.Node = n.cfg.ID
+			best = &c
+		}
+	}
+	return best
 }
 
 // relayFor is the rank this node would give if it got the offer of exchange request m that

@@ -3,6 +3,7 @@ package iosbridge
 import (
 	"math"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -52,6 +53,8 @@ type exchangePair struct {
 	n     int
 	moved map[RankID]time.Time
 	log   []Migration
+	// graph, if set, is the application (job "g") instead of an n-slice chain.
+	graph randomGraph
 }
 
 func newExchangePair(t *testing.T, policy string, n int, l, r []int) *exchangePair {
@@ -82,6 +85,9 @@ func newExchangeGroup(t *testing.T, policy string, n int, names []string, hosts 
 func (p *exchangePair) update() {
 	for name, nd := range p.nodes {
 		prof, rs := placed(name, 2, p.n, p.hosts[name]...)
+		if p.graph != nil {
+			prof, rs = p.graph.side(name, 2, p.hosts[name])
+		}
 		for i := range rs {
 			rs[i].LastMigration = p.moved[rs[i].ID()]
 		}
@@ -271,8 +277,8 @@ func TestExchangesNeverAllowTheReverseExchange(t *testing.T) {
 	rng := newRand(17)
 	for _, pol := range []string{PolicyATSRAS, PolicyFLCRAS, PolicyARS} {
 		st := Stabilize(mustPolicy(t, pol), DefaultStability())
-		moves, swaps := 0, 0
-		for it := 0; it < 1500; it++ {
+		moves, swaps, pairs := 0, 0, 0
+		for it := 0; it < 3000; it++ {
 			n := 4 + rng.IntN(12)
 			g := newRandomGraph(rng, n)
 			cl, cr := 1+rng.IntN(4), 1+rng.IntN(4)
@@ -289,20 +295,28 @@ func TestExchangesNeverAllowTheReverseExchange(t *testing.T) {
 			}
 			lp, lr := g.side("L", cl, l)
 			rp, rr := g.side("R", cr, r)
-			var offer *RankProfile
+			var offer, partner *RankProfile
 			if k := rng.IntN(len(rr) + 1); k < len(rr) {
 				offer = &rr[k]
+				if k2 := rng.IntN(2 * len(rr)); k2 < len(rr) && k2 != k {
+					partner = &rr[k2] // linked or not: the guard must not care
+				}
 			}
-			in := DecisionInput{Local: lp, Remote: rp, Ranks: lr, Now: t0, Exchange: true, Offer: offer}
+			in := DecisionInput{Local: lp, Remote: rp, Ranks: lr, Now: t0, Exchange: true, Offer: offer, OfferPartner: partner}
 			d := st.Decide(in)
 			if !d.Migrate {
 				continue
 			}
 			l2, r2 := remove(l, d.Rank.Rank), append(append([]int(nil), r...), d.Rank.Rank)
-			if d.Swap != (RankID{}) {
+			switch {
+			case d.Pair != (RankID{}):
+				pairs++
+				l2, r2 = remove(l2, d.Pair.Rank), append(r2, d.Pair.Rank)
+				r2, l2 = remove(remove(r2, d.Swap.Rank), d.SwapPair.Rank), append(l2, d.Swap.Rank, d.SwapPair.Rank)
+			case d.Swap != (RankID{}):
 				swaps++
 				r2, l2 = remove(r2, d.Swap.Rank), append(l2, d.Swap.Rank)
-			} else {
+			default:
 				moves++
 			}
 			cpus := []int{cl, cr}
@@ -310,23 +324,29 @@ func TestExchangesNeverAllowTheReverseExchange(t *testing.T) {
 			if after > before+1e-9 || (after > before-1e-9 && g.cut(l2, r2) >= g.cut(l, r)) {
 				t.Fatalf("%s: exchange %+v does not lower (Σk²/C, cut): %.3f,%d → %.3f,%d", pol, d, before, g.cut(l, r), after, g.cut(l2, r2))
 			}
-			// The reverse: R gives the rank back (offering the swapped one, if any).
+			// The reverse: R gives the ranks back (offering the swapped ones, if any).
 			lp2, lr2 := g.side("L", cl, l2)
 			rp2, rr2 := g.side("R", cr, r2)
-			var back *RankProfile
+			var back, backPartner *RankProfile
 			for i := range lr2 {
 				if d.Swap != (RankID{}) && lr2[i].ID() == d.Swap {
 					back = &lr2[i]
 				}
+				if d.SwapPair != (RankID{}) && lr2[i].ID() == d.SwapPair {
+					backPartner = &lr2[i]
+				}
 			}
-			rev := DecisionInput{Local: rp2, Remote: lp2, Ranks: rr2, Now: t0, Exchange: true, Offer: back}
-			if d2 := st.Decide(rev); d2.Migrate && d2.Rank == d.Rank && (d.Swap == (RankID{}) || d2.Swap == d.Swap) {
+			rev := DecisionInput{Local: rp2, Remote: lp2, Ranks: rr2, Now: t0, Exchange: true, Offer: back, OfferPartner: backPartner}
+			d2 := st.Decide(rev)
+			same := d2.Rank == d.Rank && d2.Pair == d.Pair || d2.Rank == d.Pair && d2.Pair == d.Rank
+			if d2.Migrate && same && (d.Swap == (RankID{}) || d2.Swap == d.Swap && d2.SwapPair == d.SwapPair) {
 				t.Fatalf("%s: reverse of %+v allowed: %+v", pol, d, d2)
 			}
 		}
-		if moves == 0 || swaps == 0 {
-			t.Fatalf("%s: %d single moves, %d swaps: the property was not exercised", pol, moves, swaps)
+		if moves == 0 || swaps == 0 || pairs == 0 {
+			t.Fatalf("%s: %d single moves, %d swaps, %d pair swaps: the property was not exercised", pol, moves, swaps, pairs)
 		}
+		t.Logf("%s: %d single moves, %d swaps, %d pair swaps", pol, moves, swaps, pairs)
 	}
 }
 
@@ -640,5 +660,165 @@ func TestRelayIsHeldAndOnlyItsRelayAcceptMovesIt(t *testing.T) {
 	}
 	if r := nd.Ready(); len(r.Migrations) != 0 || nd.Stats().RanksRelayed != 0 {
 		t.Fatalf("a relay accept after the hold moved %+v", r.Migrations)
+	}
+}
+
+// hypercube is the d-dimensional hypercube: rank i linked to i with one bit flipped.
+func hypercube(d int) randomGraph {
+	g := randomGraph{}
+	for i := 0; i < 1<<d; i++ {
+		for b := 0; b < d; b++ {
+			g[i] = append(g[i], i^(1<<b))
+		}
+	}
+	return g
+}
+
+// The thesis's hypercube benchmark (Fig. 3.7) where swaps of one actor and rotations of three
+// stop: 32 actors on four busy dual-core theaters, half of the 80 links crossing theaters —
+// the placement ATS-RAS reached from one node before pair swaps, in which no swap of two
+// actors and no rotation of three cuts a link (checked here). Offering a misplaced actor
+// with its most misplaced neighbour, theaters trade linked pairs until each holds a
+// 3-subcube (32 links crossing, 40%: the least, see docs/SIMULATIONS.md); then nothing moves.
+func TestPairSwapsRegroupTheHypercubeWhereSwapsOfOneStop(t *testing.T) {
+	const start = "13131313131322220300121203000202" // actor i on node start[i]
+	g := hypercube(5)
+	hosts := make([][]int, 4)
+	for i, c := range start {
+		hosts[c-'0'] = append(hosts[c-'0'], i)
+	}
+	// No swap of two and no rotation of three cuts a link.
+	at := func(hs [][]int) []int {
+		a := make([]int, 32)
+		for k, h := range hs {
+			for _, i := range h {
+				a[i] = k
+			}
+		}
+		return a
+	}
+	cutOf := func(a []int) int {
+		c := 0
+		for i, js := range g {
+			for _, j := range js {
+				if i < j && a[i] != a[j] {
+					c++
+				}
+			}
+		}
+		return c
+	}
+	a0 := at(hosts)
+	c0 := cutOf(a0)
+	for i := 0; i < 32; i++ {
+		for j := 0; j < 32; j++ {
+			if a0[i] == a0[j] {
+				continue
+			}
+			a := append([]int(nil), a0...)
+			a[i], a[j] = a0[j], a0[i]
+			if cutOf(a) < c0 {
+				t.Fatalf("swapping %d and %d cuts a link: not the case this test is about", i, j)
+			}
+			for k := 0; k < 32; k++ {
+				if a0[k] != a0[i] && a0[k] != a0[j] {
+					a := append([]int(nil), a0...)
+					a[i], a[j], a[k] = a0[k], a0[i], a0[j]
+					if cutOf(a) < c0 {
+						t.Fatalf("rotating %d, %d, %d cuts a link: not the case this test is about", i, j, k)
+					}
+				}
+			}
+		}
+	}
+	if c0 != 40 {
+		t.Fatalf("start: %d links cross", c0)
+	}
+	for _, pol := range []string{PolicyATSRAS, PolicyFLCRAS} {
+		t.Run(pol, func(t *testing.T) {
+			p := newExchangeGroup(t, pol, 32, []string{"n0", "n1", "n2", "n3"}, nil, nil, nil, nil)
+			p.graph = g
+			for k, name := range p.names {
+				p.hosts[name] = append([]int(nil), hosts[k]...)
+			}
+			p.update()
+			cur := func() int { return cutOf(at([][]int{p.hosts["n0"], p.hosts["n1"], p.hosts["n2"], p.hosts["n3"]})) }
+			for i := 0; i < 1800 && cur() > 32; i++ { // half an hour
+				p.round()
+				p.now = p.now.Add(time.Second)
+			}
+			if cur() != 32 {
+				t.Fatalf("ended with %d links crossing: %v", cur(), p.hosts)
+			}
+			pairs := 0
+			for _, m := range p.log {
+				if strings.HasPrefix(m.Reason, "pair swap") {
+					pairs++
+				}
+			}
+			if pairs == 0 {
+				t.Fatalf("no pair swap among %d migrations", len(p.log))
+			}
+			n := len(p.log)
+			for i := 0; i < 3600; i += 10 {
+				p.now = p.now.Add(10 * time.Second)
+				p.round()
+			}
+			if len(p.log) != n {
+				t.Fatalf("moved again: %+v", p.log[n:])
+			}
+		})
+	}
+}
+
+// A busy agent offers, with its most misplaced rank, that rank's most misplaced neighbour on
+// the node, and holds both until the answer; an accept naming another partner moves nothing,
+// the matching pair-swap accept sends both away and books the two ranks coming in.
+func TestExchangePartnerIsHeldAndOnlyItsPairSwapMovesIt(t *testing.T) {
+	g := randomGraph{0: {1, 2, 3}, 1: {0, 2, 3}, 2: {0, 1}, 3: {0, 1}, 4: {5}, 5: {4}}
+	nd := mustNode(t, Config{ID: "L", Policy: mustPolicy(t, PolicyATSRAS)})
+	prof, rs := g.side("L", 2, []int{0, 1, 4, 5, 6, 7})
+	if err := nd.Update(t0, prof, rs); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, t0, nd, "R")
+	nd.Tick(t0)
+	reqs := stealsIn(nd.Ready())
+	if len(reqs) != 1 || reqs[0].Offer == nil || reqs[0].OfferPartner == nil {
+		t.Fatalf("busy node's requests: %+v", reqs)
+	}
+	req := reqs[0]
+	if req.Offer.ID() != (RankID{"g", 0}) || req.OfferPartner.ID() != (RankID{"g", 1}) || req.Validate() != nil {
+		t.Fatalf("offered %s with %s, want g/0 with its neighbour g/1", req.Offer.ID(), req.OfferPartner.ID())
+	}
+	for _, c := range nd.candidates() {
+		if c.ID() == req.Offer.ID() || c.ID() == req.OfferPartner.ID() {
+			t.Fatalf("offered %s can still be given to others", c.ID())
+		}
+	}
+	wrong := Message{Kind: KindStealAccept, From: "R", To: "L", Origin: "L", ID: req.ID, Rank: RankID{"g", 8}, Pair: RankID{"g", 9},
+		Swap: RankID{"g", 0}, SwapPair: RankID{"g", 4}}
+	if err := nd.Step(t0, wrong); err != nil {
+		t.Fatal(err)
+	}
+	if r := nd.Ready(); len(r.Migrations) != 0 {
+		t.Fatalf("an accept with another partner moved %+v", r.Migrations)
+	}
+	nd.Tick(t0.Add(time.Second))
+	if reqs = stealsIn(nd.Ready()); len(reqs) != 1 || reqs[0].OfferPartner == nil {
+		t.Fatalf("no new request: %+v", reqs)
+	}
+	req = reqs[0]
+	ok := Message{Kind: KindStealAccept, From: "R", To: "L", Origin: "L", ID: req.ID, Rank: RankID{"g", 2}, Pair: RankID{"g", 3},
+		Swap: req.Offer.ID(), SwapPair: req.OfferPartner.ID()}
+	if err := nd.Step(t0.Add(time.Second), ok); err != nil {
+		t.Fatal(err)
+	}
+	r := nd.Ready()
+	if len(r.Migrations) != 2 || r.Migrations[0].To != "R" || r.Migrations[1].To != "R" || nd.Stats().RanksSwapped != 2 {
+		t.Fatalf("pair swap not carried out: %+v", r.Migrations)
+	}
+	if eff := nd.Local(); !eff.Hosts(RankID{"g", 2}) || !eff.Hosts(RankID{"g", 3}) || eff.Hosts(RankID{"g", 0}) || eff.Hosts(RankID{"g", 1}) {
+		t.Fatalf("after the pair swap the node lists %v", eff.Ranks)
 	}
 }

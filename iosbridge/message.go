@@ -89,6 +89,12 @@ type Message struct {
 	// three-way exchange Offer → relay, Relay → itself, one of its ranks → Origin.
 	Relay        *RankProfile `msgpack:"relay,omitempty"`
 	RelayProfile *NodeProfile `msgpack:"relay_profile,omitempty"`
+	// OfferPartner, in an exchange request, is a second rank of Origin offered with Offer
+	// (a neighbour of it) for a pair swap. Pair and SwapPair, in a steal accept, make it
+	// one: Pair comes to Origin with Rank, and Origin migrates SwapPair with Swap.
+	OfferPartner *RankProfile `msgpack:"offer_partner,omitempty"`
+	Pair         RankID       `msgpack:"pair,omitempty"`
+	SwapPair     RankID       `msgpack:"swap_pair,omitempty"`
 }
 
 // MaxOfferPeers bounds the peer list of an offered rank accepted from the network.
@@ -135,6 +141,22 @@ func (m Message) Validate() error {
 	}
 	if err := m.validateRelay(); err != nil {
 		return err
+	}
+	if p := m.OfferPartner; p != nil {
+		switch {
+		case m.Offer == nil:
+			return fmt.Errorf("iosbridge: %s message from %s: an offered partner needs an offer", m.Kind, m.From)
+		case len(p.Peers) > MaxOfferPeers || p.Node != m.Origin || p.ID() == m.Offer.ID():
+			return fmt.Errorf("iosbridge: exchange request from %s: offered partner %s of %d peers (at most %d) of node %q, origin %q, offer %s", m.From, p.ID(), len(p.Peers), MaxOfferPeers, p.Node, m.Origin, m.Offer.ID())
+		}
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("iosbridge: exchange request from %s: offered partner: %w", m.From, err)
+		}
+	}
+	if (m.Pair != (RankID{}) || m.SwapPair != (RankID{})) && (m.Kind != KindStealAccept || m.SwapTo != "" ||
+		m.Pair.Job == "" || m.Pair.Rank < 0 || m.SwapPair.Job == "" || m.SwapPair.Rank < 0 || m.Swap == (RankID{}) ||
+		m.Pair == m.Rank || m.SwapPair == m.Swap || m.Pair == m.Swap || m.SwapPair == m.Rank || m.Pair == m.SwapPair) {
+		return fmt.Errorf("iosbridge: %s message from %s: bad pair swap (%q, %q for %q, %q): only a steal accept with a swap and four distinct ranks", m.Kind, m.From, m.Rank, m.Pair, m.Swap, m.SwapPair)
 	}
 	switch m.Kind {
 	case KindJoin, KindHeartbeat, KindLeave:

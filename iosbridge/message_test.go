@@ -29,6 +29,8 @@ func TestMessageValidate(t *testing.T) {
 	relayIsOffer.Node = "C"
 	originProf := prof
 	originProf.Ranks = []RankID{{"j", 5}}
+	partner, partnerOfC := offer, offer
+	partner.Rank, partnerOfC.Rank, partnerOfC.Node = 3, 3, "C"
 	ok := []Message{
 		{Kind: KindJoin, From: "A", To: "B"},
 		{Kind: KindAnnounce, From: "A", To: "B", Peers: []string{"C"}},
@@ -50,6 +52,8 @@ func TestMessageValidate(t *testing.T) {
 		{Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 1, TTL: 2, Profile: &prof, Exchange: true, Offer: &offer, Relay: &relay, RelayProfile: &relayProf},
 		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}, Swap: RankID{"j", 2}, SwapTo: "C"},
 		{Kind: KindRelayAccept, From: "B", To: "C", Origin: "A", ID: 1, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
+		{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, TTL: 2, Profile: &prof, Exchange: true, Offer: &offer, OfferPartner: &partner},
+		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 3}},
 	}
 	for _, m := range ok {
 		if err := m.Validate(); err != nil {
@@ -100,6 +104,14 @@ func TestMessageValidate(t *testing.T) {
 		"relay accept no swap":   {Kind: KindRelayAccept, From: "B", To: "C", Origin: "A", ID: 1, Rank: RankID{"j", 5}},
 		"relay accept no ID":     {Kind: KindRelayAccept, From: "B", To: "C", Origin: "A", Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
 		"relay accept from orig": {Kind: KindRelayAccept, From: "A", To: "C", Origin: "A", ID: 1, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
+		"partner without offer":  {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, OfferPartner: &partner},
+		"partner is the offer":   {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, OfferPartner: &offer},
+		"partner elsewhere":      {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, OfferPartner: &partnerOfC},
+		"pair without swap":      {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, SwapPair: RankID{"j", 3}},
+		"pair without swap pair": {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}},
+		"pair is the rank":       {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Pair: RankID{"j", 0}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 3}},
+		"swap pair is the swap":  {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 2}},
+		"pair in a relay":        {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 3}, SwapTo: "C"},
 	}
 	for name, m := range bad {
 		if err := m.Validate(); err == nil {

@@ -186,6 +186,8 @@ type steal struct {
 	sentAt time.Time
 	locale Locale // NRS: the locale it travels in
 	offer  RankID // the rank offered to swap (exchange requests); zero if none
+	// partner is offered with offer for a pair swap; zero if none
+	partner RankID
 }
 
 // relayHold is the rank this node put into a forwarded exchange request as a relay: held for
@@ -549,6 +551,9 @@ func (n *Node) Step(now time.Time, m Message) error {
 		n.onStealRequest(now, m)
 	case KindStealAccept:
 		n.incoming[m.Rank] = pending{peer: m.From, at: now, cpu: m.CPUUse}
+		if m.Pair != (RankID{}) {
+			n.incoming[m.Pair] = pending{peer: m.From, at: now, cpu: m.CPUUse} // alike: the pair swap kept the CPU balance
+		}
 		if m.Swap != (RankID{}) {
 			n.swapOut(now, m)
 		}
@@ -688,7 +693,7 @@ func (n *Node) inScope(m Message) func(string) bool {
 func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
 		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand,
-			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile}
+			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile, OfferPartner: m.OfferPartner}
 		d := n.policy.Decide(in)
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
 			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
@@ -700,6 +705,10 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 			if d.Relay != (RankID{}) && !relayed {
 				return // a rotation that does not match the request: give nothing
 			}
+			paired := d.Pair != (RankID{}) && d.Swap != (RankID{}) && m.OfferPartner != nil && m.OfferPartner.ID() == d.SwapPair
+			if (d.Pair != (RankID{}) || d.SwapPair != (RankID{})) && !paired {
+				return // a pair swap that does not match the request: give nothing
+			}
 			n.give(now, m.Origin, m.ID, d, in)
 			switch {
 			case relayed:
@@ -709,6 +718,9 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 					CPUUse: m.Offer.cpuUse(*m.Profile), Gain: d.Gain, Reason: d.Reason})
 			case d.Swap != (RankID{}):
 				n.incoming[d.Swap] = pending{peer: m.Origin, at: now, cpu: m.Offer.cpuUse(*m.Profile)}
+				if paired {
+					n.incoming[d.SwapPair] = pending{peer: m.Origin, at: now, cpu: m.OfferPartner.cpuUse(*m.Profile)}
+				}
 			}
 			return
 		}
@@ -747,6 +759,14 @@ func (n *Node) swapOut(now time.Time, m Message) {
 	if n.steal == nil || n.steal.id != m.ID || n.steal.offer != m.Swap || !n.local.Hosts(m.Swap) {
 		return
 	}
+	if m.SwapPair != (RankID{}) {
+		if n.steal.partner != m.SwapPair || !n.local.Hosts(m.SwapPair) {
+			return
+		}
+		if _, gone := n.outgoing[m.SwapPair]; gone {
+			return
+		}
+	}
 	to := m.From
 	if m.SwapTo != "" {
 		to = m.SwapTo // a three-way exchange: the offer goes to the relay
@@ -764,6 +784,22 @@ func (n *Node) swapOut(now time.Time, m Message) {
 	n.stats.RanksSwapped++
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Swap, To: to, RequestID: m.ID, Gain: m.Gain,
 		Policy: n.policy.Name(), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now})
+	if m.SwapPair != (RankID{}) {
+		n.outgoing[m.SwapPair] = pending{peer: to, at: now, cpu: n.rankCPU(m.SwapPair)}
+		n.stats.RanksSwapped++
+		n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.SwapPair, To: to, RequestID: m.ID, Gain: m.Gain,
+			Policy: n.policy.Name(), Reason: fmt.Sprintf("swapped with %s for %s and %s: %s", m.Swap, m.Rank, m.Pair, m.Reason), At: now})
+	}
+}
+
+// rankCPU is what local rank id uses, 0 if it has no profile here.
+func (n *Node) rankCPU(id RankID) float64 {
+	for _, r := range n.ranks {
+		if r.ID() == id {
+			return r.cpuUse(n.local)
+		}
+	}
+	return 0
 }
 
 // onRelayAccept is the relay's part of a three-way exchange: it sends its held rank to the
@@ -803,8 +839,14 @@ func (n *Node) give(now time.Time, to string, id uint64, d Decision, in Decision
 	}
 	n.outgoing[d.Rank] = pending{peer: to, at: now, cpu: cpu}
 	n.stats.RanksGiven++
-	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason, Swap: d.Swap, SwapTo: d.RelayNode})
+	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason, Swap: d.Swap, SwapTo: d.RelayNode,
+		Pair: d.Pair, SwapPair: d.SwapPair})
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Rank, To: to, RequestID: id, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
+	if d.Pair != (RankID{}) {
+		n.outgoing[d.Pair] = pending{peer: to, at: now, cpu: n.rankCPU(d.Pair)}
+		n.stats.RanksGiven++
+		n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Pair, To: to, RequestID: id, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
+	}
 }
 
 func (n *Node) failSteal(now time.Time, m Message, reason string) {
@@ -895,6 +937,7 @@ func (n *Node) maybeSteal(now time.Time) {
 	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff, Exchange: n.proto.Exchange}
 	if n.proto.Exchange {
 		req.Offer = n.exchangeOffer(now, eff)
+		req.OfferPartner = n.exchangePartner(now, eff, req.Offer)
 	}
 	switch n.proto.Steal {
 	case ScopeLocales:
@@ -917,6 +960,9 @@ func (n *Node) maybeSteal(now time.Time) {
 	n.steal = &steal{id: n.seq, target: target, sentAt: now, locale: req.Locale}
 	if req.Offer != nil {
 		n.steal.offer = req.Offer.ID()
+	}
+	if req.OfferPartner != nil {
+		n.steal.partner = req.OfferPartner.ID()
 	}
 	if busy {
 		n.stats.ExchangesSent++
@@ -1022,7 +1068,7 @@ func (n *Node) candidates() []RankProfile {
 		if _, gone := n.outgoing[id]; gone || !n.local.Hosts(id) {
 			continue
 		}
-		if n.steal != nil && n.steal.offer == id {
+		if n.steal != nil && (n.steal.offer == id || n.steal.partner == id) {
 			continue // offered for a swap: promised until the answer comes
 		}
 		if h := n.relay; h != nil && h.rank == id {

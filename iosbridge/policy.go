@@ -58,6 +58,9 @@ type DecisionInput struct {
 	// exchange with them (exchange.go). nil if none.
 	Relay     *RankProfile
 	RelayNode *NodeProfile
+	// OfferPartner is a second rank the requester offers with Offer, a neighbour of it on
+	// the same node, for a pair swap (exchange.go); nil if none.
+	OfferPartner *RankProfile
 }
 
 // Decision is the decision component's answer: which rank (if any) to give the stealer, the
@@ -76,6 +79,10 @@ type Decision struct {
 	// RelayNode instead of here, and RelayNode's rank Relay comes here (exchange.go).
 	Relay     RankID `msgpack:"relay,omitempty"`
 	RelayNode string `msgpack:"relay_node,omitempty"`
+	// Pair and SwapPair, when set, make the swap a pair swap: Pair goes to the requester
+	// with Rank, and the offered partner SwapPair comes here with Swap (exchange.go).
+	Pair     RankID `msgpack:"pair,omitempty"`
+	SwapPair RankID `msgpack:"swap_pair,omitempty"`
 	// Policy names the deciding policy; Reason explains the numbers, for the event log.
 	Policy string `msgpack:"policy"`
 	Reason string `msgpack:"reason"`
