@@ -719,8 +719,12 @@ func (a *Agent) step(in inboxMsg) {
 	}
 	switch m.Kind {
 	case iosbridge.KindStealAccept:
+		given := m.Rank.String()
+		if m.Pair != (iosbridge.RankID{}) {
+			given += " and " + m.Pair.String() // a pair swap
+		}
 		a.event(true, job.IOSEvent{At: now, Kind: job.IOSStolen, Job: m.Rank.Job, Rank: m.Rank.Rank, Peer: m.From, Gain: m.Gain,
-			Reason: fmt.Sprintf("%s gives %s to this node: %s", m.From, m.Rank, m.Reason)})
+			Reason: fmt.Sprintf("%s gives %s to this node: %s", m.From, given, m.Reason)})
 	case iosbridge.KindStealFail:
 		a.event(false, job.IOSEvent{At: now, Kind: job.IOSStealFailed, Rank: -1, Peer: m.From,
 			Reason: fmt.Sprintf("steal request %d failed at %s: %s", m.ID, m.From, m.Reason)})
