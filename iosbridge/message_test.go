@@ -194,3 +194,45 @@ func TestMessagesRoundTripMsgpack(t *testing.T) {
 		t.Fatalf("rank profile round trip:\n%+v\n%+v", r, r2)
 	}
 }
+
+// The exchange fields survive the wire: a forwarded request with an offer, its partner and
+// a relay, and the accepts of a pair swap and of a three-way exchange.
+func TestExchangeMessagesRoundTripMsgpack(t *testing.T) {
+	prof := node("A", 2, 0, ids("j", 2, 3)...)
+	relayProf := node("C", 2, 0, ids("j", 5)...)
+	offer, partner, relay := rankProfile("j", 2, 0.5), rankProfile("j", 3, 0.5), rankProfile("j", 5, 0.5)
+	offer.Node, partner.Node, relay.Node = "A", "A", "C"
+	offer.Peers = []PeerComm{{Rank: 3, Bytes: 10, Messages: 1}}
+	for _, in := range []Message{
+		{Kind: KindStealRequest, From: "C", To: "B", Origin: "A", ID: 9, TTL: 2, Profile: &prof, Exchange: true,
+			Offer: &offer, OfferPartner: &partner, Relay: &relay, RelayProfile: &relayProf},
+		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 9, Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 3}},
+		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 9, Rank: RankID{"j", 0}, Swap: RankID{"j", 2}, SwapTo: "C"},
+		{Kind: KindRelayAccept, From: "B", To: "C", Origin: "A", ID: 9, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}, CPUUse: 0.5},
+	} {
+		b, err := msgpack.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out Message
+		if err := msgpack.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		if err := out.Validate(); err != nil {
+			t.Fatalf("%s after the round trip: %v", in.Kind, err)
+		}
+		for _, p := range []*NodeProfile{out.Profile, out.RelayProfile} {
+			if p != nil {
+				p.SampledAt = p.SampledAt.UTC()
+			}
+		}
+		for _, r := range []*RankProfile{out.Offer, out.OfferPartner, out.Relay} {
+			if r != nil {
+				r.LastMigration = r.LastMigration.UTC()
+			}
+		}
+		if !reflect.DeepEqual(in, out) {
+			t.Fatalf("round trip:\n in %+v\nout %+v", in, out)
+		}
+	}
+}
