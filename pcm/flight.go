@@ -1,6 +1,7 @@
 package pcm
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -201,7 +202,7 @@ func (p *Process) exchangePieces() error {
 		p.forgetBuddy()
 		return fmt.Errorf("pcm: checkpoint %d: encode result: %w", seq, err)
 	}
-	encs, err := allgatherBytes(p.world, enc)
+	encs, err := exchangeResults(p.world, enc)
 	if err != nil {
 		p.flight = nil
 		p.forgetBuddy()
@@ -285,4 +286,40 @@ func (p *Process) settle() error {
 		return fmt.Errorf("pcm: checkpoint %d: agree on commit: %w", seq, err)
 	}
 	return p.advance(out[0])
+}
+
+// resultSlot is the size of a rank's slot in the exchange of piece results: a result is
+// about 250 bytes of JSON.
+const resultSlot = 512
+
+// exchangeResults gives every rank the encoded piece results of all ranks, in rank order:
+// one Allgather of fixed slots when each fits in its slot, as they do but for long error
+// texts or node names. A slot that cannot hold its result says so, and then every rank,
+// having seen the same slots, exchanges them again at their own lengths (allgatherBytes,
+// two more collectives).
+func exchangeResults(c *mpi.Comm, enc []byte) ([][]byte, error) {
+	const head = 3 // fits (1) and the length (2 bytes)
+	slot := make([]byte, resultSlot)
+	if len(enc) <= resultSlot-head {
+		slot[0] = 1
+		binary.LittleEndian.PutUint16(slot[1:head], uint16(len(enc)))
+		copy(slot[head:], enc)
+	}
+	all := make([]byte, c.Size()*resultSlot)
+	if err := mpi.Allgather(c, slot, all); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, c.Size())
+	for r := range out {
+		s := all[r*resultSlot : (r+1)*resultSlot]
+		if s[0] != 1 {
+			return allgatherBytes(c, enc)
+		}
+		k := int(binary.LittleEndian.Uint16(s[1:head]))
+		if k > resultSlot-head {
+			return nil, fmt.Errorf("rank %d's result slot says %d bytes", r, k)
+		}
+		out[r] = s[head : head+k]
+	}
+	return out, nil
 }
