@@ -110,6 +110,7 @@ type bench struct {
 	diskEvery    time.Duration
 	stopRestart  bool
 	keep         bool
+	pcmdArgs     []string // part replicated: further options of the nodes' pcmd serve
 	resizeSizes  []float64
 	changes      []resizeChange
 }
@@ -147,6 +148,10 @@ func main() {
 	flag.DurationVar(&b.diskEvery, "disk-every", 100*time.Millisecond, "part disk: one round of the background writer every this (heat2d's checkpoint interval at --ckpt-every 50)")
 	flag.BoolVar(&b.stopRestart, "stop-restart", true, "also measure stop-and-restart (part migration)")
 	flag.BoolVar(&b.keep, "keep", false, "keep the temporary directory (binaries, logs, stores)")
+	flag.Func("pcmd-arg", "part replicated: give the nodes' pcmd serve this further `OPTION` (repeat for more; e.g. --pcmd-arg=--copy-nice=10)", func(v string) error {
+		b.pcmdArgs = append(b.pcmdArgs, v)
+		return nil
+	})
 	flag.Parse()
 	if flag.NArg() != 0 {
 		log.Fatalf("unexpected arguments %q", flag.Args())

@@ -324,7 +324,7 @@ func (b *bench) runReplicated(np int) overheadResult {
 	err := os.MkdirAll(dir, 0o700)
 	var c *cluster
 	if err == nil {
-		c, err = startClusterStore(dir, b.bin, b.env, true, "n1", "n2")
+		c, err = startClusterOpts(dir, b.bin, b.env, true, b.pcmdArgs, "n1", "n2")
 	}
 	if err != nil {
 		return overheadResult{np: np, failures: []string{fmt.Sprintf("P=%d: start the pcmd nodes: %v", np, err)}}

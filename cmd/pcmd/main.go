@@ -254,6 +254,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
 					&cli.StringFlag{Name: "ckpt-store", Value: pcmd.StoreDisk, Usage: "keep checkpoint pieces on `disk` (--store) or in memory (mem, lost when pcmd stops; buddy copies on other nodes keep them)"},
 					&cli.Int64Flag{Name: "ckpt-mem-cap", Usage: "with --ckpt-store mem, hold at most `MIB` MiB of pieces; beyond it checkpoints and copies are refused (default 4096)"},
+					&cli.IntFlag{Name: "copy-nice", Usage: "receive other nodes' buddy copies `N` nice levels (0-19) below pcmd's priority, so that this node's ranks get the CPU first (Linux)"},
 					&cli.DurationFlag{Name: "heartbeat", Value: pcmd.DefaultHeartbeat, Usage: "send a heartbeat every `DURATION`; the node is gone after 3 missed beats"},
 					&cli.DurationFlag{Name: "lease", Value: pcmd.DefaultLease, Usage: "stop a job's ranks when its launcher sent no keepalive for `DURATION` (a request's own lease is capped to it)"},
 					&cli.DurationFlag{Name: "kill-grace", Value: pcmd.DefaultKillGrace, Usage: "wait `DURATION` between SIGTERM and SIGKILL when stopping ranks"},
@@ -280,7 +281,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						Node: c.String("node"), NATS: natsOptions(c, c.String("nats")),
 						Allow: c.StringSlice("allow"), PassEnv: c.StringSlice("pass-env"), PinArgs: c.StringSlice("pin-args"), Slots: c.Int("slots"), Advertise: c.String("advertise"),
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
-						Lease: c.Duration("lease"), CkptStore: c.String("ckpt-store"), CkptMemCap: c.Int64("ckpt-mem-cap") << 20,
+						Lease: c.Duration("lease"), CkptStore: c.String("ckpt-store"), CkptMemCap: c.Int64("ckpt-mem-cap") << 20, CopyNice: c.Int("copy-nice"),
 						AuthorizedLaunchers: c.String("authorized-launchers"), InsecureOpen: c.Bool("insecure-open"), NodeKey: c.String("node-key"),
 						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
@@ -302,6 +303,9 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					}
 					if cfg.Slots < 1 {
 						return &usageError{fmt.Sprintf("--slots %d: want at least 1", cfg.Slots)}
+					}
+					if cfg.CopyNice < 0 || cfg.CopyNice > 19 {
+						return &usageError{fmt.Sprintf("--copy-nice %d: want 0 to 19", cfg.CopyNice)}
 					}
 					if cfg.Heartbeat <= 0 || cfg.KillGrace <= 0 || cfg.Lease <= 0 {
 						return &usageError{"--heartbeat, --kill-grace and --lease must be positive"}

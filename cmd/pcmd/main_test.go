@@ -484,6 +484,7 @@ func TestCommandLine(t *testing.T) {
 		"a NATS user needs a password":             {"status", "--nats", "nats://127.0.0.1:1", "--nats-user", "u"},
 		"--job: id \"a.b\"":                        {"checkpoint", "--job", "a.b", "--nats", "nats://127.0.0.1:1"},
 		"--slots 0: want at least 1":               {"serve", "--nats", "nats://x", "--slots", "0"},
+		"--copy-nice 20: want 0 to 19":             {"serve", "--nats", "nats://x", "--copy-nice", "20"},
 		"flag provided but not defined: -bogus":    {"status", "--bogus"},
 		"--policy: unknown policy \"roundrobin\"":  {"serve", "--nats", "nats://x", "--policy", "roundrobin"},
 		"--steal-threshold 2: want more than 0":    {"serve", "--nats", "nats://x", "--steal-threshold", "2"},

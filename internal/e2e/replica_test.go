@@ -159,7 +159,8 @@ func TestDoubleCheckpointInMemoryKeepsSparseCopiesOfBackgroundCheckpoints(t *tes
 	args := []string{"heat2d", "-n", "200", "-iters", "30"}
 	want := referenceDump(t, args...)
 	c := newCluster(t)
-	mem := []string{"--allow", bin + "/*", "--ckpt-store", "mem", "--ckpt-mem-cap", "64"}
+	// The nodes receive the copies at a lower priority than their ranks.
+	mem := []string{"--allow", bin + "/*", "--ckpt-store", "mem", "--ckpt-mem-cap", "64", "--copy-nice", "10"}
 	n1 := c.startNode("n1", mem...)
 	t.Cleanup(func() { removeMemStores(t, "n1") }) // killed, n1 cannot remove its own
 	c.startNode("n2", mem...)

@@ -70,6 +70,10 @@ type Config struct {
 	// copies when a node is lost).
 	CkptStore  string
 	CkptMemCap int64
+	// CopyNice lowers the priority of receiving the buddy copies of other nodes' pieces by
+	// this many nice levels (0 to 19; pieceserver.Config.CopyNice), so that the node's own
+	// ranks get the CPU first. 0: pcmd's priority.
+	CopyNice int
 
 	Log *log.Logger // nil = stderr, prefixed with "pcmd[NODE] "
 
@@ -294,7 +298,7 @@ func Serve(ctx context.Context, cfg Config) error {
 
 	// Ranks restarting elsewhere read this node's checkpoint pieces through it.
 	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf,
-		Cap: cfg.CkptMemCap, Keys: jobKeys})
+		Cap: cfg.CkptMemCap, CopyNice: cfg.CopyNice, Keys: jobKeys})
 	if err != nil {
 		if s.agent != nil {
 			s.agent.Stop()

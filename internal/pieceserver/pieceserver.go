@@ -47,6 +47,11 @@ type Config struct {
 	// Cap is the most bytes the store may hold (a memory store): a buddy copy beyond it is
 	// refused with the reason. 0: no cap.
 	Cap int64
+	// CopyNice lowers the priority of receiving a buddy copy by this many nice levels (on a
+	// thread of its own, Linux only), so that the node's ranks get the CPU first: the copy
+	// needs little of it and has until the job's next agreement point to finish. 0: the
+	// process's priority.
+	CopyNice int
 }
 
 // Server answers the piece and manifest requests of one node.
@@ -54,6 +59,7 @@ type Server struct {
 	node, dir, advertise string
 	keys                 *ctlauth.JobKeyring
 	capacity             int64
+	copyNice             int
 	logf                 func(format string, args ...any)
 	sub, msub, csub      *nats.Subscription
 	wg                   sync.WaitGroup
@@ -74,10 +80,13 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.MaxOffers < 0 || cfg.MaxOffersPerRequester < 0 {
 		return nil, errors.New("pcmd: piece offer caps must not be negative")
 	}
+	if cfg.CopyNice < 0 || cfg.CopyNice > 19 {
+		return nil, fmt.Errorf("pcmd: copy priority %d nice levels lower: want 0 to 19", cfg.CopyNice)
+	}
 	if cfg.Keys == nil {
 		return nil, errors.New("pcmd: piece server without a job keyring")
 	}
-	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, logf: cfg.Logf, open: make(map[net.Listener]bool),
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, copyNice: cfg.CopyNice, logf: cfg.Logf, open: make(map[net.Listener]bool),
 		offers: newOffers(cfg.MaxOffers, cfg.MaxOffersPerRequester)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -196,6 +205,7 @@ func (s *Server) onCopy(m *nats.Msg) {
 				return 0, nil, nil, err
 			}
 			take := func(c net.Conn) error {
+				lowerPriority(s.copyNice) // the rest of this offer's goroutine
 				var err error
 				if req.Sparse {
 					err = store.PutSparseCopy(req.Job, req.Seq, want, c)
