@@ -70,7 +70,15 @@ func (s *Store) Reserve(need, capacity int64) error {
 	}
 	u, err := s.lockUsage()
 	if err != nil {
-		return err
+		// No count to use: measure.
+		used, werr := bytesUnder(s.root)
+		if werr != nil {
+			return errors.Join(err, werr)
+		}
+		if used+need > capacity {
+			return &FullError{Used: used, Need: need, Cap: capacity}
+		}
+		return nil
 	}
 	defer u.unlock()
 	used, err := u.get()
@@ -192,7 +200,8 @@ func sizeOf(path string) int64 {
 func (s *Store) renameCounted(tmp, final string, size int64) error {
 	u, err := s.lockUsage()
 	if err != nil {
-		return err
+		// The store still takes the piece; Reserve measures while there is no count.
+		return os.Rename(tmp, final)
 	}
 	defer u.unlock()
 	used, err := u.get() // before the change, which a walk must not count twice
@@ -212,7 +221,7 @@ func (s *Store) renameCounted(tmp, final string, size int64) error {
 func (s *Store) removeCounted(path string, remove func(string) error) error {
 	u, err := s.lockUsage()
 	if err != nil {
-		return err
+		return remove(path)
 	}
 	defer u.unlock()
 	used, err := u.get()

@@ -76,9 +76,9 @@ func churn(t testing.TB, s *Store, job string, first, last uint64) {
 			if err := os.WriteFile(filepath.Join(dir, pieceName(7)), make([]byte, 3000), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Recount(); err != nil {
-				t.Fatal(err)
-			}
+			// Counted from now on (a store without a count has none to set: the
+			// callers check the count).
+			s.Recount()
 			if err := os.WriteFile(filepath.Join(dir, tmpPrefix+"x"), make([]byte, 5000), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -234,4 +234,26 @@ func TestUsageWriterProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	churn(t, s, os.Getenv("CKPTSTORE_USAGE_JOB"), 1, 8)
+}
+
+// TestStoreWithoutACountStillTakesPieces: a store whose count cannot be opened (here a
+// directory in its place) still takes, commits and prunes checkpoints, and Reserve then
+// measures the store by a walk, as it did before there was a count.
+func TestStoreWithoutACountStillTakesPieces(t *testing.T) {
+	s := newStore(t, "n1")
+	if err := os.Mkdir(filepath.Join(s.Dir(), usageFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	churn(t, s, testJob, 1, 3)
+	if _, err := s.Usage(); err == nil {
+		t.Fatal("Usage without a count: no error")
+	}
+	used := walked(t, s)
+	if err := s.Reserve(100, used+100); err != nil {
+		t.Fatalf("Reserve of what fits: %v", err)
+	}
+	var full *FullError
+	if err := s.Reserve(101, used+100); !errors.As(err, &full) || full.Used != used {
+		t.Fatalf("Reserve beyond the cap: %v, want a *FullError with %d used", err, used)
+	}
 }

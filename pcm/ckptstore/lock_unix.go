@@ -15,7 +15,8 @@ import (
 type countFile int
 
 // openCount opens (creating it) and locks the count at path exclusively (flock, which
-// excludes other processes and other openings in this one) until close.
+// excludes other processes and other openings in this one) until close, where the file
+// system allows.
 func openCount(path string) (countFile, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -26,6 +27,12 @@ func openCount(path string) (countFile, error) {
 		if !errors.Is(err, unix.EINTR) {
 			break
 		}
+	}
+	if errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// A file system without flock (some network file systems): the count is kept
+		// unlocked, and may be skewed by concurrent writers; Reserve recounts before it
+		// refuses a piece.
+		err = nil
 	}
 	if err != nil {
 		unix.Close(fd)
