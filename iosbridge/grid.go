@@ -71,6 +71,16 @@ type Protocol struct {
 	// ranks on other nodes, offering a rank to swap; receivers may then regroup ranks by
 	// communication between busy nodes (exchange.go).
 	Exchange bool
+	// Hints, if positive, makes heartbeats carry the Hints best-ranked underloaded nodes and
+	// lowest-ranked hosts of movable ranks the sender knows of (hints.go): steal requests go
+	// straight to a lower-ranked host so named, a push asks one of the best nodes first, and
+	// the policy sees the giver's list (DecisionInput.Best).
+	Hints int
+	// Bulk lets a steal request be answered with several ranks: as many as the policy gives
+	// to the stealer's profile updated for each rank given. The receiver then books each
+	// rank at the CPU it will want (rankDemand), not at what it used at a crowded giver:
+	// several arrive on the strength of one profile.
+	Bulk bool
 }
 
 // DefaultProtocol is the RAS protocol of Desell's thesis: random stealing anywhere.
@@ -273,19 +283,30 @@ type RobinHoodConfig struct {
 	RS float64
 	// Fanout is how many acquaintances a balance request goes to (n of eq. 5.1).
 	Fanout int
+	// Prefer, if positive, is the Sheriff's gathering on large grids (hints.go): nodes
+	// gossip the Prefer best-ranked underloaded nodes and lowest-ranked hosts they know
+	// of; a stealer sends its request straight to such a host of lower rank; a node gives a
+	// rank to a stealer only if fewer than Prefer underloaded nodes it knows of rank higher
+	// (the objects wait for one of the best); an overloaded node asks one of the best
+	// first. 0 is Bustos' Sheriff: a random acquaintance.
+	Prefer int
+	// Bulk lets a Sheriff of high rank take several ranks in one steal, up to what it can
+	// hold without becoming overloaded, instead of one per cooldown.
+	Bulk bool
 }
 
 // DefaultRobinHoodConfig is Bustos' choice for large networks: RB = 0.7, RS = 1.0, requests
-// to 3 acquaintances (§6.1.4), overloaded when at most 5% of the CPUs are idle.
+// to 3 acquaintances (§6.1.4), overloaded when at most 5% of the CPUs are idle; with the
+// gathering of Prefer and Bulk (3 best nodes known, several ranks per steal).
 func DefaultRobinHoodConfig() RobinHoodConfig {
-	return RobinHoodConfig{OverloadAvailability: 0.05, RB: 0.7, RS: 1.0, Fanout: 3}
+	return RobinHoodConfig{OverloadAvailability: 0.05, RB: 0.7, RS: 1.0, Fanout: 3, Prefer: 3, Bulk: true}
 }
 
 // Validate rejects thresholds outside their ranges.
 func (c RobinHoodConfig) Validate() error {
 	if !finite(c.OverloadAvailability) || c.OverloadAvailability < 0 || c.OverloadAvailability >= 1 ||
-		!finite(c.RB) || c.RB < 0 || !finite(c.RS) || c.RS < 0 || c.Fanout < 1 {
-		return fmt.Errorf("iosbridge: robin-hood config %+v: want overload availability in [0,1), RB, RS >= 0, fanout >= 1", c)
+		!finite(c.RB) || c.RB < 0 || !finite(c.RS) || c.RS < 0 || c.Fanout < 1 || c.Prefer < 0 || c.Prefer > MaxHints {
+		return fmt.Errorf("iosbridge: robin-hood config %+v: want overload availability in [0,1), RB, RS >= 0, fanout >= 1, prefer in [0,%d]", c, MaxHints)
 	}
 	return nil
 }
@@ -298,7 +319,12 @@ func (c RobinHoodConfig) Validate() error {
 //     the rank given is the one that uses the least CPU (Bustos moves the object with the
 //     shortest service queue, the one that suffers least from the pause).
 //   - Sheriff: Local hosts a rank and rank(Remote) > RS × rank(Local); the first rank is
-//     given (Bustos steals "an active object, if any").
+//     given (Bustos steals "an active object, if any"). With Prefer, not if Prefer
+//     underloaded nodes Local knows of (in.Best) rank higher than Remote, unless Local is
+//     overloaded.
+//
+// Neither gives a rank to a node it would overload (Remote's free CPUs after the move at
+// or below the overload threshold): that node would only shed it again.
 //
 // A Sheriff move with RS ≥ 1 goes strictly up the rank order, so it can never be undone by
 // another Sheriff move: the stability guard lets such moves through without its free-CPU
@@ -343,7 +369,38 @@ func (b Balancer) Protocol() Protocol {
 	if b.push {
 		p.Push, p.PushFanout, p.PushRank, p.OverloadAvailability = true, b.cfg.Fanout, b.cfg.RB, b.cfg.OverloadAvailability
 	}
+	if b.steal {
+		p.Hints, p.Bulk = b.cfg.Prefer, b.cfg.Bulk
+	}
 	return p
+}
+
+// rankDemand is the CPU rank r would use on a node with room: what it uses here, scaled up
+// by the share of a CPU it gets here when the node is crowded (more ranks than CPUs).
+func rankDemand(r RankProfile, local NodeProfile) float64 {
+	u := r.cpuUse(local)
+	if s := rankShare(local, 0); s > 0 && s < 1 {
+		u = math.Min(1, u/s)
+	}
+	return u
+}
+
+// overloads reports whether giving r to remote would leave it overloaded: its free CPUs
+// after the move at or below OverloadAvailability of its CPUs.
+func (b Balancer) overloads(r RankProfile, local, remote NodeProfile) bool {
+	return remote.FreeCPUs()-rankDemand(r, local) <= b.cfg.OverloadAvailability*remote.EffectiveCPUs
+}
+
+// betterKnown counts the underloaded nodes in best, other than local and remote, of a rank
+// above rr.
+func betterKnown(best []Hint, local, remote string, rr float64) int {
+	k := 0
+	for _, h := range best {
+		if h.Node != local && h.Node != remote && h.Rank > rr {
+			k++
+		}
+	}
+	return k
 }
 
 // Overloaded is Bustos' overload test on a profile: it hosts ranks and at most
@@ -382,6 +439,10 @@ func (b Balancer) Decide(in DecisionInput) Decision {
 					pickR = r
 				}
 			}
+			if b.overloads(pickR, in.Local, in.Remote) {
+				why = append(why, fmt.Sprintf("robin-hood: %s would be overloaded", in.Remote.Node))
+				break
+			}
 			d.Migrate, d.Rank = true, pickR.ID()
 			d.Gain = in.Remote.FreeCPUs() - in.Local.FreeCPUs()
 			d.Reason = fmt.Sprintf("robin-hood: overloaded (availability %.3f), %s underloaded with rank %.3g ≥ %.2g×%.3g: %s to it",
@@ -390,13 +451,25 @@ func (b Balancer) Decide(in DecisionInput) Decision {
 		}
 	}
 	if b.steal {
-		if rr > b.cfg.RS*rl {
+		better := 0
+		if b.cfg.Prefer > 0 {
+			better = betterKnown(in.Best, in.Local.Node, in.Remote.Node, rr)
+		}
+		switch {
+		case rr <= b.cfg.RS*rl:
+		case b.overloads(in.Ranks[0], in.Local, in.Remote):
+			why = append(why, fmt.Sprintf("sheriff: %s would be overloaded", in.Remote.Node))
+		case better >= b.cfg.Prefer && b.cfg.Prefer > 0 && !b.Overloaded(in.Local):
+			why = append(why, fmt.Sprintf("sheriff: %d underloaded nodes known rank above %s (%.3g): the ranks wait for them", better, in.Remote.Node, rr))
+		default:
 			d.Migrate, d.Rank = true, in.Ranks[0].ID()
 			d.Gain = rr - rl
 			d.Reason = fmt.Sprintf("sheriff: rank(%s)=%.3g > RS×rank(here)=%.2g×%.3g: %s to it", in.Remote.Node, rr, b.cfg.RS, rl, d.Rank)
 			return d
 		}
-		why = append(why, fmt.Sprintf("sheriff: rank(%s)=%.3g ≤ RS×rank(here)=%.3g", in.Remote.Node, rr, b.cfg.RS*rl))
+		if rr <= b.cfg.RS*rl {
+			why = append(why, fmt.Sprintf("sheriff: rank(%s)=%.3g ≤ RS×rank(here)=%.3g", in.Remote.Node, rr, b.cfg.RS*rl))
+		}
 	}
 	d.Reason = strings.Join(why, "; ")
 	return d

@@ -1,6 +1,8 @@
 package iosbridge
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -515,5 +517,247 @@ func TestSheriffStealsFromLowerRankedAcquaintancesHostingRanks(t *testing.T) {
 	a.Tick(t0)
 	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].To != "D" {
 		t.Fatalf("fallback steal %+v", s)
+	}
+}
+
+// --- Bustos' Sheriff on a large grid (seed 001 §5.5, §6.1.4): gathering on the best nodes ---
+
+// heartbeat delivers a heartbeat of prof (with hint lists) from prof.Node to n.
+func heartbeat(t *testing.T, now time.Time, n *Node, prof NodeProfile, best, hosts []Hint) {
+	t.Helper()
+	if err := n.Step(now, Message{Kind: KindHeartbeat, From: prof.Node, To: n.ID(), Profile: &prof, Best: best, Hosts: hosts}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sheriffNode is a node of policy name with cpus CPUs at availability avail hosting ranks
+// (each using 1 CPU), at t0.
+func sheriffNode(t *testing.T, id, policy string, cpus int, avail float64, ranks ...int) *Node {
+	t.Helper()
+	n := mustNode(t, Config{ID: id, Policy: mustPolicy(t, policy)})
+	var rs []RankProfile
+	for _, r := range ranks {
+		rs = append(rs, rankProfile("j", r, 1))
+	}
+	if err := n.Update(t0, node(id, cpus, avail, ids("j", ranks...)...), rs); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// "All peers keep frequently their lists up-to-date ... the peer sends a Heart Beat to all of
+// its acquaintances" (§3.2): the heartbeats also pass on, one hop further each time, the best
+// underloaded nodes and the lowest-ranked hosts their senders know of, and a node trusts a
+// neighbour's own heartbeat over what others say of it.
+func TestHeartbeatsPassOnTheBestUnderloadedNodesAndTheLowestHostsKnown(t *testing.T) {
+	a := sheriffNode(t, "A", PolicyRHNS, 4, 1)             // underloaded, rank 4, hosts nothing
+	heartbeat(t, t0, a, node("B", 2, 0.5, ids("j", 0)...), // a host of rank 2, not underloaded
+		[]Hint{{Node: "X", Rank: 16, Hops: 2}, {Node: "C", Rank: 8, Hops: 1}, {Node: "Y", Rank: 30, Hops: MaxHintHops}},
+		[]Hint{{Node: "B", Rank: 2}, {Node: "W", Rank: 1, Hops: 3}, {Node: "A", Rank: 4, Hops: 1}})
+	heartbeat(t, t0, a, node("C", 8, 0, ids("j", 1)...), nil, []Hint{{Node: "C", Rank: 8}}) // C is full now
+	heartbeat(t, t0, a, node("D", 6, 1), []Hint{{Node: "D", Rank: 6}, {Node: "X", Rank: 16, Hops: 1}}, nil)
+	a.Tick(t0)
+	var hb []Message
+	for _, m := range ofKind(a.Ready(), KindHeartbeat) {
+		hb = append(hb, m)
+	}
+	if len(hb) != 3 {
+		t.Fatalf("heartbeats %+v", hb)
+	}
+	// Best: X (16) at 2 hops through D (the 3-hop copy through B loses), D (6) at 1 hop, A
+	// itself (4) — not C, whose own heartbeat says it is full, nor Y, MaxHintHops+1 away.
+	wantBest := []Hint{{Node: "X", Rank: 16, Hops: 2}, {Node: "D", Rank: 6, Hops: 1}, {Node: "A", Rank: 4}}
+	// Hosts, lowest first: W (1) at 4 hops, B (2) at 1, C (8) at 1; not A (hosts nothing).
+	wantHosts := []Hint{{Node: "W", Rank: 1, Hops: 4}, {Node: "B", Rank: 2, Hops: 1}, {Node: "C", Rank: 8, Hops: 1}}
+	for _, m := range hb {
+		if !slices.Equal(m.Best, wantBest) || !slices.Equal(m.Hosts, wantHosts) {
+			t.Fatalf("heartbeat to %s: best %+v hosts %+v", m.To, m.Best, m.Hosts)
+		}
+	}
+	if best, hosts := a.Hints(); !slices.Equal(best, wantBest) || !slices.Equal(hosts, wantHosts) {
+		t.Fatalf("Hints() = %+v, %+v", best, hosts)
+	}
+	// Robin-Hood alone keeps Bustos' heartbeats: no hints.
+	rh := sheriffNode(t, "A", PolicyRobinHood, 4, 1)
+	heartbeat(t, t0, rh, node("B", 2, 0.5, ids("j", 0)...), nil, []Hint{{Node: "B", Rank: 2}})
+	rh.Tick(t0)
+	for _, m := range ofKind(rh.Ready(), KindHeartbeat) {
+		if m.Best != nil || m.Hosts != nil {
+			t.Fatalf("robin-hood heartbeat with hints: %+v", m)
+		}
+	}
+}
+
+// "If a processor A is underloaded, it ... sends to this node a steal message and the value
+// of rank(A)" (§5.5): the node is a lower-ranked host a heartbeat named, near or far, rather
+// than a random acquaintance.
+func TestSheriffStealsFromALowerRankedHostTheHeartbeatsName(t *testing.T) {
+	for seed := uint64(1); seed <= 10; seed++ {
+		a := mustNode(t, Config{ID: "A", Policy: mustPolicy(t, PolicySheriff), Rand: newRand(seed)})
+		if err := a.Update(t0, node("A", 8, 1), nil); err != nil {
+			t.Fatal(err)
+		}
+		// Neighbour B names far hosts F (rank 2) and G (rank 12, above A's 8).
+		heartbeat(t, t0, a, node("B", 2, 1), nil, []Hint{{Node: "F", Rank: 2, Hops: 2}, {Node: "G", Rank: 12, Hops: 1}})
+		a.Ready()
+		a.Tick(t0)
+		s := stealsIn(a.Ready())
+		if len(s) != 1 || s[0].To != "F" || s[0].Profile.Node != "A" || a.Stats().HintedSteals != 1 {
+			t.Fatalf("seed %d: steals %+v, want one to F", seed, s)
+		}
+	}
+	// No lower-ranked host known: the acquaintances, as before.
+	a := sheriffNode(t, "A", PolicySheriff, 8, 1)
+	heartbeat(t, t0, a, node("B", 2, 1), nil, []Hint{{Node: "G", Rank: 12, Hops: 1}})
+	a.Ready()
+	a.Tick(t0)
+	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].To != "B" {
+		t.Fatalf("steals %+v, want one to B", s)
+	}
+}
+
+// "B migrates an active-object to A" — an underloaded node of high rank takes several in
+// one steal, as many as it holds without becoming overloaded (jλ < μ), not one per cooldown.
+func TestSheriffOfHighRankStealsSeveralObjectsUpToItsCapacity(t *testing.T) {
+	b := sheriffNode(t, "B", PolicySheriff, 6, 0, 0, 1, 2, 3, 4, 5) // rank 6, 6 ranks of 1 CPU each
+	stealer := node("A", 4, 0.75, ids("j", 9)...)                   // rank 4 < 6: no steal
+	if err := b.Step(t0, Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &stealer}); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.Ready(); len(r.Migrations) != 0 {
+		t.Fatalf("lower rank stole %+v", r.Migrations)
+	}
+	// A has 10 CPUs, 1 used: 9 free, and stays not overloaded while more than 0.05 × 10 =
+	// 0.5 CPU stays free: 8 ranks fit, B has 6.
+	stealer = node("A", 10, 0.9, ids("j", 9)...)
+	if err := b.Step(t0, Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 2, Profile: &stealer}); err != nil {
+		t.Fatal(err)
+	}
+	r := b.Ready()
+	if len(r.Migrations) != 6 || len(ofKind(r, KindStealAccept)) != 6 {
+		t.Fatalf("want all 6 ranks: %+v", r.Migrations)
+	}
+	// A 5-CPU stealer with 1 rank (4 free) takes 3: the fourth would leave it no CPU free.
+	b = sheriffNode(t, "B", PolicySheriff, 2, 0.5, 0, 1, 2, 3, 4, 5)
+	stealer = node("A", 5, 0.8, ids("j", 9)...)
+	if err := b.Step(t0, Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 3, Profile: &stealer}); err != nil {
+		t.Fatal(err)
+	}
+	r = b.Ready()
+	if len(r.Migrations) != 3 {
+		t.Fatalf("want 3 ranks: %+v", r.Migrations)
+	}
+	// A crowded giver: 4 ranks share 2 CPUs, each uses 0.5 and would use 1 with room. The
+	// same stealer takes 3, not 7, and books each at 1 CPU.
+	b = mustNode(t, Config{ID: "B", Policy: mustPolicy(t, PolicySheriff)})
+	var half []RankProfile
+	for i := 0; i < 4; i++ {
+		half = append(half, rankProfile("j", i, 0.5))
+	}
+	if err := b.Update(t0, node("B", 2, 0, ids("j", 0, 1, 2, 3)...), half); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Step(t0, Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 3, Profile: &stealer}); err != nil {
+		t.Fatal(err)
+	}
+	crowd := b.Ready()
+	if acc := ofKind(crowd, KindStealAccept); len(acc) != 3 || acc[0].CPUUse != 1 || acc[2].CPUUse != 1 {
+		t.Fatalf("crowded giver: %+v", acc)
+	}
+	// The stealer books them all; the first ends its steal, the others count as bulk.
+	a := sheriffNode(t, "A", PolicySheriff, 5, 0.8, 9)
+	heartbeat(t, t0, a, node("B", 2, 0, ids("j", 0, 1, 2, 3, 4, 5)...), nil, nil)
+	a.Tick(t0)
+	req := stealsIn(a.Ready())[0]
+	for _, acc := range ofKind(r, KindStealAccept) {
+		acc.ID = req.ID
+		if err := a.Step(t0, acc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := a.Stats(); st.StealsAccepted != 1 || st.BulkRanks != 2 || st.LateAccepts != 0 || len(a.Local().Ranks) != 4 {
+		t.Fatalf("stats %+v, local %+v", st, a.Local())
+	}
+	// Without Bulk, one rank per steal, as in Bustos' Sheriff.
+	cfg := DefaultRobinHoodConfig()
+	cfg.Bulk = false
+	one, err := NewBalancer(PolicySheriff, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = mustNode(t, Config{ID: "B", Policy: one})
+	if err := b.Update(t0, node("B", 2, 0.5, ids("j", 0, 1)...), []RankProfile{rankProfile("j", 0, 1), rankProfile("j", 1, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Step(t0, Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 4, Profile: &stealer}); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.Ready(); len(r.Migrations) != 1 {
+		t.Fatalf("without bulk: %+v", r.Migrations)
+	}
+}
+
+// Bustos' Sheriff is "trying to collect all active-objects to the best ranked node": a node
+// keeps its objects for the best underloaded nodes it knows of, and gives them to a better
+// stealer only if fewer than Prefer known underloaded nodes rank above it.
+func TestSheriffKeepsObjectsForTheBestUnderloadedNodesKnown(t *testing.T) {
+	sheriff := Stabilize(PerRank(mustPolicy(t, PolicySheriff)), DefaultStability()) // Prefer 3
+	in := DecisionInput{Now: t0, Local: node("L", 2, 0.5, ids("j", 0)...), Remote: node("R", 4, 1),
+		Ranks: []RankProfile{rankProfile("j", 0, 1)},
+		Best:  []Hint{{Node: "X", Rank: 16, Hops: 2}, {Node: "Y", Rank: 12, Hops: 1}, {Node: "Z", Rank: 8, Hops: 3}}}
+	if d := sheriff.Decide(in); d.Migrate || !strings.Contains(d.Reason, "wait") {
+		t.Fatalf("three better nodes known, rank 4 stealer: %+v", d)
+	}
+	in.Remote = node("Z", 8, 1) // the third best known: it may take it
+	if d := sheriff.Decide(in); !d.Migrate {
+		t.Fatalf("one of the 3 best known: %+v", d)
+	}
+	in.Remote, in.Best = node("R", 4, 1), in.Best[:2] // only two better known
+	if d := sheriff.Decide(in); !d.Migrate {
+		t.Fatalf("two better known: %+v", d)
+	}
+	// An overloaded node does not wait: its objects suffer where they are.
+	in.Best = []Hint{{Node: "X", Rank: 16}, {Node: "Y", Rank: 12}, {Node: "Z", Rank: 8}}
+	in.Local = node("L", 2, 0, ids("j", 0, 1, 2)...)
+	if d := sheriff.Decide(in); !d.Migrate {
+		t.Fatalf("overloaded host: %+v", d)
+	}
+}
+
+// Bustos' overload test (jλ ≥ μ) on the receiving side: neither Robin-Hood nor the Sheriff
+// moves an object to a node it would overload, which would only shed it again.
+func TestBustosNoMoveToANodeThatWouldBeOverloaded(t *testing.T) {
+	rhns := mustPolicy(t, PolicyRHNS)
+	// Overloaded L (2 CPUs, 3 ranks): the rank pushed uses 0.6 CPU of a 2/3 share, so it
+	// wants 0.9 CPU. R (4 CPUs) with 2 free keeps 1.1 > 0.05 × 4 free; with 1 free, 0.1.
+	over := DecisionInput{Local: node("L", 2, 0, ids("j", 0, 1, 2)...), Remote: node("R", 4, 0.5), Ranks: overloadedRanks()}
+	if d := rhns.Decide(over); !d.Migrate {
+		t.Fatalf("room for it: %+v", d)
+	}
+	over.Remote = node("R", 4, 0.25)
+	if d := rhns.Decide(over); d.Migrate || !strings.Contains(d.Reason, "overloaded") {
+		t.Fatalf("robin-hood overloads the remote: %+v", d)
+	}
+	// A Sheriff steal by a better node with less than a rank's CPU free.
+	calm := DecisionInput{Local: node("L", 2, 0.5, ids("j", 0)...), Remote: node("R", 4, 0.25), Ranks: []RankProfile{rankProfile("j", 0, 1)}}
+	if d := rhns.Decide(calm); d.Migrate || !strings.Contains(d.Reason, "sheriff") {
+		t.Fatalf("sheriff overloads the remote: %+v", d)
+	}
+}
+
+// "A processor A is overloaded, it sends a balance request ... to a subset of n of its
+// acquaintances": one of them is one of the best underloaded nodes it knows of, which can
+// then take the object where the Sheriff would gather it.
+func TestRobinHoodAsksABestKnownNodeFirst(t *testing.T) {
+	a := sheriffNode(t, "A", PolicyRHNS, 2, 0, 0, 1, 2)
+	for _, p := range []string{"B", "C", "D", "E"} {
+		heartbeat(t, t0, a, node(p, 2, 0.5), nil, nil)
+	}
+	heartbeat(t, t0, a, node("B", 2, 0.5), []Hint{{Node: "X", Rank: 16, Hops: 1}}, nil)
+	a.Ready()
+	a.Tick(t0)
+	reqs := ofKind(a.Ready(), KindBalanceRequest)
+	if len(reqs) != 3 || reqs[0].To != "X" {
+		t.Fatalf("want 3 balance requests, the first to X: %+v", reqs)
 	}
 }

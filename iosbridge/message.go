@@ -95,7 +95,15 @@ type Message struct {
 	OfferPartner *RankProfile `msgpack:"offer_partner,omitempty"`
 	Pair         RankID       `msgpack:"pair,omitempty"`
 	SwapPair     RankID       `msgpack:"swap_pair,omitempty"`
+	// Best and Hosts, in a heartbeat of a policy that gossips (Protocol.Hints), are the
+	// best-ranked underloaded nodes and the lowest-ranked nodes hosting movable ranks that
+	// From knows of, itself included (hints.go).
+	Best  []Hint `msgpack:"best,omitempty"`
+	Hosts []Hint `msgpack:"hosts,omitempty"`
 }
+
+// MaxHints bounds the hint lists accepted from the network.
+const MaxHints = 16
 
 // MaxOfferPeers bounds the peer list of an offered rank accepted from the network.
 const MaxOfferPeers = 1 << 16
@@ -157,6 +165,19 @@ func (m Message) Validate() error {
 		m.Pair.Job == "" || m.Pair.Rank < 0 || m.SwapPair.Job == "" || m.SwapPair.Rank < 0 || m.Swap == (RankID{}) ||
 		m.Pair == m.Rank || m.SwapPair == m.Swap || m.Pair == m.Swap || m.SwapPair == m.Rank || m.Pair == m.SwapPair) {
 		return fmt.Errorf("iosbridge: %s message from %s: bad pair swap (%q, %q for %q, %q): only a steal accept with a swap and four distinct ranks", m.Kind, m.From, m.Rank, m.Pair, m.Swap, m.SwapPair)
+	}
+	if len(m.Best)+len(m.Hosts) > 0 && m.Kind != KindHeartbeat {
+		return fmt.Errorf("iosbridge: %s message from %s: only heartbeats carry hints", m.Kind, m.From)
+	}
+	for _, hs := range [][]Hint{m.Best, m.Hosts} {
+		if len(hs) > MaxHints {
+			return fmt.Errorf("iosbridge: heartbeat from %s: %d hints (at most %d)", m.From, len(hs), MaxHints)
+		}
+		for _, h := range hs {
+			if err := h.Validate(); err != nil {
+				return fmt.Errorf("iosbridge: heartbeat from %s: %w", m.From, err)
+			}
+		}
 	}
 	switch m.Kind {
 	case KindJoin, KindHeartbeat, KindLeave:

@@ -54,6 +54,7 @@ func TestMessageValidate(t *testing.T) {
 		{Kind: KindRelayAccept, From: "B", To: "C", Origin: "A", ID: 1, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
 		{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, TTL: 2, Profile: &prof, Exchange: true, Offer: &offer, OfferPartner: &partner},
 		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 3}},
+		{Kind: KindHeartbeat, From: "A", To: "B", Profile: &prof, Best: []Hint{{Node: "A", Rank: 2}}, Hosts: []Hint{{Node: "C", Rank: 1, Hops: MaxHintHops}}},
 	}
 	for _, m := range ok {
 		if err := m.Validate(); err != nil {
@@ -112,6 +113,11 @@ func TestMessageValidate(t *testing.T) {
 		"pair is the rank":       {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Pair: RankID{"j", 0}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 3}},
 		"swap pair is the swap":  {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 2}},
 		"pair in a relay":        {Kind: KindStealAccept, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 3}, SwapTo: "C"},
+		"hints in a steal":       {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Best: []Hint{{Node: "A", Rank: 2}}},
+		"hint without node":      {Kind: KindHeartbeat, From: "A", To: "B", Hosts: []Hint{{Rank: 1}}},
+		"hint NaN rank":          {Kind: KindHeartbeat, From: "A", To: "B", Best: []Hint{{Node: "C", Rank: math.NaN()}}},
+		"hint too far":           {Kind: KindHeartbeat, From: "A", To: "B", Best: []Hint{{Node: "C", Rank: 1, Hops: MaxHintHops + 1}}},
+		"too many hints":         {Kind: KindHeartbeat, From: "A", To: "B", Hosts: make([]Hint, MaxHints+1)},
 	}
 	for name, m := range bad {
 		if err := m.Validate(); err == nil {

@@ -159,6 +159,9 @@ type Stats struct {
 	// Three-way exchanges: forwarded exchange requests this node added a relay to, ranks
 	// it sent away as a relay, and rotations it completed as the third node.
 	RelaysOffered, RanksRelayed, RotationsDecided uint64
+	// BulkRanks: ranks beyond the first that this node's accepted steals brought
+	// (Protocol.Bulk); HintedSteals: steals it sent to a host named by a hint.
+	BulkRanks, HintedSteals uint64
 }
 
 // ErrLeft is returned by Step after Leave: the node is no longer part of the network.
@@ -172,6 +175,8 @@ type peerState struct {
 	pingAt     time.Time
 	rtt        time.Duration
 	rttSamples int
+	// The hint lists of its last heartbeat (Protocol.Hints), read-only.
+	best, hosts []Hint
 }
 
 type pending struct {
@@ -241,6 +246,10 @@ type Node struct {
 	pushBackoff time.Duration
 	nextPush    time.Time
 	pingSeq     uint64
+	// accepted is the last steal of ours answered with a rank: more ranks may follow for it
+	// (Protocol.Bulk). best and hosts are this node's hint lists (hints.go).
+	accepted    uint64
+	best, hosts []Hint
 
 	out   Ready
 	stats Stats
@@ -471,8 +480,11 @@ func (n *Node) Tick(now time.Time) {
 	if len(n.peers) > 0 && now.Sub(n.lastHeartbeat) >= n.cfg.HeartbeatInterval {
 		n.lastHeartbeat = now
 		prof := n.profilePtr() // one snapshot for all: nothing changes between the sends
+		if n.proto.Hints > 0 && n.hasLocal {
+			n.refreshHints(now)
+		}
 		for _, p := range n.sortedPeers() {
-			m := Message{Kind: KindHeartbeat, To: p, Profile: prof}
+			m := Message{Kind: KindHeartbeat, To: p, Profile: prof, Best: n.best, Hosts: n.hosts}
 			if n.proto.Ping {
 				// The heartbeat is the ping: its echo times the round trip. An unanswered
 				// ping is replaced by the next one.
@@ -561,6 +573,7 @@ func (n *Node) Step(now time.Time, m Message) error {
 		case m.ID == 0:
 			n.stats.PushesReceived++ // Robin-Hood: pushed to us after our offer
 		case n.steal != nil && n.steal.id == m.ID:
+			n.accepted = m.ID
 			n.steal = nil
 			n.backoff = 0
 			n.locale = LocaleLocal
@@ -569,6 +582,8 @@ func (n *Node) Step(now time.Time, m Message) error {
 		case n.wide != nil && n.wide.id == m.ID:
 			n.wide = nil
 			n.stats.WideStealsAccepted++
+		case m.ID == n.accepted:
+			n.stats.BulkRanks++ // another rank for the steal just accepted
 		default:
 			n.stats.LateAccepts++ // the rank comes anyway; it is booked above
 		}
@@ -634,6 +649,13 @@ func (n *Node) maybePush(now time.Time) {
 		return
 	}
 	var sent []string
+	if n.proto.Hints > 0 {
+		// One of the best underloaded nodes known first: its objects then go straight to
+		// where the Sheriff would gather them (it answers only if rank(B) ≥ RB × rank(A)).
+		if b, ok := n.hinted(n.best, func(float64) bool { return true }); ok {
+			sent = append(sent, b)
+		}
+	}
 	for len(sent) < n.proto.PushFanout {
 		p, ok := n.pickPeer(n.cfg.ID, "", func(p string) bool { return !slices.Contains(sent, p) })
 		if !ok {
@@ -693,7 +715,7 @@ func (n *Node) inScope(m Message) func(string) bool {
 func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
 		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand,
-			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile, OfferPartner: m.OfferPartner}
+			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile, OfferPartner: m.OfferPartner, Best: n.best}
 		d := n.policy.Decide(in)
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
 			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
@@ -721,6 +743,8 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 				if paired {
 					n.incoming[d.SwapPair] = pending{peer: m.Origin, at: now, cpu: m.OfferPartner.cpuUse(*m.Profile)}
 				}
+			case n.proto.Bulk:
+				n.giveMore(now, m, d, in)
 			}
 			return
 		}
@@ -750,6 +774,43 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 	}
 	n.stats.RequestsForwarded++
 	n.send(fwd)
+}
+
+// giveMore answers the steal request m, already granted rank d.Rank, with more ranks while
+// the policy wants to give them to a stealer whose profile counts the ranks given so far
+// (Protocol.Bulk): a node of high rank fills up to its capacity in one steal instead of one
+// rank per cooldown.
+func (n *Node) giveMore(now time.Time, m Message, d Decision, in DecisionInput) {
+	remote := *m.Profile
+	remote.Ranks = append([]RankID(nil), remote.Ranks...)
+	// What each rank will want, from what it uses in the crowd it was sampled in: as ranks
+	// leave, this node looks less crowded, and their sampled use would pass for their demand.
+	demand := map[RankID]float64{}
+	for _, r := range in.Ranks {
+		demand[r.ID()] = rankDemand(r, in.Local)
+	}
+	for d.Migrate {
+		if remote.EffectiveCPUs > 0 {
+			remote.Availability = clamp01(remote.Availability - demand[d.Rank]/remote.EffectiveCPUs)
+		}
+		remote.Ranks = append(remote.Ranks, d.Rank)
+		in = DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: remote, Now: now, Rand: n.cfg.Rand, Best: n.best}
+		if len(in.Ranks) == 0 {
+			return
+		}
+		for i, r := range in.Ranks {
+			if u, ok := demand[r.ID()]; ok {
+				in.Ranks[i].CPUUse = u
+			}
+		}
+		d = n.policy.Decide(in)
+		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
+			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
+		if d.Migrate {
+			d = Decision{Migrate: true, Rank: d.Rank, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason} // plain gives only
+			n.give(now, m.Origin, m.ID, d, in)
+		}
+	}
 }
 
 // swapOut sends the offered rank m.Swap to m.From, the other half of the swap m accepts. Only
@@ -831,15 +892,18 @@ func (n *Node) onRelayAccept(now time.Time, m Message) {
 // give books rank d.Rank as leaving for node to, tells to (a steal accept answering its
 // request id; id 0 for a push) and orders the migration.
 func (n *Node) give(now time.Time, to string, id uint64, d Decision, in DecisionInput) {
-	cpu := 0.0
+	cpu, book := 0.0, 0.0
 	for _, r := range in.Ranks {
 		if r.ID() == d.Rank {
-			cpu = r.cpuUse(in.Local)
+			cpu, book = r.cpuUse(in.Local), r.cpuUse(in.Local)
+			if n.proto.Bulk {
+				book = rankDemand(r, in.Local)
+			}
 		}
 	}
 	n.outgoing[d.Rank] = pending{peer: to, at: now, cpu: cpu}
 	n.stats.RanksGiven++
-	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: cpu, Gain: d.Gain, Reason: d.Reason, Swap: d.Swap, SwapTo: d.RelayNode,
+	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: book, Gain: d.Gain, Reason: d.Reason, Swap: d.Swap, SwapTo: d.RelayNode,
 		Pair: d.Pair, SwapPair: d.SwapPair})
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Rank, To: to, RequestID: id, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
 	if d.Pair != (RankID{}) {
@@ -952,9 +1016,21 @@ func (n *Node) maybeSteal(now time.Time) {
 		}
 		req.InCluster, req.Cluster = true, n.cfg.Cluster
 	}
-	target, ok := n.pickPeer(n.cfg.ID, "", n.ranked(eff, n.inScope(req)))
+	target, hinted := "", false
+	if n.proto.Hints > 0 && req.Locale == 0 && !req.InCluster {
+		// Straight to a lower-ranked host a hint names, near or far (hints.go).
+		r := NodeRank(eff)
+		target, hinted = n.hinted(n.hosts, func(h float64) bool { return h < r })
+	}
+	ok := hinted
+	if !hinted {
+		target, ok = n.pickPeer(n.cfg.ID, "", n.ranked(eff, n.inScope(req)))
+	}
 	if !ok {
 		return
+	}
+	if hinted {
+		n.stats.HintedSteals++
 	}
 	n.seq++
 	n.steal = &steal{id: n.seq, target: target, sentAt: now, locale: req.Locale}
@@ -1117,6 +1193,9 @@ func (n *Node) touch(now time.Time, m Message) {
 		n.addPeer(m.From, ps)
 	}
 	ps.lastSeen = now
+	if m.Kind == KindHeartbeat {
+		ps.best, ps.hosts = m.Best, m.Hosts
+	}
 	if m.Profile != nil && m.Profile.Node == m.From {
 		p := *m.Profile
 		if n.loaded(p) && (ps.profile == nil || !n.loaded(*ps.profile)) {

@@ -61,6 +61,10 @@ type DecisionInput struct {
 	// OfferPartner is a second rank the requester offers with Offer, a neighbour of it on
 	// the same node, for a pair swap (exchange.go); nil if none.
 	OfferPartner *RankProfile
+	// Best are the best-ranked underloaded nodes this node knows of, best first, itself
+	// included if it is one (Protocol.Hints; nil otherwise): the Sheriff keeps its ranks for
+	// them.
+	Best []Hint
 }
 
 // Decision is the decision component's answer: which rank (if any) to give the stealer, the

@@ -26,9 +26,15 @@ const (
 
 // bustosPolicies are compared up to bustosCompareUpTo nodes a side: the combination Bustos
 // recommends and its two halves; larger sizes run rhns alone (each run costs minutes).
-var bustosPolicies = []string{"rhns", "sheriff", "robinhood"}
+// bustosPlain (RHNS as Bustos describes it, without the agents' gathering) runs up to
+// bustosPlainUpTo.
+var bustosPolicies = []string{"rhns", bustosPlain, "sheriff", "robinhood"}
 
-const bustosCompareUpTo = 20
+const (
+	bustosCompareUpTo = 20
+	bustosPlainUpTo   = 50
+	bustosPlain       = "rhns-bustos"
+)
 
 type bustosRow struct {
 	Policy string
@@ -41,12 +47,23 @@ func bustos(o options) ([]bustosRow, error) {
 	var rows []bustosRow
 	for _, n := range o.bustos {
 		pols := bustosPolicies
-		if n > bustosCompareUpTo {
+		switch {
+		case n > bustosPlainUpTo:
 			pols = pols[:1]
+		case n > bustosCompareUpTo:
+			pols = pols[:2]
 		}
 		for _, pol := range pols {
 			cpu0 := cpuTime()
 			cfg := iossim.BustosConfig(n, pol, o.seed)
+			if pol == bustosPlain {
+				plain, err := iossim.BustosSheriff()
+				if err != nil {
+					return nil, err
+				}
+				cfg = iossim.BustosConfig(n, iosbridge.PolicyRHNS, o.seed)
+				cfg.Tuned = plain
+			}
 			if o.bustosUntil > 0 {
 				cfg.Duration, cfg.QuietStop = o.bustosUntil, o.bustosQuiet
 				// These runs take CPU hours at 100×100: say where they are every 5 virtual minutes.
@@ -98,7 +115,11 @@ at the end over OPT. Bustos' targets: ALOP below 2 and fewer than 6.5 migrations
 		if r.Policy == "rhns" && r.ALOP >= 2 {
 			alop = "**" + alop + "**"
 		}
-		w("| %d×%d | `%s` | %d | %d | %s | %.2f | %d | %d | %.0f s |\n", r.Nodes, r.Nodes, r.Policy, r.OPT, r.Used, alop,
+		pol := "`" + r.Policy + "`"
+		if r.Policy == bustosPlain {
+			pol = "`rhns`, Bustos' own"
+		}
+		w("| %d×%d | %s | %d | %d | %s | %.2f | %d | %d | %.0f s |\n", r.Nodes, r.Nodes, pol, r.OPT, r.Used, alop,
 			r.MigrationsPerObject, r.MaxMigrations, r.Overloaded, r.CPU.Seconds())
 	}
 	met := true
@@ -132,14 +153,44 @@ writes a subsection of its own).`, r.Nodes, r.Nodes, r.Used, r.OPT, r.MaxMigrati
 	w(`Robin-Hood alone spreads the objects off the overloaded corner and
 stops at the first placement without an overloaded node (Bustos' "local optimum"), using
 several times OPT; the Sheriff's ranked stealing then gathers them on the best nodes, as
-Bustos found. One departure from his Sheriff: its steal requests go first to acquaintances
-whose heartbeats show ranks on a node of lower rank (random ones when there is none). With
-random targets only, the 50×50 run ended at ALOP 5.0 (50 nodes for OPT 10, 3.27 migrations per
-object): in 2,500 nodes the objects climbed one by one to scattered better nodes and seldom met.
+Bustos found.
+
+The agents' Sheriff departs from Bustos' (`+"`iosbridge/hints.go`"+`; the rows "Bustos' own"
+run without it). His Sheriff steals one object from one acquaintance at a time; on a large
+grid the objects then climb one node at a time to scattered better nodes, each move paced by
+the cooldown, and seldom meet. So (i) heartbeats pass on, up to 4 hops, the 3 best-ranked
+underloaded nodes and the 3 lowest-ranked hosts of movable objects their senders know of
+(his acquaintance lists, kept up to date by heartbeats, seen a few steps further); (ii) a
+stealer sends its request straight to a lower-ranked host so named (else to acquaintances
+whose heartbeats show objects on a node of lower rank, else to a random one); (iii) a host
+gives an object only to a stealer among the 3 best underloaded nodes it knows of, so objects
+wait for the best nodes rather than stop on the way; (iv) a stealer takes in one steal as many
+objects as it holds without becoming overloaded; (v) an overloaded node's balance request goes
+to one of the best nodes it knows of first; (vi) neither step moves an object to a node it would
+overload.%s
 The most moves by one object is bounded by the one-minute cooldown (600 s / 1 min).%s
 %s
-`, notRun, bustosEnd)
+`, bustosCompared(rows), notRun, bustosEnd)
 	return b.String()
+}
+
+// bustosCompared is a sentence comparing rhns with Bustos' own RHNS at the largest size
+// where both ran; "" if none.
+func bustosCompared(rows []bustosRow) string {
+	var mine, his *bustosRow
+	for i := range rows {
+		r := &rows[i]
+		for j := range rows {
+			if o := &rows[j]; r.Policy == "rhns" && o.Policy == bustosPlain && o.Nodes == r.Nodes && (mine == nil || r.Nodes > mine.Nodes) {
+				mine, his = r, o
+			}
+		}
+	}
+	if mine == nil {
+		return ""
+	}
+	return fmt.Sprintf(" At %d×%d this takes ALOP from %.2f to %.2f and migrations per object from %.2f to %.2f.",
+		mine.Nodes, mine.Nodes, his.ALOP, mine.ALOP, his.MigrationsPerObject, mine.MigrationsPerObject)
 }
 
 // bustosSettledMarkdown is the subsection of the settled runs, markers included.

@@ -62,6 +62,15 @@ func BustosConfig(n int, policy string, seed uint64) Config {
 	return Config{Seed: seed, Policy: policy, Agent: agent, Nodes: nodes, Ranks: ranks, Duration: 600 * time.Second, Lockstep: true}
 }
 
+// BustosSheriff is RHNS as Bustos describes it, without the gathering this package's
+// agents add for large grids (iosbridge.RobinHoodConfig.Prefer and Bulk): the Sheriff steals
+// one object at a time from an acquaintance; set it as Config.Tuned to compare.
+func BustosSheriff() (iosbridge.Policy, error) {
+	cfg := iosbridge.DefaultRobinHoodConfig()
+	cfg.Prefer, cfg.Bulk = 0, false
+	return iosbridge.NewBalancer(iosbridge.PolicyRHNS, cfg)
+}
+
 // BustosOPT is eq. 6.3: the size of the smallest set of best nodes whose capacities exceed
 // the application's load, Σ_{i ≤ OPT} μ_i > m λ, i.e. whose cores exceed the ranks.
 func BustosOPT(cfg Config) int {

@@ -7,7 +7,7 @@ import (
 
 // Bustos §6.1.4, Fig. 6.9: Robin-Hood + Nottingham Sheriff uses less than twice the optimal
 // number of nodes and "the curves remain under 6.5 migrations per active-object", with the
-// deployed agents. 50×50 is in docs/SIMULATIONS.md (bench/iossim).
+// deployed agents. 50×50 and 100×100 are in docs/SIMULATIONS.md (bench/iossim).
 func TestBustosRHNSUsesUnderTwiceOPTWithUnder6_5MigrationsPerObject(t *testing.T) {
 	sizes := []int{10, 20}
 	if testing.Short() || raceDetector {
@@ -20,6 +20,19 @@ func TestBustosRHNSUsesUnderTwiceOPTWithUnder6_5MigrationsPerObject(t *testing.T
 		}
 		if r.ALOP >= 2 || r.MigrationsPerObject >= 6.5 || r.Overloaded > 0 {
 			t.Errorf("%d×%d: %+v", n, n, r)
+		}
+		// Bustos' own Sheriff (one object from one acquaintance per steal) gathers with more
+		// moves than the agents' (hints, bulk steals, objects kept for the best nodes).
+		cfg := BustosConfig(n, "rhns", 1)
+		if cfg.Tuned, err = BustosSheriff(); err != nil {
+			t.Fatal(err)
+		}
+		his, err := RunBustos(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if his.MigrationsPerObject <= r.MigrationsPerObject || his.Used < r.Used {
+			t.Errorf("%d×%d: Bustos' own %+v, the agents' %+v", n, n, his, r)
 		}
 		// Robin-Hood alone stops at a local optimum: more nodes, fewer moves.
 		rh, err := Bustos(n, "robinhood", 1)
