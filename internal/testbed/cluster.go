@@ -48,6 +48,7 @@ type Cluster struct {
 	binDir   string
 	natsURL  string
 	srv      *natsserver.Server
+	sites    map[string]*site // Options.Sites' servers; fixed after Start
 	nc       *nats.Conn
 	lock     *machineLock
 
@@ -193,7 +194,10 @@ func (c *Cluster) start(ctx context.Context) error {
 		name string
 		pkg  string
 	}{{&o.PCMD, "pcmd", "./cmd/pcmd"}, {&o.LoadGen, "loadgen", "./internal/testbed/loadgen"},
-		{&o.NodeExec, "nodeexec", "./internal/testbed/nodeexec"}} {
+		{&o.NodeExec, "nodeexec", "./internal/testbed/nodeexec"}, {&o.NATSD, "natsd", "./internal/testbed/natsd"}} {
+		if b.name == "natsd" && len(o.Sites) == 0 {
+			continue
+		}
 		if *b.path != "" {
 			if _, err := os.Stat(*b.path); err != nil {
 				return fmt.Errorf("testbed: %s binary: %w", b.name, err)
@@ -227,6 +231,12 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 	}
 
+	if len(o.Sites) > 0 && !c.isolated {
+		if reason == "" {
+			reason = "setting it up failed (see the log)"
+		}
+		return errors.New("testbed: Options.Sites needs an isolated cluster (network namespaces): " + reason)
+	}
 	if err := c.startNATS(); err != nil {
 		return err
 	}
@@ -323,7 +333,11 @@ func (c *Cluster) teardownIsolation() error {
 // heartbeats.
 func (c *Cluster) startNATS() error {
 	c.natsURL = c.opts.NATSURL
-	if c.natsURL == "" {
+	if len(c.opts.Sites) > 0 {
+		if err := c.startSites(); err != nil {
+			return err
+		}
+	} else if c.natsURL == "" {
 		host := "127.0.0.1"
 		if c.isolated {
 			host = BridgeIP
@@ -428,6 +442,9 @@ func (c *Cluster) AddNode(name string, cpus float64) error {
 	for _, n := range c.nodes {
 		used[n.idx] = true
 	}
+	for _, s := range c.sites {
+		used[s.idx] = true
+	}
 	c.mu.Unlock()
 	idx := 0
 	for used[idx] {
@@ -476,7 +493,11 @@ func (c *Cluster) startNode(n *node) error {
 			return fmt.Errorf("testbed: node %s: %w", n.name, err)
 		}
 	}
-	args := []string{"serve", "--node", n.name, "--nats", c.natsURL, "--advertise", n.addr,
+	natsURL := c.natsURL
+	if s := c.siteOf(n.name); s != "" {
+		natsURL = c.sites[s].url // its own site's server
+	}
+	args := []string{"serve", "--node", n.name, "--nats", natsURL, "--advertise", n.addr,
 		"--slots", strconv.Itoa(o.Slots), "--store", store}
 	if help, _ := exec.Command(o.PCMD, "serve", "--help").CombinedOutput(); bytes.Contains(help, []byte("--insecure-open")) {
 		// The testbed's NATS server is private to it; older pcmds have no such flag.
@@ -848,6 +869,7 @@ func (c *Cluster) Close() error {
 	if c.srv != nil {
 		c.srv.Shutdown()
 	}
+	errs = append(errs, c.stopSites())
 	if c.router != nil {
 		errs = append(errs, teardownRouter(c.router))
 		c.router = nil

@@ -37,7 +37,7 @@ func pairOf(x, y string) linkKey {
 }
 
 // SetLink emulates link l between every node of group a and every node of group b, both
-// ways, replacing what an earlier SetLink set between them (the zero Link removes it).
+// ways (a group may also name a site's NATS server, SiteServer), replacing what an earlier SetLink set between them (the zero Link removes it).
 // Traffic inside a group, and to the NATS server and mpirun on the bridge, is not shaped.
 // Two groups so separated are two "clusters" on one machine. It needs an isolated cluster
 // (ErrNotIsolated otherwise) and the tc command; a delay also needs netem or /dev/net/tun
@@ -51,14 +51,14 @@ func (c *Cluster) SetLink(a, b []string, l Link) error {
 	if !c.isolated {
 		return ErrNotIsolated
 	}
-	var nodes []*node
+	var ends []linkEnd
 	for _, name := range append(slices.Clone(a), b...) {
-		n, err := c.lookup(name)
+		_, ns, err := c.endpoint(name)
 		if err != nil {
 			return err
 		}
-		if !slices.Contains(nodes, n) {
-			nodes = append(nodes, n)
+		if !slices.ContainsFunc(ends, func(e linkEnd) bool { return e.name == name }) {
+			ends = append(ends, linkEnd{name, ns})
 		}
 	}
 	for _, x := range a {
@@ -66,8 +66,8 @@ func (c *Cluster) SetLink(a, b []string, l Link) error {
 			return fmt.Errorf("testbed: node %s is in both groups of a link", x)
 		}
 	}
-	if l.Delay > 0 && len(nodes) > 0 {
-		if err := c.enableDelays(netnsName(nodes[0].name)); err != nil {
+	if l.Delay > 0 && len(ends) > 0 {
+		if err := c.enableDelays(ends[0].ns); err != nil {
 			return err
 		}
 	}
@@ -86,13 +86,16 @@ func (c *Cluster) SetLink(a, b []string, l Link) error {
 	}
 	c.mu.Unlock()
 	c.updateRouter()
-	for _, n := range nodes {
-		if err := applyLinks(netnsName(n.name), c.linksOf(n.name), c.router != nil); err != nil {
-			return fmt.Errorf("testbed: node %s: %w", n.name, err)
+	for _, e := range ends {
+		if err := applyLinks(e.ns, c.linksOf(e.name), c.router != nil); err != nil {
+			return fmt.Errorf("testbed: %s: %w", e.name, err)
 		}
 	}
 	return nil
 }
+
+// linkEnd is a node or a site's server at one end of a link, with its network namespace.
+type linkEnd struct{ name, ns string }
 
 // enableDelays chooses, at the first delayed link, how delays are made: netem on the
 // nodes' eth0 where the kernel has it (tried in namespace ns), the userspace delay router
@@ -129,13 +132,13 @@ func (c *Cluster) updateRouter() {
 	c.mu.Lock()
 	d := map[flow]time.Duration{}
 	for k, l := range c.links {
-		a, aok := c.nodes[k.a]
-		b, bok := c.nodes[k.b]
+		a, aok := c.addrLocked(k.a)
+		b, bok := c.addrLocked(k.b)
 		if !aok || !bok || l.Delay <= 0 {
 			continue
 		}
-		x, errx := netip.ParseAddr(a.addr)
-		y, erry := netip.ParseAddr(b.addr)
+		x, errx := netip.ParseAddr(a)
+		y, erry := netip.ParseAddr(b)
 		if errx != nil || erry != nil {
 			continue
 		}
@@ -161,8 +164,8 @@ func (c *Cluster) linksOf(name string) []peerLink {
 		default:
 			continue
 		}
-		if p, ok := c.nodes[peer]; ok {
-			out = append(out, peerLink{addr: p.addr, link: l})
+		if addr, ok := c.addrLocked(peer); ok {
+			out = append(out, peerLink{addr: addr, link: l})
 		}
 	}
 	slices.SortFunc(out, func(x, y peerLink) int {
@@ -198,10 +201,11 @@ func (c *Cluster) unlink(name string) error {
 	slices.Sort(peers)
 	var errs []error
 	for _, p := range peers {
-		if _, err := c.lookup(p); err != nil {
+		_, ns, err := c.endpoint(p)
+		if err != nil {
 			continue
 		}
-		if err := applyLinks(netnsName(p), c.linksOf(p), c.router != nil); err != nil {
+		if err := applyLinks(ns, c.linksOf(p), c.router != nil); err != nil {
 			errs = append(errs, fmt.Errorf("testbed: node %s: %w", p, err))
 		}
 	}

@@ -72,6 +72,21 @@ type Options struct {
 	// NodeExec is the path of the helper that starts programs inside a node's cgroup and
 	// network namespace (package testbed/nodeexec). Empty: Start builds it into BinDir.
 	NodeExec string
+	// NATSD is the path of the sites' NATS server program (package testbed/natsd). Empty:
+	// Start builds it into BinDir when Sites is set.
+	NATSD string
+
+	// Sites lists the nodes of each site (site name → node names), as the clusters of a
+	// grid, each of which runs its own control plane: every site gets its own NATS server,
+	// in a network namespace of its own on the bridge (SiteServer names it for SetLink),
+	// the site's nodes connect to it, and the servers are joined by routes (a NATS
+	// cluster, routes authenticated by their own random credentials), so every subject
+	// still reaches every node. A link set between the groups of two sites' nodes and
+	// servers then delays what the agents of one site send to the other's, as the data
+	// between their nodes. The testbed itself and mpirun (NATSURL) use the first site's
+	// server in name order; a node in no site too. Needs an isolated cluster and an empty
+	// NATSURL. Empty: one NATS server on the bridge for all.
+	Sites map[string][]string
 
 	// WorkDir holds the built binaries (bin/), node logs (logs/) and the checkpoint stores.
 	// Empty: a new temporary directory, removed by Close.
@@ -172,7 +187,10 @@ func (o *Options) setDefaults() error {
 			return fmt.Errorf("testbed: extra environment entry %q: want KEY=VALUE", kv)
 		}
 	}
-	for _, p := range []*string{&o.PCMD, &o.LoadGen, &o.NodeExec, &o.WorkDir, &o.StoreDir} {
+	if err := validateSites(o); err != nil {
+		return err
+	}
+	for _, p := range []*string{&o.PCMD, &o.LoadGen, &o.NodeExec, &o.NATSD, &o.WorkDir, &o.StoreDir} {
 		if *p == "" {
 			continue
 		}

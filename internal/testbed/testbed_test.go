@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperMain())
 	}
 	os.Exit(testbin.Main(m, func(dir string) { bin = dir },
-		"./cmd/mpirun", "./heat2d", "./cmd/pcmd", "./internal/testbed/loadgen", "./internal/testbed/nodeexec"))
+		"./cmd/mpirun", "./heat2d", "./cmd/pcmd", "./internal/testbed/loadgen", "./internal/testbed/nodeexec",
+		"./internal/testbed/natsd"))
 }
 
 // helperMain is the test binary started inside a node. TESTBED_HELPER=listen listens on
@@ -88,6 +89,7 @@ func testOptions(t *testing.T, iso Isolation) Options {
 	t.Helper()
 	return Options{
 		PCMD: filepath.Join(bin, "pcmd"), LoadGen: filepath.Join(bin, "loadgen"), NodeExec: filepath.Join(bin, "nodeexec"),
+		NATSD:     filepath.Join(bin, "natsd"),
 		Allow:     []string{filepath.Join(bin, "*")},
 		Isolation: iso, Heartbeat: 250 * time.Millisecond, KillGrace: time.Second,
 		WorkDir: t.TempDir(),
