@@ -164,12 +164,42 @@ func NodeRank(p NodeProfile) float64 { return p.EffectiveCPUs * p.speed() }
 
 // RS is the IO paper's load-sensitive random stealing decision (seed 003 §3.1): "a peer
 // theater finds its first unsatisfied actor (if one exists) and selects that as its candidate
-// for migration". A rank is unsatisfied when the node is heavily loaded: its availability is
-// at or below FullyUsedAvailability, so the rank cannot get all the CPU it wants. Gain is the
-// difference in free CPUs, for the stability guard.
+// for migration". An actor is unsatisfied when "it cannot process messages as quickly as it
+// is receiving them" (§2), and a theater is heavily loaded when one of its actors is. For a
+// rank that is so in two ways, either of which makes it a candidate:
+//
+//   - the node is fully used (availability at or below FullyUsedAvailability): its ranks
+//     want more CPU than there is, so none gets all it wants (the first candidate goes);
+//   - the rank itself runs starved: while it computes it gets at most SatisfiedSpeed of a
+//     core (RankStarved). A lone rank on a node whose CPU is mostly taken by another user
+//     is the rank its peers wait for, yet its node is not fully used: between its slow
+//     computations it waits for its peers' halos, the longer the farther they are, so the
+//     node shows idle time. Judged by the node's availability alone it would count as
+//     satisfied and never leave, and a job with one such rank per loaded node would keep
+//     the whole overloaded cluster's pace (the grid experiment's crs and nrs runs).
+//
+// Gain is the difference in free CPUs; the stability guard only lets a rank go where the
+// free CPUs exceed this node's by more than the rank uses, so a starved rank moves only to
+// a node where it gets more.
 type RS struct {
 	name string
 	cfg  SRASConfig
+}
+
+// SatisfiedSpeed is the share of a core a rank must get while it computes to count as
+// satisfied (RankStarved): an MPI rank is single-threaded and wants one core.
+const SatisfiedSpeed = 0.95
+
+// RankStarved reports whether rank r gets less than SatisfiedSpeed of a core while it
+// computes: its CPU use (CPUs, averaged over the sampling period) over the share of its
+// window it spends computing (outside MPI calls). ok is false when either is unmeasured.
+func RankStarved(r RankProfile) (speed float64, starved, ok bool) {
+	if r.CPUUse <= 0 || r.CompTime <= 0 || r.Window <= 0 {
+		return 0, false, false
+	}
+	busy := min(1, r.CompTime.Seconds()/r.Window.Seconds())
+	speed = r.CPUUse / busy
+	return speed, speed < SatisfiedSpeed, true
 }
 
 // Name implements Policy.
@@ -189,16 +219,30 @@ func (p RS) Protocol() Protocol {
 // Decide implements Policy.
 func (p RS) Decide(in DecisionInput) Decision {
 	d := Decision{Policy: p.name}
-	switch {
-	case len(in.Ranks) == 0:
+	if len(in.Ranks) == 0 {
 		d.Reason = "no candidate rank"
-	case in.Local.Availability > p.cfg.FullyUsedAvailability:
-		d.Reason = fmt.Sprintf("lightly loaded (availability %.3f > %.3f): every rank is satisfied", in.Local.Availability, p.cfg.FullyUsedAvailability)
-	default:
-		d.Migrate, d.Rank = true, in.Ranks[0].ID()
-		d.Gain = in.Remote.FreeCPUs() - in.Local.FreeCPUs()
-		d.Reason = fmt.Sprintf("heavily loaded (availability %.3f): first unsatisfied rank %s to %s", in.Local.Availability, d.Rank, in.Remote.Node)
+		return d
 	}
+	why := ""
+	pickR := -1
+	if in.Local.Availability <= p.cfg.FullyUsedAvailability {
+		pickR, why = 0, fmt.Sprintf("heavily loaded (availability %.3f)", in.Local.Availability)
+	} else {
+		for i, r := range in.Ranks {
+			if speed, starved, ok := RankStarved(r); ok && starved {
+				pickR, why = i, fmt.Sprintf("rank starved (%.2f of a core while computing, availability %.3f)", speed, in.Local.Availability)
+				break
+			}
+		}
+	}
+	if pickR < 0 {
+		d.Reason = fmt.Sprintf("lightly loaded (availability %.3f > %.3f, no rank below %.2f of a core while computing): every rank is satisfied",
+			in.Local.Availability, p.cfg.FullyUsedAvailability, SatisfiedSpeed)
+		return d
+	}
+	d.Migrate, d.Rank = true, in.Ranks[pickR].ID()
+	d.Gain = in.Remote.FreeCPUs() - in.Local.FreeCPUs()
+	d.Reason = fmt.Sprintf("%s: first unsatisfied rank %s to %s", why, d.Rank, in.Remote.Node)
 	return d
 }
 

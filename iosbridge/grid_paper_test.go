@@ -761,3 +761,85 @@ func TestRobinHoodAsksABestKnownNodeFirst(t *testing.T) {
 		t.Fatalf("want 3 balance requests, the first to X: %+v", reqs)
 	}
 }
+
+// "If an actor is not satisfied, it cannot process messages as quickly as it is receiving
+// them" (seed 003 §2). A rank that gets a tenth of a core while it computes (a competing
+// user took most of its node) is unsatisfied, and RS gives it, even though its node shows
+// idle time (the rank waits for its far peers' halos between its slow computations); a
+// rank that computes at full speed on the same lightly loaded node is satisfied.
+func TestRSActorThatCannotProcessMessagesAsQuicklyAsItReceivesThemIsUnsatisfied(t *testing.T) {
+	rs := mustPolicy(t, PolicyRS)
+	local := node("L", 1, 0.3, ids("j", 0, 1)...)
+	local.EffectiveCPUs = 0.1
+	fast := rankProfile("j", 0, 0.7)
+	fast.CompTime = 7 * time.Second // computing 70% of its 10 s window, at 0.7 CPUs: a full core
+	slow := rankProfile("j", 1, 0.07)
+	slow.CompTime = 7 * time.Second // computing 70% of the window at 0.07 CPUs: a tenth of a core
+	if speed, starved, ok := RankStarved(slow); !ok || !starved || speed > 0.11 {
+		t.Fatalf("slow rank: speed %v, starved %v, measured %v", speed, starved, ok)
+	}
+	if _, starved, ok := RankStarved(fast); !ok || starved {
+		t.Fatalf("fast rank: starved %v, measured %v", starved, ok)
+	}
+	in := DecisionInput{Local: local, Remote: node("R", 1, 1), Ranks: []RankProfile{fast, slow}}
+	d := rs.Decide(in)
+	if !d.Migrate || d.Rank != slow.ID() {
+		t.Fatalf("the starved rank must go: %+v", d)
+	}
+	// Only satisfied ranks, on a lightly loaded theater: nothing goes.
+	in.Ranks = []RankProfile{fast}
+	if d := rs.Decide(in); d.Migrate {
+		t.Fatalf("a satisfied rank on a lightly loaded theater was given: %+v", d)
+	}
+	// Unmeasured compute time: the node's availability alone decides, as before.
+	unmeasured := rankProfile("j", 1, 0.07)
+	in.Ranks = []RankProfile{unmeasured}
+	if d := rs.Decide(in); d.Migrate {
+		t.Fatalf("a rank without a compute time was judged starved: %+v", d)
+	}
+}
+
+// Satin's CRS with one cluster overloaded (the grid experiment): a node of the other
+// cluster, idle, sends its wide-area steal to the loaded cluster, whose node hosts one
+// starved rank and shows idle time; the steal brings the rank over, past the stability
+// guard (the idle node's free CPUs exceed the loaded one's by more than the rank uses).
+// Before ranks counted as unsatisfied when starved, this wide steal always failed with
+// "lightly loaded", and the loaded cluster kept its last ranks.
+func TestCRSWideAreaStealTakesTheStarvedRankOfAnOverloadedCluster(t *testing.T) {
+	idle := gridNode(t, "b3", PolicyCRS, "b", 1, nil, map[string]string{"b1": "b", "a1": "a"})
+	loaded := mustNode(t, Config{ID: "a1", Policy: mustPolicy(t, PolicyCRS), Cluster: "a"})
+	r := rankProfile("j", 4, 0.07)
+	r.CompTime = 7 * time.Second
+	prof := node("a1", 1, 0.3, r.ID())
+	prof.EffectiveCPUs = 0.1 // a competing user takes 80% of its half CPU
+	if err := loaded.Update(t0, prof, []RankProfile{r}); err != nil {
+		t.Fatal(err)
+	}
+	idle.Tick(t0)
+	var wide Message
+	for _, m := range stealsIn(idle.Ready()) {
+		if m.Wide {
+			wide = m
+		}
+	}
+	if wide.To != "a1" {
+		t.Fatalf("no wide-area steal to a1")
+	}
+	if err := loaded.Step(t0, wide); err != nil {
+		t.Fatal(err)
+	}
+	rd := loaded.Ready()
+	if len(rd.Migrations) != 1 || rd.Migrations[0].Rank != r.ID() || rd.Migrations[0].To != "b3" {
+		t.Fatalf("the starved rank did not go to the wide-area stealer: migrations %+v, decisions %+v", rd.Migrations, rd.Decisions)
+	}
+	accepts := ofKind(rd, KindStealAccept)
+	if len(accepts) != 1 {
+		t.Fatalf("no steal accept: %+v", rd.Messages)
+	}
+	if err := idle.Step(t0, accepts[0]); err != nil {
+		t.Fatal(err)
+	}
+	if st := idle.Stats(); st.WideStealsAccepted != 1 {
+		t.Fatalf("wide steals accepted: %d", st.WideStealsAccepted)
+	}
+}
