@@ -18,10 +18,12 @@ import (
 	"log"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/mpios/mpios/internal/testbed"
+	"github.com/mpios/mpios/iosbridge"
 )
 
 // Markers of the grid scenario's section of the report. The rest of the file belongs to
@@ -55,7 +57,7 @@ func gridScenarios(cfg *config) []scenario {
 	base := scenario{
 		Nodes: nodes, Hosts: strings.Join(hosts, ","), Clusters: clusters, ClusterDelay: cfg.gridDelay,
 		LoadNodes: loadNodes, LoadAt: max(1, int(cfg.loadAt*float64(cfg.iters))), Load: cfg.load,
-		N: cfg.n, Iters: cfg.iters, ResidualEvery: cfg.residualEvery,
+		N: cfg.n, Iters: cfg.iters, ResidualEvery: cfg.residualEvery, SiteNATS: !cfg.gridOneNATS,
 	}
 	var out []scenario
 	for _, p := range append(append([]string(nil), cfg.gridPolicies...), cfg.static) {
@@ -87,7 +89,22 @@ func (s scenario) nodeArgs() map[string][]string {
 	return out
 }
 
-// link delays the traffic between the scenario's clusters (nothing without clusters).
+// sites are the testbed's sites of a scenario with SiteNATS: its clusters.
+func (s scenario) sites() map[string][]string {
+	if !s.SiteNATS || len(s.Clusters) == 0 {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, n := range s.Nodes {
+		if c, ok := s.Clusters[n.Name]; ok {
+			out[c] = append(out[c], n.Name)
+		}
+	}
+	return out
+}
+
+// link delays the traffic between the scenario's clusters (nothing without clusters): the
+// data between their nodes and, with SiteNATS, the routes between their NATS servers.
 func (s scenario) link(c *testbed.Cluster) error {
 	if len(s.Clusters) == 0 || s.ClusterDelay <= 0 {
 		return nil
@@ -95,6 +112,11 @@ func (s scenario) link(c *testbed.Cluster) error {
 	groups := map[string][]string{}
 	for _, n := range s.Nodes {
 		groups[s.Clusters[n.Name]] = append(groups[s.Clusters[n.Name]], n.Name)
+	}
+	if s.SiteNATS {
+		for cl := range groups {
+			groups[cl] = append(groups[cl], testbed.SiteServer(cl))
+		}
 	}
 	if err := c.SetLink(groups[gridClusters[0]], groups[gridClusters[1]], testbed.Link{Delay: s.ClusterDelay}); err != nil {
 		return fmt.Errorf("delaying the link between the clusters: %w", err)
@@ -112,6 +134,62 @@ func stealShare(res *result) (in, across, wide int64) {
 	}
 	return in, across, wide
 }
+
+// locales is how the agents' measured round trips of a run classify their peers.
+type locales struct {
+	in, across             int // agent-peer pairs with a round trip, inside a cluster and across
+	localIn, farAcross     int // of those, classed local inside and not local across
+	pairs                  int
+	medianIn, medianAcross time.Duration
+}
+
+// localesOf classifies every agent's peers by NRS's locales (iosbridge.NRSLocale) and
+// compares with the clusters.
+func localesOf(res *result) locales {
+	var lc locales
+	var inside, across []time.Duration
+	for _, a := range res.Agents {
+		mine, ok := res.Scenario.Clusters[a.Node]
+		if !ok {
+			continue
+		}
+		for peer, rtt := range a.PeerRTT {
+			theirs, ok := res.Scenario.Clusters[peer]
+			if !ok {
+				continue
+			}
+			local := iosbridge.NRSLocale(rtt) == iosbridge.LocaleLocal
+			if theirs == mine {
+				lc.in++
+				inside = append(inside, rtt)
+				if local {
+					lc.localIn++
+				}
+			} else {
+				lc.across++
+				across = append(across, rtt)
+				if !local {
+					lc.farAcross++
+				}
+			}
+		}
+	}
+	lc.pairs = lc.in + lc.across
+	lc.medianIn, lc.medianAcross = median(inside), median(across)
+	return lc
+}
+
+// median of ds (0 if empty).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // crossings counts a run's migrations that left their cluster.
 func crossings(res *result) (inside, across int) {
@@ -150,10 +228,16 @@ func (r *report) gridMarkdown() string {
 	p("the last node of each cluster starts idle. At iteration %d a competing CPU-bound process takes %.0f%% of the CPU of every node of cluster a (%s). ",
 		sc.LoadAt, 100*sc.Load, strings.Join(sc.LoadNodes, ", "))
 	p("Each policy runs once; the static run uses `%s`.\n\n", cfg.static)
-	p("The IOS agents' control messages go through the testbed's one NATS server on the bridge, which the link does not delay: ")
-	p("only the ranks' data (TCP between the nodes) crosses the slow link. So the agents' measured round trips are all alike, ")
-	p("and NRS's latency locales (which classify by the ping round trip between agents) cannot tell the clusters apart here; ")
-	p("CRS knows them from `--cluster`.\n\n")
+	if sc.SiteNATS {
+		p("Each cluster runs its own NATS server (`testbed.Options.Sites`: a namespace of its own on the bridge, no CPU quota), ")
+		p("its nodes' pcmds connect to it, and the two servers are joined by an authenticated route that crosses the delayed link, as a grid whose sites each run their control plane. ")
+		p("So the IOS agents' messages between the clusters, and the heartbeat echoes NRS times, take the link's round trip too; mpirun and the experiment use cluster a's server.\n\n")
+	} else {
+		p("The IOS agents' control messages go through the testbed's one NATS server on the bridge, which the link does not delay: ")
+		p("only the ranks' data (TCP between the nodes) crosses the slow link. So the agents' measured round trips are all alike, ")
+		p("and NRS's latency locales (which classify by the ping round trip between agents) cannot tell the clusters apart here; ")
+		p("CRS knows them from `--cluster`.\n\n")
+	}
 
 	p("| run | IOS policy | total time (s) | speedup over static | it/s before load | it/s under load | steal requests inside a cluster | across | share inside | CRS wide-area steals | migrations inside a cluster | across | checksum |\n")
 	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
@@ -186,6 +270,22 @@ func (r *report) gridMarkdown() string {
 		2*cfg.gridNodes-1, cfg.gridNodes-1)
 	p("so it keeps about %.0f%% of its requests inside a cluster by chance. Iteration rates are rank 0's mean before and after the load starts.\n\n",
 		100*float64(cfg.gridNodes-1)/float64(2*cfg.gridNodes-1))
+
+	p("**NRS's latency locales** as the agents measured them at the end of each run: every agent times the echo of its heartbeats to every peer ")
+	p("(`peer_rtt` in the IOS state, smoothed like TCP's SRTT) and NRS classifies a peer as local at 10 ms or less (seed 003). ")
+	p("A pair agrees with the clusters when a peer in the agent's own cluster is local and one in the other cluster is not.\n\n")
+	p("| run | median round trip inside a cluster (ms) | across (ms) | pairs in locale local inside | pairs not local across | pairs agreeing with the clusters |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, res := range r.results {
+		lc := localesOf(res)
+		if lc.pairs == 0 {
+			p("| %s | – | – | – | – | no round trip measured |\n", res.Scenario.Name)
+			continue
+		}
+		p("| %s | %.1f | %.1f | %d of %d | %d of %d | %d of %d (%.0f%%) |\n", res.Scenario.Name, ms(lc.medianIn), ms(lc.medianAcross),
+			lc.localIn, lc.in, lc.farAcross, lc.across, lc.localIn+lc.farAcross, lc.pairs, 100*float64(lc.localIn+lc.farAcross)/float64(lc.pairs))
+	}
+	p("\n")
 
 	p("### Reading\n\n")
 	for _, res := range r.results {

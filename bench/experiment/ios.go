@@ -23,6 +23,9 @@ type agentState struct {
 	EffectiveCPUs float64          `json:"effective_cpus"`
 	Stats         map[string]int64 `json:"stats"`
 	Events        []string         `json:"events"` // the last few, oldest first
+	// PeerRTT is the smoothed round trip of the agent's heartbeats to each peer, which
+	// NRS classifies into latency locales.
+	PeerRTT map[string]time.Duration `json:"peer_rtt,omitempty"`
 }
 
 // iosSnapshot asks every IOS agent on the server for its state, for up to wait.
@@ -63,6 +66,12 @@ func decodeAgent(m map[string]any) agentState {
 	if stats, ok := m["stats"].(map[string]any); ok {
 		for k, v := range stats {
 			st.Stats[k] = int64(num(v))
+		}
+	}
+	if rtts, ok := m["peer_rtt"].(map[string]any); ok {
+		st.PeerRTT = map[string]time.Duration{}
+		for p, v := range rtts {
+			st.PeerRTT[p] = time.Duration(num(v))
 		}
 	}
 	if evs, ok := m["events"].([]any); ok {

@@ -80,6 +80,7 @@ type config struct {
 	scenario     string
 	gridNodes    int
 	gridDelay    time.Duration
+	gridOneNATS  bool
 	gridPolicies []string
 }
 
@@ -146,6 +147,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.scenario, "scenario", "join", "join: nodes join a running job, then load rises (the MPI/IOS experiment); grid: two emulated clusters joined by a slow link, steals inside and across them, one cluster overloaded (writes only its own section of the report)")
 	fs.IntVar(&cfg.gridNodes, "grid-nodes", 3, "-scenario grid: nodes per cluster (at least 3: ranks start on the first two, the others are idle)")
 	fs.DurationVar(&cfg.gridDelay, "grid-delay", 15*time.Millisecond, "-scenario grid: one-way delay of every packet between the clusters")
+	fs.BoolVar(&cfg.gridOneNATS, "grid-one-nats", false, "-scenario grid: one NATS server for both clusters, on the bridge, which the link does not delay (the layout before per-cluster servers: the agents' round trips then do not show the clusters)")
 	gridPolicies := fs.String("grid-policies", "crs,nrs,rs,mpiios", "-scenario grid: adaptive IOS policies, one run each, compared with one static run")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -317,7 +319,8 @@ func run(ctx context.Context, cfg *config, logger *log.Logger) error {
 		path *string
 		pkg  string
 	}{{&bins.mpirun, "./cmd/mpirun"}, {&bins.heat2d, "./heat2d"}, {&bins.pcmd, "./cmd/pcmd"},
-		{&bins.loadgen, "./internal/testbed/loadgen"}, {&bins.nodeexe, "./internal/testbed/nodeexec"}} {
+		{&bins.loadgen, "./internal/testbed/loadgen"}, {&bins.nodeexe, "./internal/testbed/nodeexec"},
+		{&bins.natsd, "./internal/testbed/natsd"}} {
 		*b.path = filepath.Join(dir, filepath.Base(b.pkg))
 		if err := testbin.BuildE(*b.path, b.pkg); err != nil {
 			return err

@@ -46,6 +46,9 @@ type scenario struct {
 	ClusterDelay time.Duration     `json:"cluster_delay,omitempty"`
 	// NodePolicy is every node's pcmd serve --policy (-scenario grid; "": pcmd's default).
 	NodePolicy string `json:"node_policy,omitempty"`
+	// SiteNATS gives every cluster its own NATS server, the servers joined by routes that
+	// cross the delayed link (testbed.Options.Sites); false: one server for all.
+	SiteNATS bool `json:"site_nats,omitempty"`
 }
 
 // joinStep is nodes joining the running job.
@@ -156,6 +159,7 @@ func (r *result) iterations() int {
 type binaries struct {
 	dir                                    string
 	mpirun, heat2d, pcmd, loadgen, nodeexe string
+	natsd                                  string
 	policyFlag                             bool // mpirun knows --policy
 }
 
@@ -172,7 +176,7 @@ func (rn *runner) run(ctx context.Context, sc scenario) (*result, error) {
 	var logBuf syncBuffer
 	logger := log.New(io.MultiWriter(&logBuf, rn.logWriter()), "testbed: ", log.Ltime)
 	c, err := testbed.Start(ctx, testbed.Options{
-		PCMD: rn.bins.pcmd, LoadGen: rn.bins.loadgen, NodeExec: rn.bins.nodeexe,
+		PCMD: rn.bins.pcmd, LoadGen: rn.bins.loadgen, NodeExec: rn.bins.nodeexe, NATSD: rn.bins.natsd, Sites: sc.sites(),
 		Allow:     []string{filepath.Join(rn.bins.dir, "*")},
 		Isolation: testbed.Isolation(rn.cfg.isolation), CFSPeriod: rn.cfg.period,
 		Slots: rn.cfg.slots, ExtraArgs: rn.cfg.pcmdArgs, NodeArgs: sc.nodeArgs(), Nodes: sc.Nodes, Log: logger,

@@ -91,7 +91,7 @@ func (c *Cluster) siteOf(name string) string {
 }
 
 // startSites starts one NATS server per site, each in its own namespace on the bridge, joined
-// by routes (a full mesh: every server lists every other), with one client user and one
+// by routes (a full mesh: every server dials those of the sites before it), with one client user and one
 // route user, both with random passwords. The testbed (and mpirun, through NATSURL) uses the
 // first site's server, in name order. It returns when every server accepts clients and every
 // route carries messages.
@@ -114,9 +114,11 @@ func (c *Cluster) startSites() error {
 	}
 	for _, name := range names {
 		s := c.sites[name]
+		// Each server dials the servers of the sites before it in name order: one route per
+		// pair, instead of two dialled at once of which one is then closed as a duplicate.
 		var routes []string
 		for _, other := range names {
-			if other != name {
+			if other < name {
 				ru := url.URL{Scheme: "nats-route", User: url.UserPassword(ruser, rpass),
 					Host: net.JoinHostPort(c.sites[other].addr, strconv.Itoa(siteRoutePort))}
 				routes = append(routes, strconv.Quote(ru.String()))
