@@ -307,7 +307,12 @@ func (r *report) gridMarkdown() string {
 			line += fmt.Sprintf("; %s (%.1f s against %.1f s)", verdict, res.Total, static.Total)
 		}
 		mi, ma := crossings(res)
-		line += fmt.Sprintf("; migrations: %d inside a cluster, %d across.\n", mi, ma)
+		line += fmt.Sprintf("; migrations: %d inside a cluster, %d across", mi, ma)
+		if lc := localesOf(res); lc.pairs > 0 && strings.HasPrefix(res.Scenario.Policy, iosbridge.PolicyNRS) {
+			line += fmt.Sprintf("; its latency locales matched the clusters for %d of %d agent-peer pairs (round trips %.1f ms inside, %.1f ms across)",
+				lc.localIn+lc.farAcross, lc.pairs, ms(lc.medianIn), ms(lc.medianAcross))
+		}
+		line += ".\n"
 		p("%s", line)
 	}
 	// A run that moved nothing is the static run again: how far its time is from the

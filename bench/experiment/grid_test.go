@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The grid scenario writes only its own section: a new section is appended after the
@@ -55,7 +56,36 @@ func TestGridScenariosPutRanksInBothClustersAndLoadOne(t *testing.T) {
 	if in, across := crossings(res); in != 1 || across != 1 {
 		t.Fatalf("migrations inside %d, across %d", in, across)
 	}
+	if st := sc.sites(); strings.Join(st["a"], ",") != "a1,a2,a3" || strings.Join(st["b"], ",") != "b1,b2,b3" {
+		t.Fatalf("sites %v: want each cluster its own NATS server", st)
+	}
+	one, err := parseFlags([]string{"-scenario", "grid", "-grid-one-nats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := gridScenarios(one)[0].sites(); st != nil {
+		t.Fatalf("-grid-one-nats: sites %v", st)
+	}
 	if _, err := parseFlags([]string{"-scenario", "grid", "-grid-nodes", "2"}); err == nil {
 		t.Error("2 nodes per cluster accepted")
+	}
+}
+
+// NRS's locales against the clusters: a peer of the agent's own cluster agrees when it is
+// local (round trip at most 10 ms), a peer of the other cluster when it is not.
+func TestLocalesCompareRoundTripsWithClusters(t *testing.T) {
+	ms := time.Millisecond
+	res := &result{Scenario: scenario{Clusters: map[string]string{"a1": "a", "a2": "a", "b1": "b"}},
+		Agents: []agentState{
+			{Node: "a1", PeerRTT: map[string]time.Duration{"a2": 2 * ms, "b1": 31 * ms}},
+			{Node: "a2", PeerRTT: map[string]time.Duration{"a1": 12 * ms, "b1": 33 * ms}},         // a1 measured while throttled
+			{Node: "b1", PeerRTT: map[string]time.Duration{"a1": 30 * ms, "a2": 8 * ms, "x": ms}}, // x: no cluster
+		}}
+	lc := localesOf(res)
+	if lc.in != 2 || lc.localIn != 1 || lc.across != 4 || lc.farAcross != 3 || lc.pairs != 6 {
+		t.Fatalf("locales %+v", lc)
+	}
+	if lc.medianIn != 12*ms || lc.medianAcross != 31*ms {
+		t.Fatalf("medians inside %v, across %v", lc.medianIn, lc.medianAcross)
 	}
 }

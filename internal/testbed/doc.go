@@ -46,6 +46,17 @@
 // packet of the flow) and writes it back, and the kernel forwards it to its destination.
 // Without netem and /dev/net/tun SetLink returns ErrNoNetem for a link with a delay.
 //
+// Options.Sites (site name → nodes) makes the control plane a grid's: every site gets its
+// own NATS server (the testbed/natsd program, the embedded nats-server of this module) in a
+// network namespace of its own on the bridge (mpios-nats.SITE, an address from the nodes'
+// pool, no CPU quota), started through nodeexec with a configuration file of mode 0600 that
+// holds the random client and route credentials. The servers are joined by authenticated
+// routes (a NATS cluster), each site's nodes connect to their site's server, and the
+// testbed and mpirun (NATSURL) to the first site's. SetLink's groups may name a site's
+// server (SiteServer(S)), so that the routes between sites cross the delayed link: then a
+// message from an agent at one site to an agent at the other, and its echo, take the
+// link's round trip, which is what NRS's latency locales measure.
+//
 // RemoveNode stops a node's pcmd gracefully (SIGTERM: pcmd stops its ranks and deregisters)
 // and removes its namespace, veth and cgroups. Nodes can be added and removed while a job
 // runs. Close removes everything the cluster made. Stale mpios-* namespaces, links and
