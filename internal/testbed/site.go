@@ -124,7 +124,10 @@ func (c *Cluster) startSites() error {
 				routes = append(routes, strconv.Quote(ru.String()))
 			}
 		}
+		// write_deadline bounds a write to a client that vanished (a node's namespace is
+		// deleted with its connection), which Shutdown otherwise waits out (10 s).
 		conf := fmt.Sprintf(`server_name: %q
+write_deadline: "2s"
 listen: %q
 authorization { user: %q, password: %q }
 cluster {
@@ -252,9 +255,24 @@ func (c *Cluster) siteSummary(names []string) string {
 func (c *Cluster) stopSites() error {
 	var errs []error
 	for _, s := range c.sites {
-		if s.proc != nil {
-			if err := s.proc.stop(syscall.SIGTERM, 5*time.Second); err != nil {
-				errs = append(errs, fmt.Errorf("testbed: site %s: NATS server %w", s.name, err))
+		if s.proc != nil && !exited(s.proc) {
+			_ = s.proc.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-s.proc.done:
+			case <-time.After(5 * time.Second):
+				// A server that does not shut down is stuck: SIGQUIT makes the Go runtime
+				// write every goroutine's stack into its log before it exits.
+				_ = s.proc.cmd.Process.Signal(syscall.SIGQUIT)
+				err := s.proc.stop(syscall.SIGQUIT, 5*time.Second)
+				keep := s.logPath
+				if c.ownWork { // the work directory goes with the cluster: keep the log
+					keep = filepath.Join(os.TempDir(), fmt.Sprintf("mpios-testbed-nats-%s-%d.log", s.name, s.proc.cmd.Process.Pid))
+					if b, rerr := os.ReadFile(s.logPath); rerr == nil {
+						_ = os.WriteFile(keep, b, 0o600)
+					}
+				}
+				errs = append(errs, fmt.Errorf("testbed: site %s: NATS server pid %d did not stop within 5s of SIGTERM (its log, with its goroutines, is %s)%s",
+					s.name, s.proc.cmd.Process.Pid, keep, map[bool]string{true: ": " + fmt.Sprint(err), false: ""}[err != nil]))
 			}
 		}
 		if err := teardownNetns(SiteServer(s.name), s.idx); err != nil {
