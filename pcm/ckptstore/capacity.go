@@ -29,8 +29,9 @@ func (e *FullError) Error() string {
 // Is makes errors.Is(err, ErrFull) true.
 func (e *FullError) Is(target error) bool { return target == ErrFull }
 
-// The store's bytes are counted, not measured: walking the store at every checkpoint cost a
-// rank a millisecond of CPU per piece, as much as writing it to a memory store. The count is
+// The store's bytes are counted, not measured: walking the store before every piece cost
+// the ranks of a 4-rank job about a millisecond of CPU per checkpoint (docs/PERFORMANCE.md),
+// and the receiving pcmd walked it again for every buddy copy. The count is
 // in usageFile at the root, shared by every process that uses the store (the ranks of a
 // node and its pcmd), and changed under an exclusive lock on that file (flock) by whoever
 // adds or removes a piece or manifest, in the same locked step as the rename or removal
