@@ -3,11 +3,16 @@ package pcm
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/mpios/mpios/internal/mpitest"
 	"github.com/mpios/mpios/mpi"
+	"github.com/mpios/mpios/pcm/ckptstore"
+	"github.com/mpios/mpios/pcm/state"
 )
 
 func TestProposePoll(t *testing.T) {
@@ -54,6 +59,59 @@ func TestExchangeResultsOfAnyLength(t *testing.T) {
 				for r := range 3 {
 					if !bytes.Equal(got[r], result(r)) {
 						return fmt.Errorf("rank %d got %d bytes as rank %d's result, want %d", c.Rank(), len(got[r]), r, len(result(r)))
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestACopyThatFailedMakesEveryRankChooseItsBuddyAgain: "a copy that fails leaves the piece
+// with its own node only" (docs/cluster.md), and the next checkpoint chooses the buddies
+// again, as it did when they were chosen at every checkpoint: when any rank's copy failed,
+// every rank forgets its choice at the exchange of the piece results; when none did, every
+// rank keeps it and the checkpoint commits with its copies.
+func TestACopyThatFailedMakesEveryRankChooseItsBuddyAgain(t *testing.T) {
+	for _, failed := range []int{-1, 0, 2} {
+		name := fmt.Sprintf("copy-of-rank-%d-failed", failed)
+		if failed < 0 {
+			name = "all-copies-made"
+		}
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			mpitest.Run(t, mpitest.InProc, 3, func(c *mpi.Comm) error {
+				me := c.Rank()
+				store, err := ckptstore.Open(filepath.Join(dir, strconv.Itoa(me)), &ckptstore.Options{Node: "n" + strconv.Itoa(me)})
+				if err != nil {
+					return err
+				}
+				p := &Process{world: c, reg: state.NewRegistry(), store: store, storeID: storeIdentity(store),
+					opts:  Options{JobID: "buddies", SyncCheckpoints: true, Log: io.Discard},
+					buddy: buddyChoice{world: c, node: "n" + strconv.Itoa((me+1)%3)}}
+				// The piece itself is on another node: the commit checks nothing here.
+				res := pieceResult{Info: ckptstore.PieceInfo{Rank: me, Node: "elsewhere", Size: 1, Checksum: ckptstore.CRC32C + ":00000000"},
+					Store: p.storeID, Rechoose: me == failed}
+				if me != failed {
+					res.Info.Copies = []string{p.buddy.node}
+				}
+				p.flight = &flight{seq: 1, iter: 10, res: &res}
+				if err := p.exchangePieces(); err != nil {
+					return err
+				}
+				if kept := p.buddy.world != nil; kept != (failed < 0) {
+					return fmt.Errorf("rank %d: buddy choice kept %v after the copy of rank %d failed", me, kept, failed)
+				}
+				if err := p.settle(); err != nil {
+					return err
+				}
+				m, err := store.Latest("buddies")
+				if err != nil {
+					return err
+				}
+				for r, piece := range m.Pieces {
+					if hasCopy := len(piece.Copies) == 1; hasCopy == (r == failed) {
+						return fmt.Errorf("rank %d: committed piece %d has copies %v", me, r, piece.Copies)
 					}
 				}
 				return nil
