@@ -206,12 +206,13 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 // (by more than 1/exchangeDivisor of the three ranks' traffic, as a swap), so the reverse
 // rotation, which would add that traffic back, is refused like a reversed swap.
 //
-// The protocol needs no new round: L's exchange request (offering a) that R declines is
+// The request needs no new round: L's exchange request (offering a) that R declines is
 // forwarded by R with a relay, the rank b that R would give for a (relayFor), and R's
 // profile; R holds b for StealTimeout. The node M that then finds a c for which the
-// rotation pays gives c to L in a steal accept naming R as where a goes (Message.SwapTo),
-// and tells R to send b to M (KindRelayAccept). As for a swap, an answer that comes after
-// the requester's steal or the relay's hold timed out is carried out only in part.
+// rotation pays asks R to send b to it (KindRelayAccept); once R confirms (KindRelayReady)
+// M promises c to L in a steal accept naming R as where a goes (Message.SwapTo). Like every exchange it is all or nothing:
+// R confirms its hold before M answers L, L alone commits, and each further move waits for
+// the arrival of the one before (exchange_commit.go).
 
 // RotationReduction is the bytes per window that stop crossing nodes when a (hosted on l)
 // moves to r, b (on r) to m and c (on m) to l: the bytes the three ranks send that cross

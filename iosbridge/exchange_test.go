@@ -105,6 +105,8 @@ func (p *exchangePair) round() []Migration {
 		p.nodes[name].Tick(p.now)
 	}
 	var done []Migration
+	// Until quiet: an exchange's later moves are ordered by the Update that shows the
+	// earlier ones arrived (exchange_commit.go).
 	for busy := true; busy; {
 		busy = false
 		for _, name := range p.names {
@@ -117,6 +119,7 @@ func (p *exchangePair) round() []Migration {
 				}
 			}
 			for _, mg := range rd.Migrations {
+				busy = true
 				to, from := mg.To, name
 				p.hosts[from] = remove(p.hosts[from], mg.Rank.Rank)
 				p.hosts[to] = append(p.hosts[to], mg.Rank.Rank)
@@ -124,9 +127,14 @@ func (p *exchangePair) round() []Migration {
 				done = append(done, mg)
 			}
 		}
+		if !busy {
+			p.update()
+			for _, name := range p.names {
+				busy = busy || p.nodes[name].HasReady()
+			}
+		}
 	}
 	p.log = append(p.log, done...)
-	p.update()
 	return done
 }
 
@@ -639,27 +647,38 @@ func TestRelayIsHeldAndOnlyItsRelayAcceptMovesIt(t *testing.T) {
 		if err := nd.Step(t0, m); err != nil {
 			t.Fatal(err)
 		}
-		if r := nd.Ready(); len(r.Migrations) != 0 {
-			t.Fatalf("%+v moved %+v", m, r.Migrations)
+		r := nd.Ready()
+		if len(r.Migrations) != 0 || len(r.Messages) != 1 || r.Messages[0].Kind != KindExchangeCancel || r.Messages[0].To != "A" {
+			t.Fatalf("%+v: moved %+v, answered %+v: want nothing moved and a cancel", m, r.Migrations, r.Messages)
 		}
 	}
 	if err := nd.Step(t0.Add(time.Second), good); err != nil {
 		t.Fatal(err)
 	}
 	r := nd.Ready()
-	if len(r.Migrations) != 1 || r.Migrations[0].Rank != good.Rank || r.Migrations[0].To != "A" || nd.Stats().RanksRelayed != 1 {
-		t.Fatalf("relay not carried out: %+v", r.Migrations)
+	if len(r.Migrations) != 0 || len(r.Messages) != 1 || r.Messages[0].Kind != KindRelayReady || r.Messages[0].To != "A" || r.Messages[0].Validate() != nil {
+		t.Fatalf("relay accept: moved %+v, answered %+v: want the relay ready and nothing moved yet", r.Migrations, r.Messages)
 	}
 	if eff := nd.Local(); !eff.Hosts(good.Swap) || eff.Hosts(good.Rank) {
-		t.Fatalf("after the relay the node lists %v: want slice 0 booked in, slice 4 out", eff.Ranks)
+		t.Fatalf("after the relay accept the node lists %v: want slice 0 booked in, slice 4 out", eff.Ranks)
 	}
-	// The hold lasts StealTimeout (5 s by default): a relay accept after it moves nothing.
+	// The relay goes when the offer has arrived.
+	prof, rs := placed("B", 2, 12, 0, 1, 2, 3, 4)
+	if err := nd.Update(t0.Add(20*time.Second), prof, rs); err != nil {
+		t.Fatal(err)
+	}
+	r = nd.Ready()
+	if len(r.Migrations) != 1 || r.Migrations[0].Rank != good.Rank || r.Migrations[0].To != "A" || nd.Stats().RanksRelayed != 1 {
+		t.Fatalf("relay not carried out once the offer arrived: %+v", r.Migrations)
+	}
+	// The hold lasts StealTimeout (5 s by default): a relay accept after it moves nothing,
+	// and the decider is told to release its rank.
 	nd, _ = relayNode()
 	if err := nd.Step(t0.Add(5*time.Second), good); err != nil {
 		t.Fatal(err)
 	}
-	if r := nd.Ready(); len(r.Migrations) != 0 || nd.Stats().RanksRelayed != 0 {
-		t.Fatalf("a relay accept after the hold moved %+v", r.Migrations)
+	if r := nd.Ready(); len(r.Migrations) != 0 || len(r.Messages) != 1 || r.Messages[0].Kind != KindExchangeCancel || nd.Stats().ExchangesRefused != 1 {
+		t.Fatalf("a relay accept after the hold: moved %+v, answered %+v", r.Migrations, r.Messages)
 	}
 }
 

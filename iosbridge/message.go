@@ -39,6 +39,14 @@ const (
 	// send Rank to it; Swap, Origin's offered rank, comes to the relay from Origin. ID is
 	// Origin's request.
 	KindRelayAccept Kind = "relay_accept"
+	// KindRelayReady is the relay's answer to a relay accept it honours: it now holds Rank
+	// for the node that sent the accept (To) until Swap arrives from Origin. Only then does
+	// that node send Origin the steal accept (exchange_commit.go).
+	KindRelayReady Kind = "relay_ready"
+	// KindExchangeCancel says exchange ID of Origin will not happen (a late or mismatched
+	// accept, relay accept or relay ready, or a hold that expired): the receiver releases the
+	// ranks it holds for it. Nothing was moved for it.
+	KindExchangeCancel Kind = "exchange_cancel"
 )
 
 // MaxTTL bounds the TTL accepted from the network so a forged packet cannot circulate long.
@@ -141,7 +149,7 @@ func (m Message) Validate() error {
 			return fmt.Errorf("iosbridge: exchange request from %s: offer of %d peers (at most %d) or of node %q, not origin %q", m.From, len(m.Offer.Peers), MaxOfferPeers, m.Offer.Node, m.Origin)
 		}
 	}
-	if m.Swap != (RankID{}) && (m.Kind != KindStealAccept && m.Kind != KindRelayAccept || m.Swap.Job == "" || m.Swap.Rank < 0 || m.Swap == m.Rank) {
+	if m.Swap != (RankID{}) && (m.Kind != KindStealAccept && m.Kind != KindRelayAccept && m.Kind != KindRelayReady || m.Swap.Job == "" || m.Swap.Rank < 0 || m.Swap == m.Rank) {
 		return fmt.Errorf("iosbridge: %s message from %s: bad swap %q (only a steal or relay accept swaps, another rank than %q)", m.Kind, m.From, m.Swap, m.Rank)
 	}
 	if m.SwapTo != "" && (m.Kind != KindStealAccept || m.Swap == (RankID{}) || m.SwapTo == m.To) {
@@ -206,9 +214,13 @@ func (m Message) Validate() error {
 		if m.ID == 0 {
 			return fmt.Errorf("iosbridge: pong from %s: needs the ping's ID", m.From)
 		}
-	case KindRelayAccept:
+	case KindExchangeCancel:
+		if m.Origin == "" || m.ID == 0 {
+			return fmt.Errorf("iosbridge: exchange cancel from %s: needs the exchange's origin (%q) and request ID", m.From, m.Origin)
+		}
+	case KindRelayAccept, KindRelayReady:
 		if m.Origin == "" || m.Origin == m.To || m.Origin == m.From || m.ID == 0 || m.Rank.Job == "" || m.Rank.Rank < 0 || m.Swap == (RankID{}) {
-			return fmt.Errorf("iosbridge: relay accept from %s: needs a third node as origin (%q), its request ID, a rank (%q) and a swap (%q)", m.From, m.Origin, m.Rank, m.Swap)
+			return fmt.Errorf("iosbridge: %s from %s: needs a third node as origin (%q), its request ID, a rank (%q) and a swap (%q)", m.Kind, m.From, m.Origin, m.Rank, m.Swap)
 		}
 	case KindBalanceRequest, KindBalanceOffer:
 		if m.ID == 0 || m.Profile == nil || m.Profile.Node != m.From {

@@ -162,6 +162,10 @@ type Stats struct {
 	// BulkRanks: ranks beyond the first that this node's accepted steals brought
 	// (Protocol.Bulk); HintedSteals: steals it sent to a host named by a hint.
 	BulkRanks, HintedSteals uint64
+	// Exchanges that moved nothing (exchange_commit.go): answers this node refused (a late or
+	// mismatched accept, relay accept or relay ready) and holds it released (cancelled or
+	// expired).
+	ExchangesRefused, ExchangesCancelled uint64
 }
 
 // ErrLeft is returned by Step after Leave: the node is no longer part of the network.
@@ -243,6 +247,7 @@ type Node struct {
 	quietUntil  time.Time
 	push        *steal // Robin-Hood: the balance request waiting for an offer
 	relay       *relayHold
+	holds       []*exchangeHold // promises of exchanges, kept until what comes back arrived
 	pushBackoff time.Duration
 	nextPush    time.Time
 	pingSeq     uint64
@@ -413,6 +418,7 @@ func (n *Node) Update(now time.Time, local NodeProfile, ranks []RankProfile) err
 			n.arrived[id] = now
 		}
 	}
+	n.settleHolds(now)
 	n.expire(now)
 	return nil
 }
@@ -562,12 +568,13 @@ func (n *Node) Step(now time.Time, m Message) error {
 	case KindStealRequest:
 		n.onStealRequest(now, m)
 	case KindStealAccept:
-		n.incoming[m.Rank] = pending{peer: m.From, at: now, cpu: m.CPUUse}
-		if m.Pair != (RankID{}) {
-			n.incoming[m.Pair] = pending{peer: m.From, at: now, cpu: m.CPUUse} // alike: the pair swap kept the CPU balance
-		}
-		if m.Swap != (RankID{}) {
-			n.swapOut(now, m)
+		// An exchange's accept is refused unless it answers the steal outstanding with its
+		// offer: then nothing comes either (exchange_commit.go).
+		if m.Swap == (RankID{}) || n.swapOut(now, m) {
+			n.incoming[m.Rank] = pending{peer: m.From, at: now, cpu: m.CPUUse}
+			if m.Pair != (RankID{}) {
+				n.incoming[m.Pair] = pending{peer: m.From, at: now, cpu: m.CPUUse} // alike: the pair swap kept the CPU balance
+			}
 		}
 		switch {
 		case m.ID == 0:
@@ -591,6 +598,10 @@ func (n *Node) Step(now time.Time, m Message) error {
 		n.stealFailed(now, m.ID)
 	case KindRelayAccept:
 		n.onRelayAccept(now, m)
+	case KindRelayReady:
+		n.onRelayReady(now, m)
+	case KindExchangeCancel:
+		n.onExchangeCancel(m)
 	case KindBalanceRequest:
 		n.onBalanceRequest(m)
 	case KindBalanceOffer:
@@ -731,19 +742,12 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 			if (d.Pair != (RankID{}) || d.SwapPair != (RankID{})) && !paired {
 				return // a pair swap that does not match the request: give nothing
 			}
+			if d.Swap != (RankID{}) {
+				n.promiseExchange(now, m, d, in, relayed, paired) // all or nothing: exchange_commit.go
+				return
+			}
 			n.give(now, m.Origin, m.ID, d, in)
-			switch {
-			case relayed:
-				n.stats.RotationsDecided++
-				n.incoming[d.Relay] = pending{peer: d.RelayNode, at: now, cpu: m.Relay.cpuUse(*m.RelayProfile)}
-				n.send(Message{Kind: KindRelayAccept, To: d.RelayNode, Origin: m.Origin, ID: m.ID, Rank: d.Relay, Swap: d.Swap,
-					CPUUse: m.Offer.cpuUse(*m.Profile), Gain: d.Gain, Reason: d.Reason})
-			case d.Swap != (RankID{}):
-				n.incoming[d.Swap] = pending{peer: m.Origin, at: now, cpu: m.Offer.cpuUse(*m.Profile)}
-				if paired {
-					n.incoming[d.SwapPair] = pending{peer: m.Origin, at: now, cpu: m.OfferPartner.cpuUse(*m.Profile)}
-				}
-			case n.proto.Bulk:
+			if n.proto.Bulk {
 				n.giveMore(now, m, d, in)
 			}
 			return
@@ -813,46 +817,6 @@ func (n *Node) giveMore(now time.Time, m Message, d Decision, in DecisionInput) 
 	}
 }
 
-// swapOut sends the offered rank m.Swap to m.From, the other half of the swap m accepts. Only
-// the offer of the steal still outstanding is honoured (a late or forged accept moves
-// nothing: the giver's booking of the rank then expires).
-func (n *Node) swapOut(now time.Time, m Message) {
-	if n.steal == nil || n.steal.id != m.ID || n.steal.offer != m.Swap || !n.local.Hosts(m.Swap) {
-		return
-	}
-	if m.SwapPair != (RankID{}) {
-		if n.steal.partner != m.SwapPair || !n.local.Hosts(m.SwapPair) {
-			return
-		}
-		if _, gone := n.outgoing[m.SwapPair]; gone {
-			return
-		}
-	}
-	to := m.From
-	if m.SwapTo != "" {
-		to = m.SwapTo // a three-way exchange: the offer goes to the relay
-	}
-	if _, gone := n.outgoing[m.Swap]; gone {
-		return
-	}
-	cpu := 0.0
-	for _, r := range n.ranks {
-		if r.ID() == m.Swap {
-			cpu = r.cpuUse(n.local)
-		}
-	}
-	n.outgoing[m.Swap] = pending{peer: to, at: now, cpu: cpu}
-	n.stats.RanksSwapped++
-	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Swap, To: to, RequestID: m.ID, Gain: m.Gain,
-		Policy: n.policy.Name(), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now})
-	if m.SwapPair != (RankID{}) {
-		n.outgoing[m.SwapPair] = pending{peer: to, at: now, cpu: n.rankCPU(m.SwapPair)}
-		n.stats.RanksSwapped++
-		n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.SwapPair, To: to, RequestID: m.ID, Gain: m.Gain,
-			Policy: n.policy.Name(), Reason: fmt.Sprintf("swapped with %s for %s and %s: %s", m.Swap, m.Rank, m.Pair, m.Reason), At: now})
-	}
-}
-
 // rankCPU is what local rank id uses, 0 if it has no profile here.
 func (n *Node) rankCPU(id RankID) float64 {
 	for _, r := range n.ranks {
@@ -861,32 +825,6 @@ func (n *Node) rankCPU(id RankID) float64 {
 		}
 	}
 	return 0
-}
-
-// onRelayAccept is the relay's part of a three-way exchange: it sends its held rank to the
-// node that completed the rotation (m.From) and books the offer coming from Origin. Only
-// the hold of that very request, rank and offer is honoured.
-func (n *Node) onRelayAccept(now time.Time, m Message) {
-	h := n.relay
-	if h == nil || h.origin != m.Origin || h.id != m.ID || h.rank != m.Rank || h.offer != m.Swap ||
-		now.Sub(h.at) >= n.cfg.StealTimeout || !n.local.Hosts(m.Rank) {
-		return
-	}
-	n.relay = nil
-	if _, gone := n.outgoing[m.Rank]; gone {
-		return
-	}
-	cpu := 0.0
-	for _, r := range n.ranks {
-		if r.ID() == m.Rank {
-			cpu = r.cpuUse(n.local)
-		}
-	}
-	n.outgoing[m.Rank] = pending{peer: m.From, at: now, cpu: cpu}
-	n.incoming[m.Swap] = pending{peer: m.Origin, at: now, cpu: m.CPUUse}
-	n.stats.RanksRelayed++
-	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Rank, To: m.From, RequestID: m.ID, Gain: m.Gain,
-		Policy: n.policy.Name(), Reason: fmt.Sprintf("relayed for %s from %s: %s", m.Swap, m.Origin, m.Reason), At: now})
 }
 
 // give books rank d.Rank as leaving for node to, tells to (a steal accept answering its
@@ -1162,6 +1100,7 @@ func (n *Node) expire(now time.Time) {
 	if n.relay != nil && now.Sub(n.relay.at) >= n.cfg.StealTimeout {
 		n.relay = nil
 	}
+	n.expireHolds(now)
 	for id, p := range n.outgoing {
 		if now.Sub(p.at) > n.cfg.PendingTimeout {
 			delete(n.outgoing, id)
