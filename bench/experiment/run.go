@@ -175,12 +175,20 @@ func (rn *runner) run(ctx context.Context, sc scenario) (*result, error) {
 	res := &result{Scenario: sc}
 	var logBuf syncBuffer
 	logger := log.New(io.MultiWriter(&logBuf, rn.logWriter()), "testbed: ", log.Ltime)
-	c, err := testbed.Start(ctx, testbed.Options{
+	opts := testbed.Options{
 		PCMD: rn.bins.pcmd, LoadGen: rn.bins.loadgen, NodeExec: rn.bins.nodeexe, NATSD: rn.bins.natsd, Sites: sc.sites(),
 		Allow:     []string{filepath.Join(rn.bins.dir, "*")},
 		Isolation: testbed.Isolation(rn.cfg.isolation), CFSPeriod: rn.cfg.period,
 		Slots: rn.cfg.slots, ExtraArgs: rn.cfg.pcmdArgs, NodeArgs: sc.nodeArgs(), Nodes: sc.Nodes, Log: logger,
-	})
+	}
+	c, err := testbed.Start(ctx, opts)
+	if err != nil && ctx.Err() == nil {
+		// Starting the cluster is not part of what is measured: on this shared machine a
+		// start can fail for reasons of its own (seen: a node's first heartbeat lost
+		// between the sites' NATS servers), so it gets a second chance, in the log.
+		rn.log.Printf("%s: the cluster did not start (%v); starting it once more", sc.Name, err)
+		c, err = testbed.Start(ctx, opts)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -586,8 +586,8 @@ func (c *Cluster) waitHeartbeat(n *node) error {
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testbed: node %s: no heartbeat from pcmd pid %d within %v; its log %s ends:\n%s",
-				n.name, pid, c.opts.NodeTimeout, n.logPath, tail(n.logPath, 2048))
+			return fmt.Errorf("testbed: node %s: no heartbeat from pcmd pid %d within %v; its log %s ends:\n%s%s",
+				n.name, pid, c.opts.NodeTimeout, n.logPath, tail(n.logPath, 2048), c.siteLogs())
 		}
 	}
 }

@@ -3,6 +3,7 @@ package testbed
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -249,6 +250,17 @@ func (c *Cluster) siteSummary(names []string) string {
 		parts = append(parts, fmt.Sprintf("%s at %s (%s)", n, s.addr, strings.Join(c.opts.Sites[n], ",")))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// siteLogs is the end of every site server's log, for an error about the control plane
+// ("" without sites).
+func (c *Cluster) siteLogs() string {
+	var b strings.Builder
+	for _, n := range slices.Sorted(maps.Keys(c.sites)) {
+		s := c.sites[n]
+		fmt.Fprintf(&b, "\nsite %s's NATS server log %s ends:\n%s", n, s.logPath, tail(s.logPath, 2048))
+	}
+	return b.String()
 }
 
 // stopSites stops the sites' servers and removes their namespaces.
