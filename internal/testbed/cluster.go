@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -586,10 +587,39 @@ func (c *Cluster) waitHeartbeat(n *node) error {
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testbed: node %s: no heartbeat from pcmd pid %d within %v; its log %s ends:\n%s%s",
-				n.name, pid, c.opts.NodeTimeout, n.logPath, tail(n.logPath, 2048), c.siteLogs())
+			return fmt.Errorf("testbed: node %s: no heartbeat from pcmd pid %d within %v (%s); its log %s ends:\n%s%s",
+				n.name, pid, c.opts.NodeTimeout, c.heartbeatCheck(), n.logPath, tail(n.logPath, 2048), c.siteLogs())
 		}
 	}
+}
+
+// heartbeatCheck says, for an error about a missing heartbeat, what the testbed's own
+// connection is doing and which nodes' heartbeats a fresh connection hears within 3 s:
+// whether the heartbeats or the testbed's subscription went missing.
+func (c *Cluster) heartbeatCheck() string {
+	status := "testbed connection " + c.nc.Status().String()
+	nc, err := nats.Connect(c.natsURL, nats.Name("testbed-check"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return status + "; a new connection fails: " + err.Error()
+	}
+	defer nc.Close()
+	heard := map[string]bool{}
+	var mu sync.Mutex
+	sub, err := nc.Subscribe(job.NodesHeartbeatSubject, func(m *nats.Msg) {
+		if info, err := ctlauth.VerifyNodeInfo(m.Subject, m.Data, ctlauth.AnyKey{}); err == nil {
+			mu.Lock()
+			heard[info.Name] = true
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		return status + "; subscribing on a new connection fails: " + err.Error()
+	}
+	time.Sleep(3 * time.Second) // the window of heartbeats to listen to
+	_ = sub.Unsubscribe()
+	mu.Lock()
+	defer mu.Unlock()
+	return fmt.Sprintf("%s; a new connection hears heartbeats of %v", status, slices.Sorted(maps.Keys(heard)))
 }
 
 // tail returns the last max bytes of a file.
