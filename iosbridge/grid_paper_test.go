@@ -843,3 +843,55 @@ func TestCRSWideAreaStealTakesTheStarvedRankOfAnOverloadedCluster(t *testing.T) 
 		t.Fatalf("wide steals accepted: %d", st.WideStealsAccepted)
 	}
 }
+
+// NRS "classifies its neighbors into four groups ... by the following ping times" (seed
+// 003 §3.3): ping times of the network. Echoes that the two agents were slow to handle
+// (their nodes' CPUs busy) arrive late, but never early, so a neighbour one network hop
+// away whose pings mostly take 30 to 90 ms, yet one of the last few took 2 ms, is local;
+// a neighbour across a 15 ms link, never under 30 ms, is regional. The smoothed round trip
+// (Latency, for status) keeps the host delays; a change of the network shows once the
+// window has passed.
+func TestNRSLocalesByPingTimeOfTheNetworkNotOfTheHosts(t *testing.T) {
+	ms := time.Millisecond
+	n := mustNode(t, Config{ID: "A", Policy: mustPolicy(t, PolicyNRS)})
+	connect(t, t0, n, "B", "C")
+	near := []time.Duration{45 * ms, 2 * ms, 90 * ms, 30 * ms, 60 * ms}
+	far := []time.Duration{95 * ms, 31 * ms, 140 * ms, 33 * ms, 70 * ms}
+	round := 0
+	ping := func(rtt map[string]time.Duration) { // one heartbeat round, 2 s after the last
+		t.Helper()
+		now := t0.Add(time.Duration(round) * 2 * time.Second)
+		round++
+		n.Tick(now)
+		for _, hb := range ofKind(n.Ready(), KindHeartbeat) {
+			if d, ok := rtt[hb.To]; ok {
+				if err := n.Step(now.Add(d), Message{Kind: KindPong, From: hb.To, To: "A", ID: hb.ID}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		n.Ready()
+	}
+	for i := range near {
+		ping(map[string]time.Duration{"B": near[i], "C": far[i]})
+	}
+	if l := n.LocaleOf("B"); l != LocaleLocal {
+		t.Errorf("B, one echo in 2 ms: locale %v, want local", l)
+	}
+	if rtt, _ := n.BaseLatency("B"); rtt != 2*ms {
+		t.Errorf("B's base round trip %v, want 2ms", rtt)
+	}
+	if srtt, _ := n.Latency("B"); srtt <= 10*ms {
+		t.Errorf("B's smoothed round trip %v: the host delays should show in it", srtt)
+	}
+	if l := n.LocaleOf("C"); l != LocaleRegional {
+		t.Errorf("C, never under 31 ms: locale %v, want regional", l)
+	}
+	// The network to B grows: once the window holds only the new times, B is regional.
+	for range rttWindow {
+		ping(map[string]time.Duration{"B": 40 * ms, "C": 40 * ms})
+	}
+	if l := n.LocaleOf("B"); l != LocaleRegional {
+		t.Errorf("B after %d echoes of 40 ms: locale %v, want regional", rttWindow, l)
+	}
+}

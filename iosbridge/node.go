@@ -179,8 +179,27 @@ type peerState struct {
 	pingAt     time.Time
 	rtt        time.Duration
 	rttSamples int
+	// recent holds the last rttWindow round trips (a ring, next at recentAt), whose
+	// minimum is the base round trip NRS classifies.
+	recent   [rttWindow]time.Duration
+	recentAt int
 	// The hint lists of its last heartbeat (Protocol.Hints), read-only.
 	best, hosts []Hint
+}
+
+// rttWindow is how many recent round trips the base round trip is the minimum of: with the
+// default 2 s heartbeats, the last 16 s.
+const rttWindow = 8
+
+// baseRTT is the minimum of the recent round trips; 0 if none.
+func (ps *peerState) baseRTT() time.Duration {
+	var m time.Duration
+	for i, d := range ps.recent[:min(ps.rttSamples, rttWindow)] {
+		if i == 0 || d < m {
+			m = d
+		}
+	}
+	return m
 }
 
 type pending struct {
@@ -337,9 +356,27 @@ func (n *Node) Latency(peer string) (rtt time.Duration, ok bool) {
 	return ps.rtt, true
 }
 
-// LocaleOf is the NRS locale of a neighbour, from its measured round trip time.
+// BaseLatency is the base round trip time to a neighbour: the minimum of its last
+// rttWindow measured round trips; ok is false until one was answered.
+//
+// A ping's echo here is a message to the neighbour's agent and back, so the time includes
+// how long each agent took to handle it, which on a node whose CPU its ranks (or another
+// user) take can be tens of milliseconds, much more than the network's share. The IO
+// paper's ping times measure the network; such host delays only ever add to it, so the
+// least of several recent round trips estimates the network's (as LEDBAT's base delay,
+// RFC 6817, and BBR's minimum round trip do), while a few samples of a window still
+// follow a change of the network within it.
+func (n *Node) BaseLatency(peer string) (rtt time.Duration, ok bool) {
+	ps := n.peers[peer]
+	if ps == nil || ps.rttSamples == 0 {
+		return 0, false
+	}
+	return ps.baseRTT(), true
+}
+
+// LocaleOf is the NRS locale of a neighbour, from its base round trip time (BaseLatency).
 func (n *Node) LocaleOf(peer string) Locale {
-	if rtt, ok := n.Latency(peer); ok {
+	if rtt, ok := n.BaseLatency(peer); ok {
 		return NRSLocale(rtt)
 	}
 	return LocaleUnknown
@@ -562,6 +599,8 @@ func (n *Node) Step(now time.Time, m Message) error {
 			} else {
 				ps.rtt = time.Duration(rttAlpha*float64(rtt) + (1-rttAlpha)*float64(ps.rtt))
 			}
+			ps.recent[ps.recentAt] = rtt
+			ps.recentAt = (ps.recentAt + 1) % rttWindow
 			ps.rttSamples++
 			ps.pingID = 0
 		}

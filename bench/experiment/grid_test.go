@@ -88,4 +88,11 @@ func TestLocalesCompareRoundTripsWithClusters(t *testing.T) {
 	if lc.medianIn != 12*ms || lc.medianAcross != 31*ms {
 		t.Fatalf("medians inside %v, across %v", lc.medianIn, lc.medianAcross)
 	}
+	// Agents that report base round trips are classified by those; the smoothed ones are
+	// kept apart.
+	res.Agents[1].PeerBaseRTT = map[string]time.Duration{"a1": 3 * ms, "b1": 31 * ms}
+	lc = localesOf(res)
+	if lc.localIn != 2 || lc.medianIn != 3*ms || lc.smoothIn != 12*ms {
+		t.Fatalf("with base round trips: %+v", lc)
+	}
 }

@@ -26,6 +26,9 @@ type agentState struct {
 	// PeerRTT is the smoothed round trip of the agent's heartbeats to each peer, which
 	// NRS classifies into latency locales.
 	PeerRTT map[string]time.Duration `json:"peer_rtt,omitempty"`
+	// PeerBaseRTT is the least of the last few round trips to each peer, which NRS
+	// classifies (agents from before it was reported have none).
+	PeerBaseRTT map[string]time.Duration `json:"peer_base_rtt,omitempty"`
 }
 
 // iosSnapshot asks every IOS agent on the server for its state, for up to wait.
@@ -68,12 +71,7 @@ func decodeAgent(m map[string]any) agentState {
 			st.Stats[k] = int64(num(v))
 		}
 	}
-	if rtts, ok := m["peer_rtt"].(map[string]any); ok {
-		st.PeerRTT = map[string]time.Duration{}
-		for p, v := range rtts {
-			st.PeerRTT[p] = time.Duration(num(v))
-		}
-	}
+	st.PeerRTT, st.PeerBaseRTT = durations(m["peer_rtt"]), durations(m["peer_base_rtt"])
 	if evs, ok := m["events"].([]any); ok {
 		for _, e := range evs {
 			em, ok := e.(map[string]any)
@@ -97,6 +95,19 @@ func decodeAgent(m map[string]any) agentState {
 		}
 	}
 	return st
+}
+
+// durations decodes a map of peer names to nanoseconds (nil if v is not one).
+func durations(v any) map[string]time.Duration {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	out := make(map[string]time.Duration, len(m))
+	for p, d := range m {
+		out[p] = time.Duration(num(d))
+	}
+	return out
 }
 
 func str(v any) string {

@@ -864,6 +864,12 @@ func (a *Agent) state() job.IOSState {
 			}
 			st.PeerRTT[p] = rtt
 		}
+		if rtt, ok := a.n.BaseLatency(p); ok {
+			if st.PeerBaseRTT == nil {
+				st.PeerBaseRTT = map[string]time.Duration{}
+			}
+			st.PeerBaseRTT[p] = rtt
+		}
 	}
 	if len(a.jobPolicies) > 0 {
 		st.JobPolicies = maps.Clone(a.jobPolicies)

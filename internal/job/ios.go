@@ -66,6 +66,9 @@ type IOSState struct {
 	Peers []string `msgpack:"peers" json:"peers"`
 	// PeerRTT is the smoothed round trip time of the heartbeats to each peer that answered.
 	PeerRTT map[string]time.Duration `msgpack:"peer_rtt,omitempty" json:"peer_rtt_ns,omitempty"`
+	// PeerBaseRTT is the least of the last few round trips to each peer, the network's share
+	// without the agents' delays, which NRS classifies into latency locales.
+	PeerBaseRTT map[string]time.Duration `msgpack:"peer_base_rtt,omitempty" json:"peer_base_rtt_ns,omitempty"`
 	// Cluster is the node's cluster (pcmd serve --cluster); "" if none.
 	Cluster string `msgpack:"cluster,omitempty" json:"cluster,omitempty"`
 	// Counters of the protocol and of dropped input.
@@ -147,7 +150,7 @@ func (s IOSState) Validate() error {
 		return fmt.Errorf("job: ios state of %s: %d events, want at most %d", s.Node, len(s.Events), MaxIOSEvents)
 	case len(s.Profiles) > MaxIOSProfiles:
 		return fmt.Errorf("job: ios state of %s: %d profiles, want at most %d", s.Node, len(s.Profiles), MaxIOSProfiles)
-	case len(s.Peers) > MaxIOSPeers || len(s.PeerRTT) > MaxIOSPeers || len(s.JobPolicies) > MaxIOSProfiles:
+	case len(s.Peers) > MaxIOSPeers || len(s.PeerRTT) > MaxIOSPeers || len(s.PeerBaseRTT) > MaxIOSPeers || len(s.JobPolicies) > MaxIOSProfiles:
 		return fmt.Errorf("job: ios state of %s: %d peers, %d job policies", s.Node, len(s.Peers), len(s.JobPolicies))
 	case !(s.Availability >= 0 && s.Availability <= 1) || !(s.EffectiveCPUs >= 0) || s.CPUs < 0:
 		return fmt.Errorf("job: ios state of %s: availability %v of %v CPUs", s.Node, s.Availability, s.EffectiveCPUs)

@@ -598,6 +598,14 @@ func (c *Cluster) waitHeartbeat(n *node) error {
 // whether the heartbeats or the testbed's subscription went missing.
 func (c *Cluster) heartbeatCheck() string {
 	status := "testbed connection " + c.nc.Status().String()
+	c.mu.Lock()
+	var seen []string
+	for n, b := range c.beats {
+		seen = append(seen, fmt.Sprintf("%s(pid %d, %v ago)", n, b.info.PID, time.Since(b.at).Round(time.Millisecond)))
+	}
+	c.mu.Unlock()
+	slices.Sort(seen)
+	status += fmt.Sprintf(", last heard %v", seen)
 	nc, err := nats.Connect(c.natsURL, nats.Name("testbed-check"), nats.Timeout(5*time.Second))
 	if err != nil {
 		return status + "; a new connection fails: " + err.Error()
@@ -608,7 +616,7 @@ func (c *Cluster) heartbeatCheck() string {
 	sub, err := nc.Subscribe(job.NodesHeartbeatSubject, func(m *nats.Msg) {
 		if info, err := ctlauth.VerifyNodeInfo(m.Subject, m.Data, ctlauth.AnyKey{}); err == nil {
 			mu.Lock()
-			heard[info.Name] = true
+			heard[fmt.Sprintf("%s(pid %d)", info.Name, info.PID)] = true
 			mu.Unlock()
 		}
 	})
