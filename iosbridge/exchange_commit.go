@@ -27,6 +27,11 @@ import (
 //     → Origin, a rotation Origin → relay → decider → Origin; every move is ordered by the
 //     arrival of the one before.
 //
+//   - A node takes part in one exchange at a time, and only while no rank is in flight to or
+//     from it (inExchange): an exchange is judged on the placement of its two or three nodes,
+//     so it must be carried out on that one. Origin, which may answer others' requests while
+//     its own is out, commits only if its ranks are still those it offered with.
+//
 // So a lost or late message costs a hold (released by a cancel, or when it expires:
 // StealTimeout before the relay confirmed, PendingTimeout after) and never moves a rank.
 // An exchange stays half done only if a node dies, or PCM fails a migration, after Origin's
@@ -110,11 +115,33 @@ func (n *Node) promiseExchange(now time.Time, m Message, d Decision, in Decision
 	n.holds = append(n.holds, h)
 }
 
+// inExchange says whether this node is busy with an exchange, or its ranks are in flight:
+// it then neither offers, relays nor decides one.
+func (n *Node) inExchange(now time.Time) bool {
+	return len(n.holds) > 0 || (n.relay != nil && now.Sub(n.relay.at) < n.cfg.StealTimeout) ||
+		len(n.outgoing) > 0 || len(n.incoming) > 0
+}
+
+// sameRanks says whether this node's ranks (corrected for migrations in flight) are those of
+// ids.
+func (n *Node) sameRanks(ids []RankID) bool {
+	eff := n.effectiveLocal()
+	if len(eff.Ranks) != len(ids) {
+		return false
+	}
+	for _, id := range ids {
+		if !eff.Hosts(id) {
+			return false
+		}
+	}
+	return true
+}
+
 // swapOut is Origin's commit: it sends the offered rank(s) of the steal still outstanding to
 // the node the accept names and reports true. Any other accept (late, of another request or
-// offer, or forged) is refused: nothing moves, and the nodes holding ranks for it are told.
+// offer, after this node's ranks changed, or forged) is refused: nothing moves, and the nodes holding ranks for it are told.
 func (n *Node) swapOut(now time.Time, m Message) bool {
-	ok := n.steal != nil && n.steal.id == m.ID && n.steal.offer == m.Swap && n.local.Hosts(m.Swap)
+	ok := n.steal != nil && n.steal.id == m.ID && n.steal.offer == m.Swap && n.local.Hosts(m.Swap) && n.sameRanks(n.steal.ranks)
 	if ok && m.SwapPair != (RankID{}) {
 		ok = n.steal.partner == m.SwapPair && n.local.Hosts(m.SwapPair)
 		if _, gone := n.outgoing[m.SwapPair]; gone {

@@ -216,6 +216,8 @@ type steal struct {
 	offer  RankID // the rank offered to swap (exchange requests); zero if none
 	// partner is offered with offer for a pair swap; zero if none
 	partner RankID
+	// ranks: this node's ranks when it offered; an exchange is committed only on them
+	ranks []RankID
 }
 
 // relayHold is the rank this node put into a forwarded exchange request as a relay: held for
@@ -766,6 +768,9 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
 		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand,
 			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile, OfferPartner: m.OfferPartner, Best: n.best}
+		if n.inExchange(now) {
+			in.Offer, in.Relay, in.RelayNode, in.OfferPartner = nil, nil, nil, nil // one exchange at a time (exchange_commit.go)
+		}
 		d := n.policy.Decide(in)
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
 			RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
@@ -976,7 +981,7 @@ func (n *Node) maybeSteal(now time.Time) {
 		return // no room for a stolen rank, and no swap to offer
 	}
 	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff, Exchange: n.proto.Exchange}
-	if n.proto.Exchange {
+	if n.proto.Exchange && !n.inExchange(now) {
 		req.Offer = n.exchangeOffer(now, eff)
 		req.OfferPartner = n.exchangePartner(now, eff, req.Offer)
 	}
@@ -1012,7 +1017,7 @@ func (n *Node) maybeSteal(now time.Time) {
 	n.seq++
 	n.steal = &steal{id: n.seq, target: target, sentAt: now, locale: req.Locale}
 	if req.Offer != nil {
-		n.steal.offer = req.Offer.ID()
+		n.steal.offer, n.steal.ranks = req.Offer.ID(), eff.Ranks
 	}
 	if req.OfferPartner != nil {
 		n.steal.partner = req.OfferPartner.ID()
