@@ -435,8 +435,8 @@ func (n *Node) relayFor(now time.Time, m Message, eff NodeProfile) *RankProfile 
 	if a == nil || m.Relay != nil || m.Origin == n.cfg.ID || !n.proto.Exchange || m.Profile == nil || eff.Hosts(a.ID()) {
 		return nil
 	}
-	if n.inExchange(now) {
-		return nil // one exchange at a time (exchange_commit.go)
+	if n.inExchange() || (n.relay != nil && now.Sub(n.relay.at) < n.cfg.StealTimeout) {
+		return nil // one hold at a time (exchange_commit.go)
 	}
 	st, _ := n.policy.(stable)
 	var best *RankProfile

@@ -22,21 +22,23 @@ import (
 //     answers Origin). Origin moves its offered rank(s) only if the steal is still
 //     outstanding with that offer; a late or mismatched accept is refused with
 //     KindExchangeCancel to the nodes holding ranks for it, and nothing moves.
-//   - After Origin's commit no message is needed: a node that holds a promise sends its rank
-//     when what it waits for has arrived (its Update lists it). A swap is Origin → decider
-//     → Origin, a rotation Origin → relay → decider → Origin; every move is ordered by the
-//     arrival of the one before.
+//   - Origin's commit tells the nodes holding a promise (KindExchangeCommit), which then
+//     send their ranks. If that message is lost, no further message is needed: a node that
+//     holds a promise sends its rank when what it waits for has arrived (its Update lists
+//     it): a swap is then Origin → decider → Origin, a rotation Origin → relay → decider →
+//     Origin, each move ordered by the arrival of the one before.
 //
-//   - A node takes part in one exchange at a time, and only while no rank is in flight to or
-//     from it (inExchange): an exchange is judged on the placement of its two or three nodes,
-//     so it must be carried out on that one. Origin, which may answer others' requests while
-//     its own is out, commits only if its ranks are still those it offered with.
+//   - A node holds ranks for one exchange at a time (inExchange): an exchange is judged on
+//     the placement of its two or three nodes, so it must be carried out on that one, not
+//     on one where another promise was kept or not. Origin, which may answer others'
+//     requests while its own is out, commits only if its ranks are still those it offered
+//     with.
 //
 // So a lost or late message costs a hold (released by a cancel, or when it expires:
 // StealTimeout before the relay confirmed, PendingTimeout after) and never moves a rank.
 // An exchange stays half done only if a node dies, or PCM fails a migration, after Origin's
-// commit, or a migration takes longer than the holds (PendingTimeout − StealTimeout): the
-// same bound within which a given rank is booked at all.
+// commit, or (commit message lost) a migration takes longer than the holds (PendingTimeout
+// − StealTimeout): the same bound within which a given rank is booked at all.
 
 // exchangeHold is a promise this node made in an exchange of Origin's request ID: give goes
 // to node to once every rank of want is hosted here.
@@ -115,12 +117,9 @@ func (n *Node) promiseExchange(now time.Time, m Message, d Decision, in Decision
 	n.holds = append(n.holds, h)
 }
 
-// inExchange says whether this node is busy with an exchange, or its ranks are in flight:
-// it then neither offers, relays nor decides one.
-func (n *Node) inExchange(now time.Time) bool {
-	return len(n.holds) > 0 || (n.relay != nil && now.Sub(n.relay.at) < n.cfg.StealTimeout) ||
-		len(n.outgoing) > 0 || len(n.incoming) > 0
-}
+// inExchange says whether this node promised ranks for an exchange: it then neither offers,
+// relays nor decides another, nor confirms a relay.
+func (n *Node) inExchange() bool { return len(n.holds) > 0 }
 
 // sameRanks says whether this node's ranks (corrected for migrations in flight) are those of
 // ids.
@@ -160,8 +159,10 @@ func (n *Node) swapOut(now time.Time, m Message) bool {
 		return false
 	}
 	to := m.From
+	n.send(Message{Kind: KindExchangeCommit, To: m.From, Origin: n.cfg.ID, ID: m.ID})
 	if m.SwapTo != "" {
 		to = m.SwapTo // a three-way exchange: the offer goes to the relay
+		n.send(Message{Kind: KindExchangeCommit, To: m.SwapTo, Origin: n.cfg.ID, ID: m.ID})
 	}
 	n.outgoing[m.Swap] = pending{peer: to, at: now, cpu: n.rankCPU(m.Swap)}
 	n.stats.RanksSwapped++
@@ -177,13 +178,13 @@ func (n *Node) swapOut(now time.Time, m Message) bool {
 }
 
 // onRelayAccept is the relay's part of a three-way exchange: if it still holds the rank for
-// that very request, rank and offer, it promises it to the decider (m.From) until the offer
+// that very request, rank and offer, and promised nothing else meanwhile, it promises it to the decider (m.From) until the offer
 // arrives from Origin and confirms (KindRelayReady); otherwise it cancels, and the decider
 // releases its rank.
 func (n *Node) onRelayAccept(now time.Time, m Message) {
 	h := n.relay
 	ok := h != nil && h.origin == m.Origin && h.id == m.ID && h.rank == m.Rank && h.offer == m.Swap &&
-		now.Sub(h.at) < n.cfg.StealTimeout && n.local.Hosts(m.Rank)
+		now.Sub(h.at) < n.cfg.StealTimeout && n.local.Hosts(m.Rank) && !n.inExchange()
 	if ok {
 		_, gone := n.outgoing[m.Rank]
 		ok = !gone
@@ -266,29 +267,40 @@ func (n *Node) dropHold(h *exchangeHold) {
 }
 
 // settleHolds, after an Update, sends the promised ranks of every hold whose wanted ranks
-// have all arrived.
+// have all arrived (Origin's commit message was lost).
 func (n *Node) settleHolds(now time.Time) {
 	for _, h := range append([]*exchangeHold(nil), n.holds...) {
-		if !n.hostsAll(h.want) {
-			continue
+		if n.hostsAll(h.want) {
+			n.complete(now, h)
 		}
-		n.dropHold(h)
-		for _, id := range h.give {
-			p, ok := n.outgoing[id]
-			if !ok || p.peer != h.to || !n.local.Hosts(id) {
-				continue // gone meanwhile (not through this protocol): nothing to send
-			}
-			p.at = now
-			n.outgoing[id] = p
-			if h.relayed {
-				n.stats.RanksRelayed++
-			} else {
-				n.stats.RanksGiven++
-			}
-			mg := h.mig
-			mg.Rank, mg.At = id, now
-			n.out.Migrations = append(n.out.Migrations, mg)
+	}
+}
+
+// onExchangeCommit: Origin committed, so the promise is kept now.
+func (n *Node) onExchangeCommit(now time.Time, m Message) {
+	if h := n.holdFor(m.Origin, m.ID); h != nil && m.From == h.origin && h.confirmed {
+		n.complete(now, h)
+	}
+}
+
+// complete sends the ranks of hold h.
+func (n *Node) complete(now time.Time, h *exchangeHold) {
+	n.dropHold(h)
+	for _, id := range h.give {
+		p, ok := n.outgoing[id]
+		if !ok || p.peer != h.to || !n.local.Hosts(id) {
+			continue // gone meanwhile (not through this protocol): nothing to send
 		}
+		p.at = now
+		n.outgoing[id] = p
+		if h.relayed {
+			n.stats.RanksRelayed++
+		} else {
+			n.stats.RanksGiven++
+		}
+		mg := h.mig
+		mg.Rank, mg.At = id, now
+		n.out.Migrations = append(n.out.Migrations, mg)
 	}
 }
 

@@ -51,11 +51,12 @@ func (p *exchangePair) settleQuiet(after time.Duration) {
 
 // A swap answer that reaches the requester after its steal timed out is refused: it moves
 // nothing, books nothing, and tells the giver, which releases the rank it had only promised.
-// On time, the requester's offer goes first and the giver's rank follows when the offer
-// has arrived.
+// On time, the requester sends its offer and tells the giver, which sends its rank; if that
+// message is lost, the giver's rank follows when the offer has arrived.
 func TestLateSwapAnswerMovesNothing(t *testing.T) {
-	for _, late := range []bool{true, false} {
-		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) {
+	for _, c := range []struct{ late, commitLost bool }{{true, false}, {false, false}, {false, true}} {
+		late := c.late
+		t.Run(fmt.Sprintf("late=%v,commit lost=%v", c.late, c.commitLost), func(t *testing.T) {
 			p := newExchangePair(t, PolicyATSRAS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
 			p.nodes["L"].Tick(p.now)
 			req := oneOf(t, p.nodes["L"].Ready(), KindStealRequest)
@@ -91,8 +92,17 @@ func TestLateSwapAnswerMovesNothing(t *testing.T) {
 				return
 			}
 			r = p.deliver(acc)
-			if len(r.Migrations) != 1 || r.Migrations[0].Rank != acc.Swap || r.Migrations[0].To != "R" {
-				t.Fatalf("accept on time: L moved %+v", r.Migrations)
+			commit := oneOf(t, r, KindExchangeCommit)
+			if len(r.Migrations) != 1 || r.Migrations[0].Rank != acc.Swap || r.Migrations[0].To != "R" || commit.To != "R" {
+				t.Fatalf("accept on time: L moved %+v, sent %+v", r.Migrations, r.Messages)
+			}
+			if !c.commitLost {
+				commit.From = "L"
+				r = p.deliver(commit)
+				if len(r.Migrations) != 1 || r.Migrations[0].Rank != acc.Rank || r.Migrations[0].To != "L" {
+					t.Fatalf("commit: R moved %+v, want slice 3 to L", r.Migrations)
+				}
+				return
 			}
 			p.hosts["L"], p.hosts["R"] = remove(p.hosts["L"], 5), append(p.hosts["R"], 5)
 			p.now = p.now.Add(30 * time.Second)
@@ -203,9 +213,9 @@ func TestLateRelayReadyMovesNothing(t *testing.T) {
 }
 
 // A rotation's accept that reaches the requester after its steal timed out is refused, and
-// both nodes that hold a rank for it are told: nothing moves. On time, the three moves
-// follow each other: C's offer to B, B's relay to A once the offer arrived, A's rank to C
-// once the relay arrived.
+// both nodes that hold a rank for it are told: nothing moves. On time, with C's commit
+// messages lost, the three moves follow each other: C's offer to B, B's relay to A once
+// the offer arrived, A's rank to C once the relay arrived.
 func TestLateRotationAnswerMovesNothing(t *testing.T) {
 	for _, late := range []bool{true, false} {
 		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) {
@@ -222,7 +232,7 @@ func TestLateRotationAnswerMovesNothing(t *testing.T) {
 				p.nodes["C"].Tick(p.now)
 				p.nodes["C"].Ready()
 				r := p.deliver(acc)
-				if len(r.Migrations) != 0 || len(r.Messages) != 2 {
+				if len(r.Migrations) != 0 || len(r.Messages) != 2 || r.Messages[0].To == r.Messages[1].To {
 					t.Fatalf("late accept: C moved %+v, sent %+v: want cancels to A and B", r.Migrations, r.Messages)
 				}
 				for _, m := range r.Messages {
@@ -363,7 +373,7 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 			for _, m := range r.Messages {
 				m.From = name
 				switch m.Kind {
-				case KindStealRequest, KindStealAccept, KindStealFail, KindRelayAccept, KindRelayReady, KindExchangeCancel:
+				case KindStealRequest, KindStealAccept, KindStealFail, KindRelayAccept, KindRelayReady, KindExchangeCancel, KindExchangeCommit:
 					inFlight = append(inFlight, m)
 				default: // membership: on time
 					if err := p.nodes[m.To].Step(p.now, m); err != nil {

@@ -47,6 +47,9 @@ const (
 	// accept, relay accept or relay ready, or a hold that expired): the receiver releases the
 	// ranks it holds for it. Nothing was moved for it.
 	KindExchangeCancel Kind = "exchange_cancel"
+	// KindExchangeCommit says Origin carried out its part of exchange ID: the receiver sends
+	// the ranks it promised for it now.
+	KindExchangeCommit Kind = "exchange_commit"
 )
 
 // MaxTTL bounds the TTL accepted from the network so a forged packet cannot circulate long.
@@ -214,9 +217,9 @@ func (m Message) Validate() error {
 		if m.ID == 0 {
 			return fmt.Errorf("iosbridge: pong from %s: needs the ping's ID", m.From)
 		}
-	case KindExchangeCancel:
+	case KindExchangeCancel, KindExchangeCommit:
 		if m.Origin == "" || m.ID == 0 {
-			return fmt.Errorf("iosbridge: exchange cancel from %s: needs the exchange's origin (%q) and request ID", m.From, m.Origin)
+			return fmt.Errorf("iosbridge: %s from %s: needs the exchange's origin (%q) and request ID", m.Kind, m.From, m.Origin)
 		}
 	case KindRelayAccept, KindRelayReady:
 		if m.Origin == "" || m.Origin == m.To || m.Origin == m.From || m.ID == 0 || m.Rank.Job == "" || m.Rank.Rank < 0 || m.Swap == (RankID{}) {

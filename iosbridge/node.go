@@ -643,6 +643,8 @@ func (n *Node) Step(now time.Time, m Message) error {
 		n.onRelayReady(now, m)
 	case KindExchangeCancel:
 		n.onExchangeCancel(m)
+	case KindExchangeCommit:
+		n.onExchangeCommit(now, m)
 	case KindBalanceRequest:
 		n.onBalanceRequest(m)
 	case KindBalanceOffer:
@@ -768,7 +770,7 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
 		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand,
 			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile, OfferPartner: m.OfferPartner, Best: n.best}
-		if n.inExchange(now) {
+		if n.inExchange() {
 			in.Offer, in.Relay, in.RelayNode, in.OfferPartner = nil, nil, nil, nil // one exchange at a time (exchange_commit.go)
 		}
 		d := n.policy.Decide(in)
@@ -981,7 +983,7 @@ func (n *Node) maybeSteal(now time.Time) {
 		return // no room for a stolen rank, and no swap to offer
 	}
 	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff, Exchange: n.proto.Exchange}
-	if n.proto.Exchange && !n.inExchange(now) {
+	if n.proto.Exchange && !n.inExchange() {
 		req.Offer = n.exchangeOffer(now, eff)
 		req.OfferPartner = n.exchangePartner(now, eff, req.Offer)
 	}

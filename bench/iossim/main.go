@@ -25,7 +25,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mpios/mpios/iosbridge"
 	"github.com/mpios/mpios/iosbridge/iossim"
 )
 
@@ -172,7 +171,7 @@ type outcome struct {
 	// of the topology's edges that ended between two nodes.
 	MostOnANode int
 	RemoteEdges float64
-	// Rotations is how many three-way exchanges were completed (relay accepts sent).
+	// Rotations is how many three-way exchanges were carried out (relays sent their rank).
 	Rotations uint64
 }
 
@@ -188,7 +187,7 @@ func summarize(policy, start string, res iossim.Result) outcome {
 	}
 	return outcome{Policy: policy, Start: start, Throughput: res.Throughput(200 * time.Second),
 		Migrations: res.Migrations, Last: res.LastMigration, Stable: stable, MostOnANode: most, RemoteEdges: res.RemoteEdges,
-		Rotations: res.ByKind[iosbridge.KindRelayAccept]}
+		Rotations: res.Rotations}
 }
 
 // csvEvery thins the CSV to a sample every 5 virtual seconds (and the last one): every

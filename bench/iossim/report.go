@@ -198,7 +198,11 @@ the actor it would give for the offered one, and a node further on may complete 
 exchange (offered actor to the relay, relay's actor to it, one of its actors to the
 requester) when that cuts the bytes crossing nodes by more than a sixteenth of the three
 actors' traffic. Each exchange lowers Σ k²/C (k actors on C CPUs) or, at equal k, the
-traffic crossing nodes, so a sequence of exchanges never returns to a placement it left; the
+traffic crossing nodes, so a sequence of exchanges never returns to a placement it left. An
+exchange is carried out whole or not at all (iosbridge/exchange_commit.go): the other nodes
+only promise their actors until the requester, whose request must still be outstanding,
+commits, so a late or lost answer moves nothing and no half of an exchange (a single move
+that no rule approved) slips in. The
 one-minute cooldown paces them (the last migrations come minutes after the start).
 ARS started on one node never moves a connected actor (` + "`ars`" + `, one node): with all its
 neighbours local Δc = −1 and Δp ≤ 1 (eq. 1–3), so Δ ≤ 0; the IO paper starts its actors round

@@ -57,6 +57,9 @@ type Result struct {
 	// RemoteEdges and WideEdges are the shares of the application's edges whose ends ended
 	// on different nodes, and on different clusters.
 	RemoteEdges, WideEdges float64
+	// Rotations counts the three-way exchanges carried out (the relays' ranks sent), and
+	// ExchangesCancelled the exchange promises released with nothing moved (iosbridge.Stats).
+	Rotations, ExchangesCancelled uint64
 }
 
 // MessagesPerNodeSecond is the protocol's traffic per node per virtual second.
@@ -536,6 +539,11 @@ func (s *sim) update(i int) {
 }
 
 func (s *sim) finish() {
+	for _, n := range s.nodes {
+		st := n.agent.Stats()
+		s.res.Rotations += st.RanksRelayed
+		s.res.ExchangesCancelled += st.ExchangesCancelled
+	}
 	s.res.Placement = map[iosbridge.RankID]string{}
 	s.res.MigrationsPerRank = map[iosbridge.RankID]int{}
 	for _, r := range s.ranks {
