@@ -709,6 +709,7 @@ func (a *Agent) step(in inboxMsg) {
 		return
 	}
 	now := a.cfg.Clock()
+	refused := a.n.Stats().ExchangesRefused
 	err := a.n.Step(now, m)
 	switch {
 	case errors.Is(err, iosbridge.ErrLeft):
@@ -717,15 +718,18 @@ func (a *Agent) step(in inboxMsg) {
 		a.drop("a %s message from %s: %s", m.Kind, m.From, strings.TrimPrefix(err.Error(), "iosbridge: "))
 		return
 	}
-	switch m.Kind {
-	case iosbridge.KindStealAccept:
+	switch {
+	case m.Kind == iosbridge.KindStealAccept && a.n.Stats().ExchangesRefused != refused:
+		a.event(false, job.IOSEvent{At: now, Kind: job.IOSStealFailed, Rank: -1, Peer: m.From,
+			Reason: fmt.Sprintf("refused %s's exchange for request %d (late, or this node's ranks changed): nothing moves", m.From, m.ID)})
+	case m.Kind == iosbridge.KindStealAccept:
 		given := m.Rank.String()
 		if m.Pair != (iosbridge.RankID{}) {
 			given += " and " + m.Pair.String() // a pair swap
 		}
 		a.event(true, job.IOSEvent{At: now, Kind: job.IOSStolen, Job: m.Rank.Job, Rank: m.Rank.Rank, Peer: m.From, Gain: m.Gain,
 			Reason: fmt.Sprintf("%s gives %s to this node: %s", m.From, given, m.Reason)})
-	case iosbridge.KindStealFail:
+	case m.Kind == iosbridge.KindStealFail:
 		a.event(false, job.IOSEvent{At: now, Kind: job.IOSStealFailed, Rank: -1, Peer: m.From,
 			Reason: fmt.Sprintf("steal request %d failed at %s: %s", m.ID, m.From, m.Reason)})
 	}
