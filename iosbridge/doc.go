@@ -55,7 +55,8 @@
 // For "atsras", "flcras" and "ars" it also lets busy nodes exchange ranks by communication
 // (exchange.go: single moves to a node no denser in ranks per CPU, swaps of one or two ranks
 // and three-way exchanges that cut the traffic crossing nodes), each lowering a potential so that none is
-// ever undone.
+// ever undone, and each carried out whole or not at all (exchange_commit.go: a late or lost
+// answer moves nothing).
 // A load change ends a node's steal back-off, so the network reacts to it within a sampling
 // period and a heartbeat.
 //

@@ -302,6 +302,7 @@ type exchangeOf struct {
 	after           [2]float64 // the same with every move of the exchange made
 	why             string
 	settled         bool // decided on the true placement of its nodes
+	failed          bool // one of its migrations failed
 }
 
 // Every exchange is all or nothing whatever the network does: random graphs on four busy
@@ -310,10 +311,12 @@ type exchangeOf struct {
 // land after up to a minute (the bound under which a given rank is booked at all, see
 // exchange_commit.go). Every decided exchange ends with all of its moves made or none, and
 // every one made whole lowers (Σ k²/C, links crossing nodes) of the placement it was
-// decided on.
+// decided on. Only where a migration itself fails (PCM refuses, a node dies: the last
+// seeds fail one in ten) may an exchange stay half done.
 func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
-	var completed, unsettled, empty, refused, cancelled, rotations, pairs int
-	for seed := uint64(1); seed <= 40; seed++ {
+	var completed, unsettled, empty, refused, cancelled, rotations, pairs, halfByFailure int
+	for seed := uint64(1); seed <= 52; seed++ {
+		failing := seed > 40 // one migration in ten fails (PCM, or a node died)
 		rng := newRand(100 + seed)
 		n := 12 + rng.IntN(8)
 		g := newRandomGraph(rng, n)
@@ -421,13 +424,22 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 				exchanges[d.RequestID] = x
 			}
 			for _, mg := range r.Migrations {
+				x := exchanges[mg.RequestID]
+				if failing && rng.IntN(10) == 0 {
+					// PCM fails it (the job refused, or a node died): the rank stays.
+					p.nodes[name].MigrationFailed(mg.Rank)
+					if x != nil {
+						x.failed = true
+					}
+					continue
+				}
 				if !slices.Contains(p.hosts[name], mg.Rank.Rank) {
 					p.nodes[name].MigrationFailed(mg.Rank)
 					continue
 				}
 				p.hosts[name] = remove(p.hosts[name], mg.Rank.Rank)
 				moving = append(moving, chaosMove{mg: mg, from: name, due: p.now.Add(time.Duration(rng.IntN(60)) * time.Second)})
-				if x := exchanges[mg.RequestID]; x != nil {
+				if x != nil {
 					if x.want[mg.Rank] != mg.To {
 						t.Fatalf("seed %d: exchange %+v moves %s to %s", seed, x, mg.Rank, mg.To)
 					}
@@ -517,13 +529,17 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 					t.Errorf("seed %d: exchange %+v made whole does not lower (Σk²/C, cut): %v → %v", seed, x, x.before, x.after)
 				}
 			default:
+				if x.failed {
+					halfByFailure++ // a migration of it failed after the commit: no protocol can help
+					continue
+				}
 				t.Fatalf("seed %d: exchange of %s's request %d decided by %s at +%v is half done: %v of %v",
 					seed, x.origin, x.id, x.decider, x.at.Sub(t0), x.done, x.want)
 			}
 		}
 	}
-	t.Logf("%d exchanges made whole (%d rotations, %d pair swaps decided; %d not decided on the true placement), %d moved nothing; %d answers refused, %d holds released",
-		completed, rotations, pairs, unsettled, empty, refused, cancelled)
+	t.Logf("%d exchanges made whole (%d rotations, %d pair swaps decided; %d not decided on the true placement), %d moved nothing, %d half done by a failed migration; %d answers refused, %d holds released",
+		completed, rotations, pairs, unsettled, empty, halfByFailure, refused, cancelled)
 	if completed-unsettled < 10 || empty < 10 || refused == 0 || cancelled == 0 {
 		t.Fatal("the property was hardly exercised")
 	}
