@@ -784,8 +784,8 @@ func (a *Agent) flush() {
 			a.warn("send", "send %s to %s: %v", m.Kind, m.To, err)
 		}
 	}
-	for _, m := range rd.Migrations {
-		a.migrate(m)
+	for _, ms := range batches(rd.Migrations) {
+		a.migrate(ms)
 	}
 }
 
@@ -799,14 +799,34 @@ func (a *Agent) policyOf(r iosbridge.RankID) string {
 	return a.cfg.Policy
 }
 
-// migrate asks the rank's job to move it, in the background; the answer comes back to the
-// loop through results.
-func (a *Agent) migrate(m iosbridge.Migration) {
+// batches groups migrations for one request to one node of one job (a pair swap's two
+// ranks), in order: they go to the job in one request, which moves them at the same
+// iteration boundary or not at all, so PCM cannot carry out half of the pair.
+func batches(ms []iosbridge.Migration) [][]iosbridge.Migration {
+	var out [][]iosbridge.Migration
+	for _, m := range ms {
+		if k := len(out) - 1; k >= 0 && m.RequestID != 0 {
+			if p := out[k][0]; p.RequestID == m.RequestID && p.To == m.To && p.Rank.Job == m.Rank.Job {
+				out[k] = append(out[k], m)
+				continue
+			}
+		}
+		out = append(out, []iosbridge.Migration{m})
+	}
+	return out
+}
+
+// migrate asks the ranks' job to move them (one job, one target), in the background; the
+// answer comes back to the loop through results, one per rank.
+func (a *Agent) migrate(ms []iosbridge.Migration) {
+	m := ms[0]
 	if p := a.policyOf(m.Rank); p == iosbridge.PolicyNone {
 		// The policies never decide this (iosbridge.PerRank); keep the promise anyway.
-		a.failed(a.cfg.Clock(), m.Rank)
-		a.event(true, job.IOSEvent{At: a.cfg.Clock(), Kind: job.IOSMigrateFailed, Job: m.Rank.Job, Rank: m.Rank.Rank, Peer: m.To,
-			Policy: m.Policy, Reason: "not sent: job policy none"})
+		for _, m := range ms {
+			a.failed(a.cfg.Clock(), m.Rank)
+			a.event(true, job.IOSEvent{At: a.cfg.Clock(), Kind: job.IOSMigrateFailed, Job: m.Rank.Job, Rank: m.Rank.Rank, Peer: m.To,
+				Policy: m.Policy, Reason: "not sent: job policy none"})
+		}
 		return
 	}
 	reason := fmt.Sprintf("ios %s: node %s steals, gain %.4g: %s", m.Policy, m.To, m.Gain, m.Reason)
@@ -814,14 +834,30 @@ func (a *Agent) migrate(m iosbridge.Migration) {
 		reason = reason[:maxReasonBytes]
 	}
 	req := job.ControlRequest{Kind: job.ControlMigrate, Rank: m.Rank.Rank, To: m.To, Reason: reason}
-	a.log.Printf("IOS agent: asking job %s to move rank %d to %s (%s)", m.Rank.Job, m.Rank.Rank, m.To, reason)
+	if len(ms) > 1 {
+		for _, x := range ms {
+			req.Ranks = append(req.Ranks, x.Rank.Rank)
+		}
+	}
+	a.log.Printf("IOS agent: asking job %s to move rank(s) %v to %s (%s)", m.Rank.Job, rankList(ms), m.To, reason)
 	go func() {
 		rep, err := nodestatus.Control(a.nc, m.Rank.Job, req, a.cfg.Key, a.cfg.ControlTimeout)
-		select {
-		case a.results <- migResult{m: m, rep: rep, err: err}:
-		case <-a.quit:
+		for _, m := range ms {
+			select {
+			case a.results <- migResult{m: m, rep: rep, err: err}:
+			case <-a.quit:
+				return
+			}
 		}
 	}()
+}
+
+func rankList(ms []iosbridge.Migration) []int {
+	out := make([]int, len(ms))
+	for i, m := range ms {
+		out[i] = m.Rank.Rank
+	}
+	return out
 }
 
 func (a *Agent) migrationDone(r migResult) {

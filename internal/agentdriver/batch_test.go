@@ -1,0 +1,32 @@
+package agentdriver
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/mpios/mpios/iosbridge"
+)
+
+// A pair swap's two ranks go to their job in one request (ControlRequest.Ranks), which moves
+// both at one iteration boundary or neither, so the job cannot carry out half of the pair;
+// migrations of another request, target or job stay separate requests.
+func TestPairSwapRanksGoToTheJobInOneRequest(t *testing.T) {
+	mig := func(job string, rank int, to string, id uint64) iosbridge.Migration {
+		return iosbridge.Migration{Rank: iosbridge.RankID{Job: job, Rank: rank}, To: to, RequestID: id}
+	}
+	in := []iosbridge.Migration{
+		mig("j", 0, "B", 7), mig("j", 1, "B", 7), // a pair swap's two ranks
+		mig("j", 2, "C", 7),                      // another target
+		mig("k", 3, "C", 7),                      // another job
+		mig("k", 4, "C", 8),                      // another request
+		mig("k", 5, "C", 0), mig("k", 6, "C", 0), // pushes (no request): one by one
+	}
+	var got [][]int
+	for _, b := range batches(in) {
+		got = append(got, rankList(b))
+	}
+	want := [][]int{{0, 1}, {2}, {3}, {4}, {5}, {6}}
+	if !slices.EqualFunc(got, want, func(a, b []int) bool { return slices.Equal(a, b) }) {
+		t.Fatalf("batches %v, want %v", got, want)
+	}
+}
