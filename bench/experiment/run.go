@@ -184,8 +184,7 @@ func (rn *runner) run(ctx context.Context, sc scenario) (*result, error) {
 	c, err := testbed.Start(ctx, opts)
 	if err != nil && ctx.Err() == nil {
 		// Starting the cluster is not part of what is measured: on this shared machine a
-		// start can fail for reasons of its own (seen: a node's first heartbeat lost
-		// between the sites' NATS servers), so it gets a second chance, in the log.
+		// start can fail for reasons of its own, so it gets a second chance, in the log.
 		rn.log.Printf("%s: the cluster did not start (%v); starting it once more", sc.Name, err)
 		c, err = testbed.Start(ctx, opts)
 	}

@@ -51,9 +51,17 @@ func vethName(idx int) string { return Prefix + "v" + strconv.Itoa(idx) }
 // nodeIP is the address of the node with index idx.
 func nodeIP(idx int) string { return subnetBase + strconv.Itoa(firstHostIP+idx) }
 
-// setupBridge creates the bridge with BridgeIP in the root namespace.
+// setupBridge creates the bridge with BridgeIP and BridgeMAC in the root namespace.
 func setupBridge() error {
 	if err := ipCmd("link", "add", BridgeName, "type", "bridge"); err != nil {
+		return err
+	}
+	// A bridge whose address was never set takes the lowest of its ports' addresses, so a
+	// node joining with a lower one changed the address of BridgeIP under the namespaces
+	// that knew the old one: their packets to the root namespace went astray until their
+	// ARP entries aged out, and a connection from it (the testbed's to a site's NATS
+	// server, which then hears no heartbeat) stalled for half a minute. A set address stays.
+	if err := ipCmd("link", "set", BridgeName, "address", BridgeMAC); err != nil {
 		return err
 	}
 	if err := ipCmd("addr", "add", BridgeIP+"/"+strconv.Itoa(SubnetPrefix), "dev", BridgeName); err != nil {

@@ -30,15 +30,16 @@ const (
 // Fixed names and addresses of the emulated network. They are shared by every testbed on a
 // machine, which is why only one isolated cluster runs at a time (see Start).
 const (
-	Prefix       = "mpios-"      // of every network namespace and root-side link the testbed makes
-	BridgeName   = "mpios-br0"   // the bridge joining the nodes and the root namespace
-	BridgeIP     = "10.77.0.1"   // the root namespace's address on the bridge
-	SubnetPrefix = 24            // of 10.77.0.0/24
-	CgroupName   = "mpios"       // the cgroup under which every node's cgroup is made
-	MaxNodes     = 250           // node addresses run from 10.77.0.2 to 10.77.0.251
-	RouterIP     = "10.77.0.254" // the userspace delay router's address (SetLink without netem)
-	firstHostIP  = 2             // last byte of the first node's address
-	subnetBase   = "10.77.0."    // addresses of the subnet
+	Prefix       = "mpios-"            // of every network namespace and root-side link the testbed makes
+	BridgeName   = "mpios-br0"         // the bridge joining the nodes and the root namespace
+	BridgeIP     = "10.77.0.1"         // the root namespace's address on the bridge
+	BridgeMAC    = "02:6d:70:69:6f:73" // the bridge's fixed, locally administered MAC address
+	SubnetPrefix = 24                  // of 10.77.0.0/24
+	CgroupName   = "mpios"             // the cgroup under which every node's cgroup is made
+	MaxNodes     = 250                 // node addresses run from 10.77.0.2 to 10.77.0.251
+	RouterIP     = "10.77.0.254"       // the userspace delay router's address (SetLink without netem)
+	firstHostIP  = 2                   // last byte of the first node's address
+	subnetBase   = "10.77.0."          // addresses of the subnet
 	lockFileName = "mpios-testbed.lock"
 )
 

@@ -4,6 +4,7 @@ package testbed
 
 import (
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -32,6 +33,11 @@ func TestSitesRouteTheControlPlaneThroughTheLink(t *testing.T) {
 		if _, _, ok := c.Heartbeat(n); !ok {
 			t.Errorf("no heartbeat of %s at the testbed (site sa's server)", n)
 		}
+	}
+	// The bridge kept its address while the nodes' veths joined it (else the root
+	// namespace's connections to the sites' servers stall on stale ARP entries).
+	if mac, err := os.ReadFile("/sys/class/net/" + BridgeName + "/address"); err != nil || strings.TrimSpace(string(mac)) != BridgeMAC {
+		t.Errorf("bridge address %q (%v), want %s", mac, err, BridgeMAC)
 	}
 	if c.NATSURL() != c.SiteURL("sa") {
 		t.Errorf("NATSURL is not the first site's server")
