@@ -314,7 +314,7 @@ type exchangeOf struct {
 // decided on. Only where a migration itself fails (PCM refuses, a node dies: the last
 // seeds fail one in ten) may an exchange stay half done.
 func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
-	var completed, unsettled, empty, refused, cancelled, rotations, pairs, halfByFailure int
+	var completed, unsettled, staleNotLower, empty, refused, cancelled, rotations, pairs, halfByFailure int
 	for seed := uint64(1); seed <= 52; seed++ {
 		failing := seed > 40 // one migration in ten fails (PCM, or a node died)
 		rng := newRand(100 + seed)
@@ -521,8 +521,12 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 				empty++
 			case len(x.want):
 				completed++
+				lowers := x.after[0] < x.before[0]-1e-9 || x.after[0] < x.before[0]+1e-9 && x.after[1] < x.before[1]
 				if !x.settled {
 					unsettled++
+					if !lowers {
+						staleNotLower++
+					}
 					continue
 				}
 				if !(x.after[0] < x.before[0]-1e-9 || x.after[0] < x.before[0]+1e-9 && x.after[1] < x.before[1]) {
@@ -538,8 +542,8 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d exchanges made whole (%d rotations, %d pair swaps decided; %d not decided on the true placement), %d moved nothing, %d half done by a failed migration; %d answers refused, %d holds released",
-		completed, rotations, pairs, unsettled, empty, halfByFailure, refused, cancelled)
+	t.Logf("%d exchanges made whole (%d rotations, %d pair swaps decided; %d not decided on the true placement, %d of which did not lower it), %d moved nothing, %d half done by a failed migration; %d answers refused, %d holds released",
+		completed, rotations, pairs, unsettled, staleNotLower, empty, halfByFailure, refused, cancelled)
 	if completed-unsettled < 10 || empty < 10 || refused == 0 || cancelled == 0 {
 		t.Fatal("the property was hardly exercised")
 	}
