@@ -432,7 +432,7 @@ func (n *Node) exchangePartner(now time.Time, eff NodeProfile, offer *RankProfil
 // nodes (what the node completing the rotation may bring home). nil if none could pay.
 func (n *Node) relayFor(now time.Time, m Message, eff NodeProfile) *RankProfile {
 	a := m.Offer
-	if a == nil || m.Relay != nil || m.Origin == n.cfg.ID || !n.proto.Exchange || m.Profile == nil || eff.Hosts(a.ID()) {
+	if a == nil || m.Relay != nil || m.Origin == n.cfg.ID || !n.exchanges() || m.Profile == nil || eff.Hosts(a.ID()) {
 		return nil
 	}
 	if n.inExchange() || (n.relay != nil && now.Sub(n.relay.at) < n.cfg.StealTimeout) {
@@ -482,10 +482,37 @@ func (n *Node) exchangeOffer(now time.Time, eff NodeProfile) *RankProfile {
 	return best
 }
 
-// crossTraffic says whether any local rank sends to ranks on other nodes.
+// exchanges says whether this node takes part in exchanges: its policy's protocol has
+// Exchange, or a rank here belongs to a job that chose such a policy (mpirun --policy
+// atsras on nodes running pcmd's default, mpiios). The protocol belongs to the node, but
+// whether a rank is exchanged is its job's choice (PerRank), so a node whose own policy
+// does not exchange still sends exchange requests, offers and relays for those ranks.
+func (n *Node) exchanges() bool {
+	if n.proto.Exchange {
+		return true
+	}
+	for _, r := range n.ranks {
+		if n.exchangeable(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// exchangeable says whether rank r's policy (its job's, or the node's) takes part in
+// exchanges.
+func (n *Node) exchangeable(r RankProfile) bool {
+	if st, ok := n.policy.(stable); ok {
+		return st.exchangeCandidate(r)
+	}
+	return n.proto.Exchange
+}
+
+// crossTraffic says whether any local rank that takes part in exchanges sends to ranks on
+// other nodes.
 func (n *Node) crossTraffic(eff NodeProfile) bool {
 	for _, r := range n.ranks {
-		if totalBytes(r) > bytesTo(r, eff, RankID{}) {
+		if n.exchangeable(r) && totalBytes(r) > bytesTo(r, eff, RankID{}) {
 			return true
 		}
 	}

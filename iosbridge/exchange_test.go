@@ -55,6 +55,8 @@ type exchangePair struct {
 	log   []Migration
 	// graph, if set, is the application (job "g") instead of an n-slice chain.
 	graph randomGraph
+	// rankPolicy, if set, is the policy every rank's job chose (mpirun --policy).
+	rankPolicy string
 }
 
 func newExchangePair(t *testing.T, policy string, n int, l, r []int) *exchangePair {
@@ -90,6 +92,7 @@ func (p *exchangePair) update() {
 		}
 		for i := range rs {
 			rs[i].LastMigration = p.moved[rs[i].ID()]
+			rs[i].Policy = p.rankPolicy
 		}
 		if err := nd.Update(p.now, prof, rs); err != nil {
 			p.t.Fatal(err)
@@ -188,6 +191,40 @@ func TestATSRASCoLocatesNeighboursBetweenBusyTheatersAndNeverMovesThemBack(t *te
 	}
 	if p.nodes["R"].Stats().ExchangesSent+p.nodes["L"].Stats().ExchangesSent == 0 {
 		t.Fatal("no exchange request: the property was not exercised")
+	}
+}
+
+// A job chooses its policy (mpirun --policy atsras or flcras) on nodes whose pcmd runs the
+// default, mpiios, as in bench/experiment: the nodes' own protocol does not exchange, their
+// ranks' policy does. Busy nodes must still send exchange requests for those ranks, offer
+// them and relay them, so the job's slices are regrouped as under the policy run by the
+// nodes themselves (the test above); a job that chose mpiios is left alone.
+func TestJobPolicyExchangesOnNodesRunningAnotherPolicy(t *testing.T) {
+	for _, pol := range []string{PolicyATSRAS, PolicyFLCRAS} {
+		p := newExchangePair(t, PolicyMPIIOS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
+		p.rankPolicy = pol
+		p.update()
+		var moved []Migration
+		for i := 0; i < 20 && len(moved) == 0; i++ {
+			moved = p.round()
+			p.now = p.now.Add(time.Second)
+		}
+		if len(moved) != 2 || !sameSet(p.hosts["L"], 0, 1, 2, 3) || !sameSet(p.hosts["R"], 4, 5, 6, 7) {
+			t.Fatalf("%s on mpiios nodes: no swap to contiguous blocks: moved %+v, L %v R %v (exchange requests %d, %d)", pol, moved,
+				p.hosts["L"], p.hosts["R"], p.nodes["L"].Stats().ExchangesSent, p.nodes["R"].Stats().ExchangesSent)
+		}
+	}
+	p := newExchangePair(t, PolicyMPIIOS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
+	p.rankPolicy = PolicyMPIIOS
+	p.update()
+	for i := 0; i < 20; i++ {
+		if moved := p.round(); len(moved) != 0 {
+			t.Fatalf("a job with policy mpiios was exchanged: %+v", moved)
+		}
+		p.now = p.now.Add(time.Second)
+	}
+	if n := p.nodes["L"].Stats().ExchangesSent + p.nodes["R"].Stats().ExchangesSent; n != 0 {
+		t.Fatalf("%d exchange requests for a job with policy mpiios", n)
 	}
 }
 

@@ -976,14 +976,15 @@ func (n *Node) maybeSteal(now time.Time) {
 		return
 	}
 	busy := eff.Availability < n.cfg.StealThreshold
-	if busy && (!n.proto.Exchange || !n.crossTraffic(eff)) {
+	exchange := n.exchanges()
+	if busy && (!exchange || !n.crossTraffic(eff)) {
 		return
 	}
-	if eff.full() && (!n.proto.Exchange || !n.crossTraffic(eff)) {
+	if eff.full() && (!exchange || !n.crossTraffic(eff)) {
 		return // no room for a stolen rank, and no swap to offer
 	}
-	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff, Exchange: n.proto.Exchange}
-	if n.proto.Exchange && !n.inExchange() {
+	req := Message{Kind: KindStealRequest, Origin: n.cfg.ID, TTL: n.cfg.TTL, Profile: &eff, Exchange: exchange}
+	if exchange && !n.inExchange() {
 		req.Offer = n.exchangeOffer(now, eff)
 		req.OfferPartner = n.exchangePartner(now, eff, req.Offer)
 	}
