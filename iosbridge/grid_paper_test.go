@@ -234,11 +234,47 @@ func TestNRSPropagatesOnlyWithinTheSpecifiedLocale(t *testing.T) {
 			t.Fatalf("local packet forwarded as %+v", f)
 		}
 	}
-	// A national packet has no neighbour of B to go to: it fails back to A.
+	// A national packet that reached B (national to A) travels on in B's area, to C, which
+	// is as far from A as B is; never to D, B's regional peer.
+	for i := 0; i < 20; i++ {
+		if err := b2.Step(t0.Add(time.Second), Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: uint64(100 + i), TTL: 2, Profile: &prof, Locale: LocaleNational}); err != nil {
+			t.Fatal(err)
+		}
+		f := stealsIn(b2.Ready())
+		if len(f) != 1 || f[0].To != "C" || f[0].Locale != LocaleNational {
+			t.Fatalf("national packet forwarded as %+v", f)
+		}
+	}
+	// Without a local peer, B has nowhere to forward it: it fails back to A.
+	b2.dropPeer("C")
 	if err := b2.Step(t0.Add(time.Second), Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 99, TTL: 2, Profile: &prof, Locale: LocaleNational}); err != nil {
 		t.Fatal(err)
 	}
 	only(t, b2.Ready(), KindStealFail)
+}
+
+// "Random steal packets specify which locale they are to travel" (seed 003 §3.3), as the
+// origin sees it. Two clusters 15 ms apart: a regional packet of b3 goes to a node of
+// cluster a and travels on inside cluster a, never back into cluster b (b3's local
+// locale), so it crosses the wide-area link once.
+func TestNRSStealPacketTravelsInItsOriginsLocale(t *testing.T) {
+	ms := time.Millisecond
+	a1 := mustNode(t, Config{ID: "a1", Policy: mustPolicy(t, PolicyNone), MeasureLatency: true})
+	if err := a1.Update(t0, node("a1", 2, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, t0, a1, "a2", "a3", "b1", "b2", "b3")
+	pinged(t, a1, map[string]time.Duration{"a2": 2 * ms, "a3": 3 * ms, "b1": 31 * ms, "b2": 32 * ms, "b3": 33 * ms})
+	prof := node("b3", 2, 1)
+	for i := 0; i < 40; i++ {
+		if err := a1.Step(t0.Add(time.Second), Message{Kind: KindStealRequest, From: "b3", To: "a1", Origin: "b3", ID: uint64(i + 1), TTL: 3, Profile: &prof, Locale: LocaleRegional}); err != nil {
+			t.Fatal(err)
+		}
+		f := stealsIn(a1.Ready())
+		if len(f) != 1 || (f[0].To != "a2" && f[0].To != "a3") {
+			t.Fatalf("b3's regional packet forwarded by a1 as %+v: want it to stay in cluster a", f)
+		}
+	}
 }
 
 func TestCRSAtMostOneAsynchronousWideAreaSteal(t *testing.T) {

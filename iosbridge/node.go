@@ -749,13 +749,25 @@ func (n *Node) ranked(stealer NodeProfile, scope func(string) bool) func(string)
 }
 
 // inScope says whether a neighbour may receive the steal request m: inside its NRS locale
-// (as this node measures it) and its CRS cluster, when it names them.
+// and its CRS cluster, when it names them.
+//
+// NRS: "random steal packets specify which locale they are to travel" — the locale as the
+// origin sees it. The origin sends the packet to a peer in that locale; a node forwarding
+// it sends it on to its own local peers, which are as far from the origin as it is (up to
+// a local round trip), so the packet explores the area it reached. Forwarding to the
+// forwarder's peers in the packet's locale instead would send a regional packet from one
+// cluster to a node of the other and straight back into the first, to the origin's local
+// peers, outside its locale, crossing the wide-area link at every hop.
 func (n *Node) inScope(m Message) func(string) bool {
 	if m.Locale == 0 && !m.InCluster {
 		return nil
 	}
+	want := m.Locale
+	if m.Origin != n.cfg.ID {
+		want = LocaleLocal
+	}
 	return func(p string) bool {
-		if m.Locale != 0 && n.LocaleOf(p) != m.Locale {
+		if m.Locale != 0 && n.LocaleOf(p) != want {
 			return false
 		}
 		if m.InCluster {
