@@ -30,6 +30,11 @@ import (
 //     the request (decideRotation, below);
 //   - a pair swap: two of its ranks for the offered rank and its partner (decidePairSwap).
 //
+// Every node that receives a rank in an exchange must have a free slot for it (two for a pair
+// swap, NodeProfile.Slots): the job moves each rank by its own migration, whose successor
+// starts on the target while the rank still runs where it leaves, and pcmd refuses a rank
+// beyond its slots, which would leave the exchange refused in part after the commit.
+//
 // No ping-pong: a single move strictly lowers Σ k²/C over the nodes (the reverse would need
 // the target denser than the giver before the move), a swap, a three-way exchange or a pair
 // swap leaves it alone and strictly lowers the traffic crossing nodes (its reverse would have
@@ -160,6 +165,11 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 	switch {
 	case b == nil:
 		return no("no single move pays and no rank offered for a swap")
+	case !in.Local.roomFor(1) || !in.Remote.roomFor(1):
+		// PCM moves each rank of an exchange by itself, its successor starting on the target
+		// before it leaves: a full node's pcmd would refuse the rank coming in.
+		return no(fmt.Sprintf("no free slot for a swap (%d ranks, %d slots here; %d, %d at %s)",
+			len(in.Local.Ranks), in.Local.Slots, len(in.Remote.Ranks), in.Remote.Slots, in.Remote.Node))
 	case !in.Remote.Hosts(b.ID()) || in.Local.Hosts(b.ID()):
 		return no(fmt.Sprintf("offered %s is not on %s", b.ID(), in.Remote.Node))
 	case !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.Cooldown:
@@ -299,6 +309,9 @@ func (st stable) decideRotation(in DecisionInput, mine []RankProfile) Decision {
 	if !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.Cooldown {
 		return d
 	}
+	if !in.Local.roomFor(1) || !in.Remote.roomFor(1) || !rn.roomFor(1) {
+		return d // each node takes a rank before its own leaves (decideExchange)
+	}
 	ua, ub := a.cpuUse(in.Remote), b.cpuUse(*rn)
 	nodes := [3]NodeProfile{in.Remote, *rn, in.Local} // L, R, M
 	var best int64
@@ -360,6 +373,9 @@ func (st stable) decidePairSwap(in DecisionInput, mine []RankProfile, diff, marg
 	}
 	if !b2.LastMigration.IsZero() && in.Now.Sub(b2.LastMigration) < st.s.Cooldown {
 		return d
+	}
+	if !in.Local.roomFor(2) || !in.Remote.roomFor(2) {
+		return d // each node takes two ranks before its own leave (decideExchange)
 	}
 	ub := b1.cpuUse(in.Remote) + b2.cpuUse(in.Remote)
 	var best int64

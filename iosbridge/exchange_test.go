@@ -57,6 +57,8 @@ type exchangePair struct {
 	graph randomGraph
 	// rankPolicy, if set, is the policy every rank's job chose (mpirun --policy).
 	rankPolicy string
+	// slots, if set, is every node's pcmd serve --slots.
+	slots int
 }
 
 func newExchangePair(t *testing.T, policy string, n int, l, r []int) *exchangePair {
@@ -90,6 +92,7 @@ func (p *exchangePair) update() {
 		if p.graph != nil {
 			prof, rs = p.graph.side(name, 2, p.hosts[name])
 		}
+		prof.Slots = p.slots
 		for i := range rs {
 			rs[i].LastMigration = p.moved[rs[i].ID()]
 			rs[i].Policy = p.rankPolicy
@@ -730,6 +733,17 @@ func hypercube(d int) randomGraph {
 	return g
 }
 
+// hypercubeStart is the placement of TestPairSwapsRegroupTheHypercubeWhereSwapsOfOneStop:
+// the actors of hypercube(5) on four nodes.
+func hypercubeStart() [][]int {
+	const start = "13131313131322220300121203000202" // actor i on node start[i]
+	hosts := make([][]int, 4)
+	for i, c := range start {
+		hosts[c-'0'] = append(hosts[c-'0'], i)
+	}
+	return hosts
+}
+
 // The thesis's hypercube benchmark (Fig. 3.7) where swaps of one actor and rotations of three
 // stop: 32 actors on four busy dual-core theaters, half of the 80 links crossing theaters —
 // the placement ATS-RAS reached from one node before pair swaps, in which no swap of two
@@ -737,12 +751,7 @@ func hypercube(d int) randomGraph {
 // with its most misplaced neighbour, theaters trade linked pairs until each holds a
 // 3-subcube (32 links crossing, 40%: the least, see docs/SIMULATIONS.md); then nothing moves.
 func TestPairSwapsRegroupTheHypercubeWhereSwapsOfOneStop(t *testing.T) {
-	const start = "13131313131322220300121203000202" // actor i on node start[i]
-	g := hypercube(5)
-	hosts := make([][]int, 4)
-	for i, c := range start {
-		hosts[c-'0'] = append(hosts[c-'0'], i)
-	}
+	g, hosts := hypercube(5), hypercubeStart()
 	// No swap of two and no rotation of three cuts a link.
 	at := func(hs [][]int) []int {
 		a := make([]int, 32)
@@ -877,4 +886,68 @@ func TestExchangePartnerIsHeldAndOnlyItsPairSwapMovesIt(t *testing.T) {
 	if eff := nd.Local(); !eff.Hosts(RankID{"g", 2}) || !eff.Hosts(RankID{"g", 3}) || eff.Hosts(RankID{"g", 0}) || eff.Hosts(RankID{"g", 1}) {
 		t.Fatalf("after the pair swap the node lists %v", eff.Ranks)
 	}
+}
+
+// PCM moves the ranks of an exchange one migration each, and a migration's successor starts
+// on its target while the rank still runs where it leaves: every node receiving a rank needs
+// a free slot then (pcmd serve --slots), or the job refuses the migration ("no free slot")
+// after the requester committed, and an exchange between full nodes would be refused in part
+// or whole every cooldown. So a swap and a rotation need a free slot on each of their nodes,
+// a pair swap two; with them, the same exchanges go ahead.
+func TestExchangesNeedAFreeSlotForEachRankArriving(t *testing.T) {
+	quiet := func(t *testing.T, p *exchangePair, rounds int) {
+		t.Helper()
+		for i := 0; i < rounds; i++ {
+			if moved := p.round(); len(moved) != 0 {
+				t.Fatalf("moved with %d slots per node (%v): %+v", p.slots, p.hosts, moved)
+			}
+			p.now = p.now.Add(time.Second)
+		}
+	}
+	run := func(p *exchangePair, rounds int, done func() bool) {
+		for i := 0; i < rounds && !done(); i++ {
+			p.round()
+			p.now = p.now.Add(time.Second)
+		}
+	}
+	t.Run("swap", func(t *testing.T) {
+		p := newExchangePair(t, PolicyATSRAS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
+		p.slots = 4
+		p.update()
+		quiet(t, p, 60)
+		p.slots = 5
+		p.update()
+		run(p, 60, func() bool { return len(p.log) > 0 })
+		if !sameSet(p.hosts["L"], 0, 1, 2, 3) || !sameSet(p.hosts["R"], 4, 5, 6, 7) {
+			t.Fatalf("no swap with a free slot on each node: %+v", p.log)
+		}
+	})
+	t.Run("rotation", func(t *testing.T) {
+		p := newExchangeGroup(t, PolicyATSRAS, 12, []string{"A", "B", "C"}, []int{5, 6, 7, 8}, []int{1, 2, 3, 4}, []int{0, 9, 10, 11})
+		p.slots = 4
+		p.update()
+		quiet(t, p, 120)
+		p.slots = 5
+		p.update()
+		run(p, 600, func() bool { return cutEdges(p) == 2 })
+		if cutEdges(p) != 2 {
+			t.Fatalf("no rotation with a free slot on each node: %+v", p.log)
+		}
+	})
+	t.Run("pair swap", func(t *testing.T) {
+		p := newExchangeGroup(t, PolicyATSRAS, 32, []string{"n0", "n1", "n2", "n3"}, nil, nil, nil, nil)
+		p.graph = hypercube(5)
+		for k, h := range hypercubeStart() {
+			p.hosts[p.names[k]] = h
+		}
+		p.slots = 9 // a swap of one or three could go, but none cuts a link here
+		p.update()
+		quiet(t, p, 300)
+		p.slots = 10
+		p.update()
+		run(p, 1800, func() bool { return len(p.log) > 0 })
+		if len(p.log) == 0 || !strings.Contains(p.log[0].Reason, "pair swap") {
+			t.Fatalf("no pair swap with two free slots on each node: %+v", p.log)
+		}
+	})
 }

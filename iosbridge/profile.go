@@ -57,7 +57,10 @@ type NodeProfile struct {
 }
 
 // full reports whether the node's ranks fill its slots (never, when Slots is unknown).
-func (p NodeProfile) full() bool { return p.Slots > 0 && len(p.Ranks) >= p.Slots }
+func (p NodeProfile) full() bool { return !p.roomFor(1) }
+
+// roomFor reports whether the node has k free slots (always, when Slots is unknown).
+func (p NodeProfile) roomFor(k int) bool { return p.Slots <= 0 || len(p.Ranks)+k <= p.Slots }
 
 // FreeCPUs is the absolute spare capacity, EffectiveCPUs × Availability. Absolute numbers
 // make heterogeneous nodes comparable (a 50% idle 16-core node beats an idle 2-core one).
