@@ -109,6 +109,29 @@ func misplacement(r RankProfile, p NodeProfile) int64 {
 	return totalBytes(r) - 2*home
 }
 
+// policyName is the name of the policy that governs r (its job's, under PerRank): the
+// policy an exchange of r is decided and reported for.
+func (st stable) policyName(r RankProfile) string {
+	if pr, ok := st.inner.(perRank); ok {
+		return pr.nameOf(r)
+	}
+	return st.inner.Name()
+}
+
+// rankPolicy is the name of the policy that governs local rank id.
+func (n *Node) rankPolicy(id RankID) string {
+	st, ok := n.policy.(stable)
+	if !ok {
+		return n.policy.Name()
+	}
+	for _, r := range n.ranks {
+		if r.ID() == id {
+			return st.policyName(r)
+		}
+	}
+	return st.inner.Name()
+}
+
 // exchangeCandidate reports whether r's policy takes part in exchanges.
 func (st stable) exchangeCandidate(r RankProfile) bool {
 	if ex, ok := st.inner.(interface{ exchanges(RankProfile) bool }); ok {
@@ -191,7 +214,7 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 			continue
 		}
 		best = red
-		d.Migrate, d.Rank, d.Swap = true, a.ID(), b.ID()
+		d.Migrate, d.Rank, d.Swap, d.Policy = true, a.ID(), b.ID(), st.policyName(a)
 		d.Gain = float64(red)
 		d.Reason = fmt.Sprintf("swap %s (here) with %s (at %s): %d bytes per window stop crossing nodes (of %d sent by the pair); free CPUs %s−here %.3f → %.3f",
 			a.ID(), b.ID(), in.Remote.Node, red, totalBytes(a)+totalBytes(*b), in.Remote.Node, diff, after)
@@ -336,7 +359,7 @@ func (st stable) decideRotation(in DecisionInput, mine []RankProfile) Decision {
 			continue
 		}
 		best = red
-		d.Migrate, d.Rank, d.Swap, d.Relay, d.RelayNode = true, c.ID(), a.ID(), b.ID(), rn.Node
+		d.Migrate, d.Rank, d.Swap, d.Relay, d.RelayNode, d.Policy = true, c.ID(), a.ID(), b.ID(), rn.Node, st.policyName(c)
 		d.Gain = float64(red) / 2
 		d.Reason = fmt.Sprintf("three-way exchange: %s (here) → %s, %s (at %s) → %s, %s (at %s) → here: %d bytes per window stop crossing nodes, both ways (the three send %d)",
 			c.ID(), in.Remote.Node, a.ID(), in.Remote.Node, rn.Node, b.ID(), rn.Node, red, traffic)
@@ -394,7 +417,7 @@ func (st stable) decidePairSwap(in DecisionInput, mine []RankProfile, diff, marg
 				continue
 			}
 			best = red
-			d.Migrate, d.Rank, d.Pair, d.Swap, d.SwapPair = true, a1.ID(), a2.ID(), b1.ID(), b2.ID()
+			d.Migrate, d.Rank, d.Pair, d.Swap, d.SwapPair, d.Policy = true, a1.ID(), a2.ID(), b1.ID(), b2.ID(), st.policyName(a1)
 			d.Gain = float64(red) / 2
 			d.Reason = fmt.Sprintf("pair swap %s and %s (here) with %s and %s (at %s): %d bytes per window stop crossing nodes, both ways (the four send %d); free CPUs %s−here %.3f → %.3f",
 				a1.ID(), a2.ID(), b1.ID(), b2.ID(), in.Remote.Node, red, traffic, in.Remote.Node, diff, after)

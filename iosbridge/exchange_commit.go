@@ -167,12 +167,12 @@ func (n *Node) swapOut(now time.Time, m Message) bool {
 	n.outgoing[m.Swap] = pending{peer: to, at: now, cpu: n.rankCPU(m.Swap)}
 	n.stats.RanksSwapped++
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Swap, To: to, RequestID: m.ID, Gain: m.Gain,
-		Policy: n.policy.Name(), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now})
+		Policy: n.rankPolicy(m.Swap), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now})
 	if m.SwapPair != (RankID{}) {
 		n.outgoing[m.SwapPair] = pending{peer: to, at: now, cpu: n.rankCPU(m.SwapPair)}
 		n.stats.RanksSwapped++
 		n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.SwapPair, To: to, RequestID: m.ID, Gain: m.Gain,
-			Policy: n.policy.Name(), Reason: fmt.Sprintf("swapped with %s for %s and %s: %s", m.Swap, m.Rank, m.Pair, m.Reason), At: now})
+			Policy: n.rankPolicy(m.SwapPair), Reason: fmt.Sprintf("swapped with %s for %s and %s: %s", m.Swap, m.Rank, m.Pair, m.Reason), At: now})
 	}
 	return true
 }
@@ -199,7 +199,7 @@ func (n *Node) onRelayAccept(now time.Time, m Message) {
 	n.incoming[m.Swap] = pending{peer: m.Origin, at: now, cpu: m.CPUUse}
 	n.holds = append(n.holds, &exchangeHold{origin: m.Origin, id: m.ID, give: []RankID{m.Rank}, to: m.From, want: []RankID{m.Swap},
 		confirmed: true, relayed: true, at: now,
-		mig: Migration{To: m.From, RequestID: m.ID, Gain: m.Gain, Policy: n.policy.Name(),
+		mig: Migration{To: m.From, RequestID: m.ID, Gain: m.Gain, Policy: n.rankPolicy(m.Rank),
 			Reason: fmt.Sprintf("relayed for %s from %s: %s", m.Swap, m.Origin, m.Reason)}})
 	n.send(Message{Kind: KindRelayReady, To: m.From, Origin: m.Origin, ID: m.ID, Rank: m.Rank, Swap: m.Swap})
 }

@@ -216,6 +216,11 @@ func TestJobPolicyExchangesOnNodesRunningAnotherPolicy(t *testing.T) {
 			t.Fatalf("%s on mpiios nodes: no swap to contiguous blocks: moved %+v, L %v R %v (exchange requests %d, %d)", pol, moved,
 				p.hosts["L"], p.hosts["R"], p.nodes["L"].Stats().ExchangesSent, p.nodes["R"].Stats().ExchangesSent)
 		}
+		for _, m := range moved { // decided and reported as the job's policy, not the node's
+			if m.Policy != pol {
+				t.Errorf("%s on mpiios nodes: migration %+v under policy %q", pol, m, m.Policy)
+			}
+		}
 	}
 	p := newExchangePair(t, PolicyMPIIOS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
 	p.rankPolicy = PolicyMPIIOS

@@ -251,6 +251,15 @@ func (pr perRank) Name() string { return pr.def.Name() }
 // Protocol is the node's default policy's: the protocol belongs to the node.
 func (pr perRank) Protocol() Protocol { return protocolOf(pr.def) }
 
+// nameOf is the name of the policy that governs r: its job's, or the node's for ranks
+// without a known one.
+func (pr perRank) nameOf(r RankProfile) string {
+	if r.Policy != "" && pr.byName[r.Policy] != nil {
+		return r.Policy
+	}
+	return pr.def.Name()
+}
+
 // exchanges says whether r's own policy (or the node's, for ranks without one) takes part
 // in exchanges.
 func (pr perRank) exchanges(r RankProfile) bool {
@@ -270,10 +279,7 @@ func (pr perRank) rankOrdered(in DecisionInput) bool {
 func (pr perRank) Decide(in DecisionInput) Decision {
 	groups := map[string][]RankProfile{}
 	for _, r := range in.Ranks {
-		name := r.Policy
-		if name == "" || pr.byName[name] == nil {
-			name = pr.def.Name()
-		}
+		name := pr.nameOf(r)
 		groups[name] = append(groups[name], r)
 	}
 	if len(groups) <= 1 {

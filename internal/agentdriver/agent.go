@@ -922,7 +922,10 @@ func (a *Agent) state() job.IOSState {
 		StealsSent: ns.StealsSent, StealsAccepted: ns.StealsAccepted, StealsFailed: ns.StealsFailed,
 		StealsTimedOut: ns.StealsTimedOut, RequestsForwarded: ns.RequestsForwarded, RequestsFailed: ns.RequestsFailed,
 		RanksGiven: ns.RanksGiven, RanksPushed: ns.RanksPushed, WideStealsSent: ns.WideStealsSent,
-		StealRequestsInCluster: ns.StealRequestsInCluster, StealRequestsAcross: ns.StealRequestsAcross, MigrationsOK: a.migOK, MigrationsFailed: a.migFailed,
+		StealRequestsInCluster: ns.StealRequestsInCluster, StealRequestsAcross: ns.StealRequestsAcross,
+		ExchangesSent: ns.ExchangesSent, RanksSwapped: ns.RanksSwapped, RelaysOffered: ns.RelaysOffered, RanksRelayed: ns.RanksRelayed,
+		RotationsDecided: ns.RotationsDecided, ExchangesRefused: ns.ExchangesRefused, ExchangesCancelled: ns.ExchangesCancelled,
+		MigrationsOK: a.migOK, MigrationsFailed: a.migFailed,
 		BadMessages: a.badMessages.Load(), BadProfiles: a.badProfiles.Load(),
 	}
 	st.Events = append(slices.Clone(a.key), a.minor...)

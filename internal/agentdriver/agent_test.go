@@ -519,3 +519,74 @@ func must(data []byte, err error) []byte {
 	}
 	return data
 }
+
+// publishChain publishes, as the ranks would, the profiles of the ranks of job j in table,
+// running on node under the job's policy: slices of an n-slice chain, each sending a halo to
+// its two neighbours.
+func publishChain(t *testing.T, nc *nats.Conn, node, policy string, n int, table []job.RankInfo) {
+	t.Helper()
+	for _, r := range table {
+		p := profiler.RankProfile{Job: r.Job, Rank: r.Rank, Node: node, PID: r.PID, Policy: policy, At: time.Now(),
+			Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 1, CompSeconds: 9,
+			Iteration: 10, Iterations: 10, MeanIterSeconds: 0.5, PlannedIterations: 1000, StateBytes: 1 << 20,
+			ReceivedMessages: 40}
+		for _, q := range []int{r.Rank - 1, r.Rank + 1} {
+			if q >= 0 && q < n {
+				p.Sent = append(p.Sent, profiler.PeerTraffic{Rank: q, Messages: 20, Bytes: 20 << 16})
+			}
+		}
+		data, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish(job.ProfileSubject(r.Job), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Thesis §2.2.1.2 through pcmd's agents over NATS: a job that chose ATS-RAS (mpirun --policy
+// atsras, carried by its ranks' profiles) on two busy nodes running the default policy
+// (mpiios), its 4-slice chain placed round robin (A: 0, 2; B: 1, 3), every halo crossing.
+// Nothing is idle, so only an exchange regroups the slices: a busy node offers a slice, the
+// other swaps one of its own for it, and each asks the job to move its half of the swap to
+// the other node.
+func TestAgentJobPolicyExchangesBetweenBusyNodesOfAnotherPolicy(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
+	all := loadedRanks("j", 4)
+	onA, onB := []job.RankInfo{all[0], all[2]}, []job.RankInfo{all[1], all[3]}
+	startAgentT(t, url, "A", fastIOS(""), 0, onA, "B")
+	startAgentT(t, url, "B", fastIOS(""), 0, onB, "A")
+	publishChain(t, nc, "A", iosbridge.PolicyATSRAS, 4, onA)
+	publishChain(t, nc, "B", iosbridge.PolicyATSRAS, 4, onB)
+
+	var reqs []job.ControlRequest
+	for len(reqs) < 2 {
+		select {
+		case req := <-ctl.got:
+			reqs = append(reqs, req)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("migration requests %+v; A's state %+v; B's state %+v", reqs, iosState(t, nc, "A"), iosState(t, nc, "B"))
+		}
+	}
+	to := map[string]int{}
+	for _, r := range reqs {
+		if r.Kind != job.ControlMigrate || !strings.Contains(r.Reason, "swap") || !strings.HasPrefix(r.Reason, "ios atsras: ") {
+			t.Fatalf("control request %+v", r)
+		}
+		to[r.To]++
+	}
+	if to["A"] != 1 || to["B"] != 1 {
+		t.Fatalf("want one rank moved each way: %+v", reqs)
+	}
+	sa, sb := iosState(t, nc, "A"), iosState(t, nc, "B")
+	if sa.Stats.ExchangesSent+sb.Stats.ExchangesSent == 0 || sa.Stats.RanksSwapped+sb.Stats.RanksSwapped != 1 {
+		t.Errorf("exchange stats: A %+v, B %+v", sa.Stats, sb.Stats)
+	}
+}

@@ -106,6 +106,18 @@ type IOSStats struct {
 	// (pcmd serve --cluster on both).
 	StealRequestsInCluster uint64 `msgpack:"steal_requests_in_cluster,omitempty" json:"steal_requests_in_cluster,omitempty"`
 	StealRequestsAcross    uint64 `msgpack:"steal_requests_across,omitempty" json:"steal_requests_across,omitempty"`
+	// Exchanges between busy nodes (iosbridge exchange.go): requests this node sent while
+	// busy, ranks it sent as the offered half of a swap or pair swap, forwarded requests it
+	// added a relay to, ranks it sent as a relay, rotations it decided as the third node,
+	// answers it refused (late or mismatched: nothing moved) and promises it released
+	// (cancelled or expired).
+	ExchangesSent      uint64 `msgpack:"exchanges_sent,omitempty" json:"exchanges_sent,omitempty"`
+	RanksSwapped       uint64 `msgpack:"ranks_swapped,omitempty" json:"ranks_swapped,omitempty"`
+	RelaysOffered      uint64 `msgpack:"relays_offered,omitempty" json:"relays_offered,omitempty"`
+	RanksRelayed       uint64 `msgpack:"ranks_relayed,omitempty" json:"ranks_relayed,omitempty"`
+	RotationsDecided   uint64 `msgpack:"rotations_decided,omitempty" json:"rotations_decided,omitempty"`
+	ExchangesRefused   uint64 `msgpack:"exchanges_refused,omitempty" json:"exchanges_refused,omitempty"`
+	ExchangesCancelled uint64 `msgpack:"exchanges_cancelled,omitempty" json:"exchanges_cancelled,omitempty"`
 	// MigrationsOK and MigrationsFailed count the ControlRequests the jobs accepted and
 	// refused (or left unanswered).
 	MigrationsOK     uint64 `msgpack:"migrations_ok" json:"migrations_ok"`
