@@ -130,7 +130,8 @@ regional <= 100 ms, national <= 250 ms, then international). With --policy crs
 steals stay inside the node's --cluster, but for one asynchronous steal in
 another cluster at a time; robinhood makes an overloaded node offer a rank to
 the first of 3 peers with room that answers, sheriff makes a node with room
-steal from peers with fewer (or slower) CPUs, rhns does both.
+steal from peers with fewer (or slower) CPUs (heartbeats name the best nodes
+with room and the weakest with ranks, a few hops around), rhns does both.
 "pcmd status" shows each agent's state and recent decisions.`
 
 // natsFlags are the connection options common to all commands.
