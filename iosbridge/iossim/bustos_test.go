@@ -80,7 +80,7 @@ func TestLockstepCapsARankAtItsNeighboursRate(t *testing.T) {
 // first sample QuietStop after the last migration, and up to there it is the same run as
 // one without QuietStop (the early end changes nothing before it).
 func TestQuietStopEndsTheRunOnceNoMigrationForThePeriod(t *testing.T) {
-	cfg := BustosConfig(10, "rhns", 1) // settles after about 450 s (docs/SIMULATIONS.md)
+	cfg := BustosConfig(10, "rhns", 1) // settles within 600 s (docs/SIMULATIONS.md)
 	cfg.Duration, cfg.QuietStop = 30*time.Minute, 5*time.Minute
 	var samples int
 	cfg.OnSample = func(Sample) { samples++ }
