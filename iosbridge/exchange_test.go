@@ -956,3 +956,42 @@ func TestExchangesNeedAFreeSlotForEachRankArriving(t *testing.T) {
 		}
 	})
 }
+
+// A rank given away keeps its slot until its migration ends (its process runs on until the
+// successor took over), so a node that just gave one is as full as before for pcmd: seen in
+// the joins experiment, where n1 (4 ranks, 4 slots) gave rank 0 to a joining node and at once
+// offered rank 6 for a swap; n2 swapped rank 3 for it, judging n1 to have 3 ranks, and the job
+// refused rank 3 ("node n1 has no free slot (4 of 4 in use)") after n1 had committed: half an
+// exchange. The node's profile counts its leaving ranks (NodeProfile.Leaving), and no rank is
+// exchanged onto it.
+func TestRanksOnTheirWayOutStillFillTheirSlots(t *testing.T) {
+	nd := mustNode(t, Config{ID: "L", Policy: mustPolicy(t, PolicyATSRAS)})
+	prof, rs := placed("L", 2, 8, 0, 1, 3, 5) // 3 and 5 talk only to R
+	prof.Slots = 4
+	if err := nd.Update(t0, prof, rs); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, t0, nd, "C", "R")
+	idle := node("C", 2, 1)
+	if err := nd.Step(t0, Message{Kind: KindStealRequest, From: "C", To: "L", Origin: "C", ID: 1, Profile: &idle}); err != nil {
+		t.Fatal(err)
+	}
+	if r := nd.Ready(); len(r.Migrations) != 1 {
+		t.Fatalf("L gave %+v to an idle node, want one rank", r.Migrations)
+	}
+	nd.Tick(t0.Add(time.Second))
+	reqs := stealsIn(nd.Ready())
+	if len(reqs) != 1 || reqs[0].Offer == nil {
+		t.Fatalf("no exchange request from L: %+v", reqs)
+	}
+	req := reqs[0]
+	if len(req.Profile.Ranks) != 3 || req.Profile.Leaving != 1 || req.Profile.roomFor(1) {
+		t.Fatalf("L's profile %+v: want 3 ranks staying, 1 leaving, no free slot", req.Profile)
+	}
+	rp, rr := placed("R", 2, 8, 2, 4, 6, 7)
+	rp.Slots = 5
+	st := Stabilize(mustPolicy(t, PolicyATSRAS), DefaultStability())
+	if d := st.Decide(DecisionInput{Local: rp, Remote: *req.Profile, Ranks: rr, Now: t0.Add(time.Second), Exchange: true, Offer: req.Offer}); d.Migrate {
+		t.Fatalf("R exchanged onto L, whose slots are all in use: %+v", d)
+	}
+}

@@ -1115,6 +1115,7 @@ func (n *Node) effectiveLocal() NodeProfile {
 	for _, r := range n.local.Ranks {
 		if o, ok := n.outgoing[r]; ok {
 			free += o.cpu
+			p.Leaving++ // its slot is taken until it has left
 			continue
 		}
 		p.Ranks = append(p.Ranks, r)

@@ -52,6 +52,10 @@ type NodeProfile struct {
 	// Slots is how many ranks the node may host (pcmd serve --slots); 0: no limit known. A
 	// node whose Ranks fill its slots gets no rank by a single move: its pcmd would refuse it.
 	Slots int `msgpack:"slots,omitempty"`
+	// Leaving counts ranks this node gave away that are not in Ranks but still hold a slot
+	// here: a migrating rank's process runs until its successor took over, and pcmd counts
+	// it in its slots until then.
+	Leaving int `msgpack:"leaving,omitempty"`
 	// SampledAt is when the sampler produced the numbers (injected clock, not wall time).
 	SampledAt time.Time `msgpack:"sampled_at"`
 }
@@ -60,7 +64,9 @@ type NodeProfile struct {
 func (p NodeProfile) full() bool { return !p.roomFor(1) }
 
 // roomFor reports whether the node has k free slots (always, when Slots is unknown).
-func (p NodeProfile) roomFor(k int) bool { return p.Slots <= 0 || len(p.Ranks)+k <= p.Slots }
+func (p NodeProfile) roomFor(k int) bool {
+	return p.Slots <= 0 || len(p.Ranks)+p.Leaving+k <= p.Slots
+}
 
 // FreeCPUs is the absolute spare capacity, EffectiveCPUs × Availability. Absolute numbers
 // make heterogeneous nodes comparable (a 50% idle 16-core node beats an idle 2-core one).
@@ -106,6 +112,8 @@ func (p NodeProfile) Validate() error {
 		return fmt.Errorf("iosbridge: node profile %s: speed %v out of range", p.Node, p.Speed)
 	case p.Slots < 0:
 		return fmt.Errorf("iosbridge: node profile %s: negative slot count %d", p.Node, p.Slots)
+	case p.Leaving < 0 || p.Leaving > 1<<20: // no node hosts that many; keeps roomFor's sum from overflowing
+		return fmt.Errorf("iosbridge: node profile %s: leaving ranks %d out of range", p.Node, p.Leaving)
 	case len(p.Cluster) > MaxClusterName:
 		return fmt.Errorf("iosbridge: node profile %s: cluster name of %d bytes (at most %d)", p.Node, len(p.Cluster), MaxClusterName)
 	}
