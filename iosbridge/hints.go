@@ -114,14 +114,15 @@ func (n *Node) mergeHints(qualifies bool, self Hint, high bool) []Hint {
 	if qualifies {
 		consider(self)
 	}
-	for _, p := range n.sortedPeers() {
-		hs := n.peers[p].hosts
+	for _, ps := range n.sortedPeerStates() {
+		hs := ps.hosts
 		if high {
-			hs = n.peers[p].best
+			hs = ps.best
 		}
 		for _, h := range hs {
 			h.Hops++
-			if h.Hops > MaxHintHops || h.Node == n.cfg.ID || (len(out) == k && !before(h, out[k-1])) {
+			// The rank test first: it turns most hints away without reading their names.
+			if h.Hops > MaxHintHops || (len(out) == k && !before(h, out[k-1])) || h.Node == n.cfg.ID {
 				continue
 			}
 			if q := n.peers[h.Node]; q != nil && q.profile != nil {

@@ -245,10 +245,11 @@ type Node struct {
 	peers map[string]*peerState
 	// peerNames caches the sorted keys of peers (nil when stale): Tick and every forwarded
 	// steal walk them in order, and re-sorting per message dominated a 10,000-node simulation.
-	peerNames []string
-	local     NodeProfile
-	hasLocal  bool
-	ranks     []RankProfile
+	peerNames  []string
+	peerStates []*peerState // peers[peerNames[i]], cached with peerNames
+	local      NodeProfile
+	hasLocal   bool
+	ranks      []RankProfile
 
 	outgoing map[RankID]pending // given away, still listed locally until PCM finishes
 	incoming map[RankID]pending // promised to us, not yet listed locally
@@ -324,8 +325,19 @@ func (n *Node) sortedPeers() []string {
 			n.peerNames = append(n.peerNames, p)
 		}
 		sort.Strings(n.peerNames)
+		n.peerStates = make([]*peerState, len(n.peerNames))
+		for i, p := range n.peerNames {
+			n.peerStates[i] = n.peers[p]
+		}
 	}
 	return n.peerNames
+}
+
+// sortedPeerStates is the states of sortedPeers, in the same order: the walks over every
+// neighbour's state (hints at each heartbeat) without a map lookup each.
+func (n *Node) sortedPeerStates() []*peerState {
+	n.sortedPeers()
+	return n.peerStates
 }
 
 func (n *Node) addPeer(name string, ps *peerState) {
@@ -508,8 +520,9 @@ func (n *Node) Tick(now time.Time) {
 	if now.After(n.quietUntil) {
 		var silent []string
 		oldest := now
-		for _, p := range n.sortedPeers() {
-			seen := n.peers[p].lastSeen
+		states := n.sortedPeerStates()
+		for i, p := range n.sortedPeers() {
+			seen := states[i].lastSeen
 			if now.Sub(seen) > n.cfg.PeerTimeout {
 				silent = append(silent, p)
 			} else if seen.Before(oldest) {
