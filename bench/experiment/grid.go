@@ -381,7 +381,8 @@ func spliceSection(doc, begin, end, section string) string {
 }
 
 // keepGridSection carries the grid section of the report at path, if any, into md, the
-// other scenario's new report.
+// other scenario's new report, with the text that follows the section there: notes written
+// by hand on the grid runs would otherwise be lost with each rerun of the join scenario.
 func keepGridSection(path, md string) string {
 	old, err := os.ReadFile(path)
 	if err != nil {
@@ -392,7 +393,11 @@ func keepGridSection(path, md string) string {
 	if i < 0 || j < i {
 		return md
 	}
-	return spliceSection(md, gridBegin, gridEnd, s[i:j+len(gridEnd)]+"\n")
+	md = spliceSection(md, gridBegin, gridEnd, s[i:j+len(gridEnd)]+"\n")
+	if tail := strings.TrimLeft(s[j+len(gridEnd):], "\n"); tail != "" {
+		md = strings.TrimRight(md, "\n") + "\n\n" + tail
+	}
+	return md
 }
 
 // writeGrid writes the grid section into the report at cfg.doc (or stdout for "-").

@@ -9,7 +9,8 @@ import (
 )
 
 // The grid scenario writes only its own section: a new section is appended after the
-// rest, a rerun replaces it in place, and a rerun of the join scenario keeps it.
+// rest, a rerun replaces it in place, and a rerun of the join scenario keeps it and the
+// notes that follow it.
 func TestGridSectionReplacesOnlyItself(t *testing.T) {
 	sec := func(body string) string { return gridBegin + "\n" + body + "\n" + gridEnd + "\n" }
 	doc := "# Experiments\n\njoin scenario\n"
@@ -26,7 +27,8 @@ func TestGridSectionReplacesOnlyItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := keepGridSection(path, "# Experiments\n\nnew join results\n")
-	if !strings.Contains(md, "new join results") || !strings.Contains(md, "second") || strings.Count(md, gridBegin) != 1 {
+	if !strings.Contains(md, "new join results") || !strings.Contains(md, "second") || strings.Count(md, gridBegin) != 1 ||
+		!strings.HasSuffix(md, gridEnd+"\n\ntail\n") {
 		t.Fatalf("the join scenario's report lost or doubled the grid section:\n%s", md)
 	}
 }

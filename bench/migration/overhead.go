@@ -318,7 +318,8 @@ func outputFloat(out, key string) (float64, error) {
 
 // runReplicated is part "replicated": heat2d on two pcmd nodes on this machine (np/2 ranks
 // each) whose checkpoints stay in memory (pcmd serve --ckpt-store mem), every piece copied
-// to the other node (double checkpointing), against the same run without pcm.
+// to the other node (double checkpointing), against the same run without pcm, and pcm
+// without checkpoints beside them.
 func (b *bench) runReplicated(np int) overheadResult {
 	dir := filepath.Join(b.dir, "replicated")
 	err := os.MkdirAll(dir, 0o700)
@@ -335,8 +336,14 @@ func (b *bench) runReplicated(np int) overheadResult {
 		{key: "a", name: "(a) -no-pcm on two pcmd nodes (baseline)", mpirun: on, app: []string{"-no-pcm"}},
 		{key: "b", name: fmt.Sprintf("(b) --ckpt-every %d, pieces and buddy copies in the nodes' memory", b.ckptEvery),
 			mpirun: append(slices.Clone(on), "--ckpt-every", strconv.Itoa(b.ckptEvery)), base: "a", limit: 5},
+		// pcm without checkpoints: what (b) costs beyond (c) is the checkpoints' own share;
+		// what (c) costs over (a) is pcm's agreement points and profiling, paid by every job
+		// that can migrate, checkpointing or not.
+		{key: "c", name: "(c) pcm without checkpoints", mpirun: on, base: "a"},
 	}
-	vs[0].iterTimes, vs[1].iterTimes = true, true
+	for i := range vs {
+		vs[i].iterTimes = true
+	}
 	return b.runVariants(np, vs)
 }
 
