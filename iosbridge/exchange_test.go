@@ -303,10 +303,15 @@ func (g randomGraph) cut(hosts ...[]int) int {
 			on[i] = k
 		}
 	}
+	return g.cutOf(func(i int) int { return on[i] })
+}
+
+// cutOf counts the links between ranks on different nodes, node(i) being rank i's node.
+func (g randomGraph) cutOf(node func(int) int) int {
 	c := 0
 	for i, js := range g {
 		for _, j := range js {
-			if i < j && on[i] != on[j] {
+			if i < j && node(i) != node(j) {
 				c++
 			}
 		}
@@ -767,17 +772,7 @@ func TestPairSwapsRegroupTheHypercubeWhereSwapsOfOneStop(t *testing.T) {
 		}
 		return a
 	}
-	cutOf := func(a []int) int {
-		c := 0
-		for i, js := range g {
-			for _, j := range js {
-				if i < j && a[i] != a[j] {
-					c++
-				}
-			}
-		}
-		return c
-	}
+	cutOf := func(a []int) int { return g.cutOf(func(i int) int { return a[i] }) }
 	a0 := at(hosts)
 	c0 := cutOf(a0)
 	for i := 0; i < 32; i++ {

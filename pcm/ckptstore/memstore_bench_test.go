@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/mpios/mpios/pcm/ckptstore"
-	"github.com/mpios/mpios/pcm/state"
 )
 
 // BenchmarkMemStoreCheckpoint is the store's part of one rank's background checkpoint in a
@@ -21,14 +20,7 @@ func BenchmarkMemStoreCheckpoint(b *testing.B) {
 	const rows, cols = 512, 2050
 	const capacity = 4 << 30
 	for _, hot := range []int{50, rows} {
-		u := make([]float64, rows*cols)
-		for i := range hot * cols {
-			u[i] = 1 + float64(i%7)
-		}
-		r := state.NewRegistry()
-		if err := r.Register("u", &u); err != nil {
-			b.Fatal(err)
-		}
+		r := heatFront(b, rows, cols, hot)
 		var snap ckptstore.PieceBuffer
 		snap.Grow(int(r.Size()) + 4096)
 		if _, err := r.WriteTo(&snap); err != nil {
