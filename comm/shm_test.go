@@ -90,6 +90,16 @@ func (r *dataRecorder) wait(t *testing.T, n int) {
 	waitCallbacks(t, r.got, n)
 }
 
+// sendOneAndWait sends rank 0 a one-byte eager frame with tag from b and waits until rec, rank
+// 0's recorder, has it.
+func sendOneAndWait(t *testing.T, b *TCPEndpoint, rec *dataRecorder, tag int32) {
+	t.Helper()
+	if err := b.Send(0, &Header{Kind: KindEager, Tag: tag, Len: 1, Total: 1}, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	rec.wait(t, 1)
+}
+
 // shmPair connects rank 1 (sender) to rank 0 (receiver, recording) over transport.
 func shmPair(t *testing.T, transport string, jobID string) (*TCPEndpoint, *TCPEndpoint, *dataRecorder) {
 	t.Helper()
@@ -609,13 +619,7 @@ func TestShmReaderSleepsUnlessItMayPoll(t *testing.T) {
 	}{{"never", -1, true}, {"forced", time.Hour, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b, rec := shmPairSpin(t, TransportAuto, "shmspin"+tc.name, tc.spin)
-			send := func(tag int32) {
-				t.Helper()
-				if err := b.Send(0, &Header{Kind: KindEager, Tag: tag, Len: 1, Total: 1}, []byte("x")); err != nil {
-					t.Fatal(err)
-				}
-				rec.wait(t, 1)
-			}
+			send := func(tag int32) { t.Helper(); sendOneAndWait(t, b, rec, tag) }
 			send(0)
 			rr := a.rings[1].Load()
 			if rr == nil {
@@ -908,13 +912,7 @@ func TestShmPollerLeavesNoReaderAsleepWithoutDoorbell(t *testing.T) {
 	for _, wake := range []string{ShmWakeDoorbell, ShmWakeFutex} {
 		t.Run(wake, func(t *testing.T) {
 			a, b, rec := shmPairWake(t, TransportAuto, "shmpollwake"+wake, time.Microsecond, wake)
-			send := func(tag int32) {
-				t.Helper()
-				if err := b.Send(0, &Header{Kind: KindEager, Tag: tag, Len: 1, Total: 1}, []byte("x")); err != nil {
-					t.Fatal(err)
-				}
-				rec.wait(t, 1)
-			}
+			send := func(tag int32) { t.Helper(); sendOneAndWait(t, b, rec, tag) }
 			send(0)
 			rr := a.rings[1].Load()
 			for !rr.parked.Load() || rr.r.rwait.Load() == 0 {

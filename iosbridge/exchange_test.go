@@ -103,6 +103,18 @@ func (p *exchangePair) update() {
 	}
 }
 
+// staysForAnHour runs rounds every 10 s for an hour (every cooldown long over) and fails at
+// the first one that moves a rank: the placement is stable.
+func (p *exchangePair) staysForAnHour() {
+	p.t.Helper()
+	for i := 0; i < 3600; i += 10 {
+		p.now = p.now.Add(10 * time.Second)
+		if again := p.round(); len(again) != 0 {
+			p.t.Fatalf("moved again at +%v: %+v (placement %v)", p.now.Sub(t0), again, p.hosts)
+		}
+	}
+}
+
 // round ticks both agents, delivers every message until none is left, carries out the
 // migrations they order (instantly) and returns them.
 func (p *exchangePair) round() []Migration {
@@ -186,12 +198,7 @@ func TestATSRASCoLocatesNeighboursBetweenBusyTheatersAndNeverMovesThemBack(t *te
 	}
 	// Both stay busy (4 ranks on 2 CPUs); for an hour of rounds, cooldowns long over,
 	// nothing moves again.
-	for i := 0; i < 3600; i += 10 {
-		p.now = p.now.Add(10 * time.Second)
-		if again := p.round(); len(again) != 0 {
-			t.Fatalf("moved again at +%v: %+v (L %v R %v)", p.now.Sub(t0), again, p.hosts["L"], p.hosts["R"])
-		}
-	}
+	p.staysForAnHour()
 	if p.nodes["R"].Stats().ExchangesSent+p.nodes["L"].Stats().ExchangesSent == 0 {
 		t.Fatal("no exchange request: the property was not exercised")
 	}
@@ -250,14 +257,7 @@ func TestATSRASRegroupsActorsOfACrowdedBusyTheaterWithTheirNeighbours(t *testing
 	if !sameSet(p.hosts["R"], 4, 5, 6, 7) {
 		t.Fatalf("R ends with %v, not the block 4–7, after %+v", p.hosts["R"], p.log)
 	}
-	n := len(p.log)
-	for i := 0; i < 3600; i += 10 {
-		p.now = p.now.Add(10 * time.Second)
-		p.round()
-	}
-	if len(p.log) != n {
-		t.Fatalf("moved again: %+v", p.log[n:])
-	}
+	p.staysForAnHour()
 }
 
 // randomGraph is an application of n ranks (job "g") with each pair linked with
@@ -638,12 +638,7 @@ func TestThreeWayExchangeBringsHomeWhatNoSwapCan(t *testing.T) {
 			if relayed != 1 || rotations != 1 || len(p.log) != 3 {
 				t.Fatalf("%d relayed, %d rotations, migrations %+v: want one rotation of three", relayed, rotations, p.log)
 			}
-			for i := 0; i < 3600; i += 10 {
-				p.now = p.now.Add(10 * time.Second)
-				if again := p.round(); len(again) != 0 {
-					t.Fatalf("moved again at +%v: %+v", p.now.Sub(t0), again)
-				}
-			}
+			p.staysForAnHour()
 		})
 	}
 }
@@ -824,14 +819,7 @@ func TestPairSwapsRegroupTheHypercubeWhereSwapsOfOneStop(t *testing.T) {
 			if pairs == 0 {
 				t.Fatalf("no pair swap among %d migrations", len(p.log))
 			}
-			n := len(p.log)
-			for i := 0; i < 3600; i += 10 {
-				p.now = p.now.Add(10 * time.Second)
-				p.round()
-			}
-			if len(p.log) != n {
-				t.Fatalf("moved again: %+v", p.log[n:])
-			}
+			p.staysForAnHour()
 		})
 	}
 }
