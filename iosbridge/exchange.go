@@ -474,7 +474,7 @@ func (n *Node) relayFor(now time.Time, m Message, eff NodeProfile) *RankProfile 
 	if a == nil || m.Relay != nil || m.Origin == n.cfg.ID || !n.exchanges() || m.Profile == nil || eff.Hosts(a.ID()) {
 		return nil
 	}
-	if n.inExchange() || (n.relay != nil && now.Sub(n.relay.at) < n.cfg.StealTimeout) {
+	if n.inExchange() || n.unsure() || (n.relay != nil && now.Sub(n.relay.at) < n.cfg.StealTimeout) {
 		return nil // one hold at a time (exchange_commit.go)
 	}
 	st, _ := n.policy.(stable)

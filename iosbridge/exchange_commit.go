@@ -34,6 +34,14 @@ import (
 //     requests while its own is out, commits only if its ranks are still those it offered
 //     with.
 //
+//   - An exchange is judged only on placements their nodes know. A plain steal's rank moves
+//     as soon as it is given, before its accept reaches the stealer (which may come late, or
+//     never), so a node with a steal of its own unanswered (neither accepted nor failed, and
+//     sent less than PendingTimeout ago: the bound within which a given rank is booked at
+//     all) may host a rank it does not list yet. Such a node is unsure: it neither offers,
+//     relays nor decides an exchange, nor confirms a relay. Its own current steal counts
+//     too: a rank given for it may come while it waits for an exchange's commit.
+//
 // So a lost or late message costs a hold (released by a cancel, or when it expires:
 // StealTimeout before the relay confirmed, PendingTimeout after) and never moves a rank.
 // An exchange stays half done only if a node dies, or PCM fails a migration, after Origin's
@@ -117,6 +125,10 @@ func (n *Node) promiseExchange(now time.Time, m Message, d Decision, in Decision
 	n.holds = append(n.holds, h)
 }
 
+// unsure says whether a steal of this node's may still bring a rank it does not know of
+// (Node.unanswered): it then takes part in no exchange.
+func (n *Node) unsure() bool { return len(n.unanswered) > 0 }
+
 // inExchange says whether this node promised ranks for an exchange: it then neither offers,
 // relays nor decides another, nor confirms a relay.
 func (n *Node) inExchange() bool { return len(n.holds) > 0 }
@@ -184,7 +196,7 @@ func (n *Node) swapOut(now time.Time, m Message) bool {
 func (n *Node) onRelayAccept(now time.Time, m Message) {
 	h := n.relay
 	ok := h != nil && h.origin == m.Origin && h.id == m.ID && h.rank == m.Rank && h.offer == m.Swap &&
-		now.Sub(h.at) < n.cfg.StealTimeout && n.local.Hosts(m.Rank) && !n.inExchange()
+		now.Sub(h.at) < n.cfg.StealTimeout && n.local.Hosts(m.Rank) && !n.inExchange() && !n.unsure()
 	if ok {
 		_, gone := n.outgoing[m.Rank]
 		ok = !gone

@@ -255,8 +255,12 @@ type Node struct {
 	incoming map[RankID]pending // promised to us, not yet listed locally
 	arrived  map[RankID]time.Time
 
-	steal         *steal
-	wide          *steal // CRS: the one asynchronous wide-area steal
+	steal *steal
+	wide  *steal // CRS: the one asynchronous wide-area steal
+	// unanswered: this node's steals (id → sent) that may still bring a rank it does not
+	// know of yet, kept until their accept or fail comes or PendingTimeout passes
+	// (exchange_commit.go: no exchange is judged while one is).
+	unanswered    map[uint64]time.Time
 	locale        Locale // NRS: the locale of the next steal
 	seq           uint64
 	backoff       time.Duration
@@ -293,14 +297,15 @@ func NewNode(cfg Config) (*Node, error) {
 		proto.PushFanout = 1
 	}
 	return &Node{
-		cfg:      cfg,
-		proto:    proto,
-		locale:   LocaleLocal,
-		policy:   Stabilize(PerRank(cfg.Policy), cfg.Stability),
-		peers:    map[string]*peerState{},
-		outgoing: map[RankID]pending{},
-		incoming: map[RankID]pending{},
-		arrived:  map[RankID]time.Time{},
+		cfg:        cfg,
+		proto:      proto,
+		locale:     LocaleLocal,
+		policy:     Stabilize(PerRank(cfg.Policy), cfg.Stability),
+		peers:      map[string]*peerState{},
+		outgoing:   map[RankID]pending{},
+		incoming:   map[RankID]pending{},
+		arrived:    map[RankID]time.Time{},
+		unanswered: map[uint64]time.Time{},
 	}, nil
 }
 
@@ -624,6 +629,9 @@ func (n *Node) Step(now time.Time, m Message) error {
 	case KindStealAccept:
 		// An exchange's accept is refused unless it answers the steal outstanding with its
 		// offer: then nothing comes either (exchange_commit.go).
+		if !n.proto.Bulk {
+			delete(n.unanswered, m.ID) // under Bulk more ranks may follow: kept until it expires
+		}
 		if m.Swap == (RankID{}) || n.swapOut(now, m) {
 			n.incoming[m.Rank] = pending{peer: m.From, at: now, cpu: m.CPUUse}
 			if m.Pair != (RankID{}) {
@@ -649,6 +657,7 @@ func (n *Node) Step(now time.Time, m Message) error {
 			n.stats.LateAccepts++ // the rank comes anyway; it is booked above
 		}
 	case KindStealFail:
+		delete(n.unanswered, m.ID) // the request went no further: no rank comes for it
 		n.stealFailed(now, m.ID)
 	case KindRelayAccept:
 		n.onRelayAccept(now, m)
@@ -795,8 +804,9 @@ func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
 		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand,
 			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile, OfferPartner: m.OfferPartner, Best: n.best}
-		if n.inExchange() {
-			in.Offer, in.Relay, in.RelayNode, in.OfferPartner = nil, nil, nil, nil // one exchange at a time (exchange_commit.go)
+		if n.inExchange() || n.unsure() {
+			// One exchange at a time, judged on a placement this node knows (exchange_commit.go).
+			in.Offer, in.Relay, in.RelayNode, in.OfferPartner = nil, nil, nil, nil
 		}
 		d := n.policy.Decide(in)
 		n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.Origin, From: m.From,
@@ -925,6 +935,7 @@ func (n *Node) give(now time.Time, to string, id uint64, d Decision, in Decision
 func (n *Node) failSteal(now time.Time, m Message, reason string) {
 	n.stats.RequestsFailed++
 	if m.Origin == n.cfg.ID { // our own request came back to us
+		delete(n.unanswered, m.ID)
 		n.stealFailed(now, m.ID)
 		return
 	}
@@ -1001,7 +1012,9 @@ func (n *Node) maybeSteal(now time.Time) {
 		return
 	}
 	busy := eff.Availability < n.cfg.StealThreshold
-	exchange := n.exchanges()
+	// A steal of ours still unanswered may bring a rank our profile does not list, on which
+	// no exchange may be judged (exchange_commit.go).
+	exchange := n.exchanges() && !n.unsure()
 	if busy && (!exchange || !n.crossTraffic(eff)) {
 		return
 	}
@@ -1043,6 +1056,7 @@ func (n *Node) maybeSteal(now time.Time) {
 		n.stats.HintedSteals++
 	}
 	n.seq++
+	n.unanswered[n.seq] = now
 	n.steal = &steal{id: n.seq, target: target, sentAt: now, locale: req.Locale}
 	if req.Offer != nil {
 		n.steal.offer, n.steal.ranks = req.Offer.ID(), eff.Ranks
@@ -1071,6 +1085,7 @@ func (n *Node) stealWide(now time.Time, req Message) {
 	}
 	c, _ := n.clusterOf(target)
 	n.seq++
+	n.unanswered[n.seq] = now
 	n.wide = &steal{id: n.seq, target: target, sentAt: now}
 	n.stats.WideStealsSent++
 	req.To, req.ID, req.InCluster, req.Cluster, req.Wide = target, n.seq, true, c, true
@@ -1174,6 +1189,11 @@ func (n *Node) expire(now time.Time) {
 		n.relay = nil
 	}
 	n.expireHolds(now)
+	for id, at := range n.unanswered {
+		if now.Sub(at) > n.cfg.PendingTimeout {
+			delete(n.unanswered, id)
+		}
+	}
 	for id, p := range n.outgoing {
 		if now.Sub(p.at) > n.cfg.PendingTimeout {
 			delete(n.outgoing, id)
