@@ -24,8 +24,11 @@ func (s *Store) PutCopy(job string, seq uint64, want PieceInfo, r io.Reader) err
 		return err
 	}
 	h, _ := newHash(algo)
-	_, err = s.putPieceWith(id, h, func(f *os.File) (int64, error) {
-		return io.CopyBuffer(f, vr, make([]byte, copyBufSize))
+	// Every byte is written, so a recycled file's old data needs no clearing.
+	_, err = s.putPieceWith(id, h, want.Size, func(f *os.File, _ *oldData) (int64, error) {
+		bp := chunkPool.Get().(*[]byte)
+		defer chunkPool.Put(bp)
+		return io.CopyBuffer(f, vr, *bp)
 	})
 	if err != nil {
 		return fmt.Errorf("ckptstore: put copy of %s: %w", id, err)

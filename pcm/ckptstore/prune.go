@@ -129,6 +129,9 @@ func (s *Store) removeCheckpoint(job string, seq uint64) error {
 	if err := syncDir(jobDir); err != nil {
 		return err
 	}
+	if s.mem {
+		s.keepSpares(job, filepath.Join(trash, seqName(seq)))
+	}
 	return os.RemoveAll(trash)
 }
 

@@ -7,6 +7,7 @@ import (
 	"hash"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/mpios/mpios/internal/crc32c"
 )
@@ -66,8 +67,8 @@ func (s *Store) PutSparseCopy(job string, seq uint64, want PieceInfo, r io.Reade
 		return fmt.Errorf("ckptstore: put copy of %s: %w: %v", id, ErrInvalidManifest, err)
 	}
 	ss := newSparseSum(algo)
-	_, err = s.putPieceWith(id, ss, func(f *os.File) (int64, error) {
-		if err := readSparse(f, r, id, want.Size, ss); err != nil {
+	_, err = s.putPieceWith(id, ss, want.Size, func(f *os.File, old *oldData) (int64, error) {
+		if err := readSparse(f, r, id, want.Size, ss, old); err != nil {
 			return 0, err
 		}
 		if !bytes.Equal(ss.Sum(nil), sum) {
@@ -81,11 +82,23 @@ func (s *Store) PutSparseCopy(job string, seq uint64, want PieceInfo, r io.Reade
 	return nil
 }
 
-// readSparse writes the sparse stream r of a size-byte piece into the empty file f, adding
-// its bytes to ss.
-func readSparse(f *os.File, r io.Reader, id PieceID, size int64, ss *sparseSum) error {
+// copyChunk is the unit in which copies are received: read from the connection,
+// checksummed and written to the file while it is still in the CPU's second-level cache
+// (a larger buffer would be read from memory again by each of the three).
+const copyChunk = 128 << 10
+
+// chunkPool holds the buffers of copies being received (*[]byte of copyChunk bytes): pcmd
+// receives one per rank and checkpoint, and a fresh buffer costs its zeroing and page faults.
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, copyChunk); return &b }}
+
+// readSparse writes the sparse stream r of a size-byte piece into the file f, adding its
+// bytes to ss. f is empty or a recycled file of size bytes that still holds old (whose data
+// between the runs is punched out).
+func readSparse(f *os.File, r io.Reader, id PieceID, size int64, ss *sparseSum, old *oldData) error {
 	var hdr [sparseHeaderLen]byte
-	buf := make([]byte, min(copyBufSize, max(size, 1)))
+	bp := chunkPool.Get().(*[]byte)
+	defer chunkPool.Put(bp)
+	buf := *bp
 	var at int64 // end of the previous run
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -96,6 +109,9 @@ func readSparse(f *os.File, r io.Reader, id PieceID, size int64, ss *sparseSum) 
 			return id.corrupt(fmt.Sprintf("sparse copy: run of %d bytes at %d outside the piece's %d bytes or before byte %d", length, off, size, at), nil)
 		}
 		ss.zeros(int64(off) - at)
+		if err := old.clear(at, int64(off)); err != nil {
+			return err
+		}
 		if length == 0 {
 			if off != uint64(size) {
 				return id.corrupt(fmt.Sprintf("sparse copy: end mark at %d, want the piece's size %d", off, size), nil)

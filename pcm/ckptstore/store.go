@@ -55,6 +55,7 @@ type Store struct {
 	algo     string
 	now      func() time.Time
 	sizeOnly bool // Options.CommitSizeOnly
+	mem      bool // the store is in memory (a tmpfs): pieces are recycled (spare.go)
 
 	mu      sync.Mutex
 	jobLock map[string]*sync.RWMutex // per job: Put's rename (read) vs Commit and Prune (write)
@@ -101,7 +102,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("ckptstore: open %q: %w", dir, err)
 	}
 	return &Store{
-		root: abs, node: o.Node, algo: o.Checksum, now: o.Now, sizeOnly: o.CommitSizeOnly,
+		root: abs, node: o.Node, algo: o.Checksum, now: o.Now, sizeOnly: o.CommitSizeOnly, mem: memoryBacked(abs),
 		jobLock: make(map[string]*sync.RWMutex), durable: make(map[string]bool),
 		written: make(map[PieceID]putRecord),
 	}, nil
@@ -266,8 +267,8 @@ func (s *Store) PutPieceBytes(job string, seq uint64, rank int, data []byte) (Pi
 		}
 		return crc32c.IsZero(b)
 	}
-	info, err := s.putPieceWith(id, h, func(f *os.File) (int64, error) {
-		err := writeSparse(f, data, zero)
+	info, err := s.putPieceWith(id, h, int64(len(data)), func(f *os.File, old *oldData) (int64, error) {
+		err := writeSparse(f, data, zero, old)
 		h.Write(data[len(data)&^(DirectAlign-1):])
 		return int64(len(data)), err
 	})
@@ -287,8 +288,8 @@ func (s *Store) PutPieceBuffer(job string, seq uint64, rank int, b *PieceBuffer)
 	}
 	id := PieceID{Job: job, Seq: seq, Rank: rank}
 	data := b.Bytes()
-	info, err := s.putPieceWith(id, crcSum(b.CRC32C()), func(f *os.File) (int64, error) {
-		return int64(len(data)), writeSparse(f, data, func(off int) bool { return b.zeroBlock(off / DirectAlign) })
+	info, err := s.putPieceWith(id, crcSum(b.CRC32C()), int64(len(data)), func(f *os.File, old *oldData) (int64, error) {
+		return int64(len(data)), writeSparse(f, data, func(off int) bool { return b.zeroBlock(off / DirectAlign) }, old)
 	})
 	if err != nil {
 		return PieceInfo{}, fmt.Errorf("ckptstore: put %s: %w", id, err)
@@ -308,10 +309,11 @@ func (c crcSum) BlockSize() int              { return 1 }
 // maxRun bounds one write of consecutive non-zero blocks.
 const maxRun = 8 << 20
 
-// writeSparse writes data to the empty file f, leaving holes in the file where the whole
-// block at offset off is zero (zero(off), called for every block in order, some blocks
-// twice), and counts the piece in directWrites when direct I/O was used.
-func writeSparse(f *os.File, data []byte, zero func(off int) bool) error {
+// writeSparse writes data to the file f, leaving holes in the file where the whole block at
+// offset off is zero (zero(off), called for every block in order, some blocks twice), and
+// counts the piece in directWrites when direct I/O was used. f is empty, or a recycled file
+// of len(data) bytes that still holds old (its zero blocks are punched out).
+func writeSparse(f *os.File, data []byte, zero func(off int) bool, old *oldData) error {
 	whole := len(data) &^ (DirectAlign - 1)
 	direct := false
 	if whole > 0 && isAligned(data) {
@@ -319,7 +321,14 @@ func writeSparse(f *os.File, data []byte, zero func(off int) bool) error {
 	}
 	for off := 0; off < whole; {
 		if zero(off) {
-			off += DirectAlign
+			end := off + DirectAlign
+			for end < whole && zero(end) {
+				end += DirectAlign
+			}
+			if err := old.clear(int64(off), int64(end)); err != nil {
+				return err
+			}
+			off = end
 			continue
 		}
 		end := off + DirectAlign
@@ -348,6 +357,8 @@ func writeSparse(f *os.File, data []byte, zero func(off int) bool) error {
 		if _, err := f.WriteAt(tail, int64(whole)); err != nil {
 			return err
 		}
+	} else if err := old.clear(int64(whole), int64(len(data))); err != nil {
+		return err
 	}
 	return f.Truncate(int64(len(data)))
 }
@@ -357,14 +368,16 @@ var directWrites atomic.Int64
 
 func (s *Store) putPiece(id PieceID, r io.Reader) (PieceInfo, error) {
 	h, _ := newHash(s.algo)
-	return s.putPieceWith(id, h, func(f *os.File) (int64, error) {
+	return s.putPieceWith(id, h, -1, func(f *os.File, _ *oldData) (int64, error) {
 		return io.CopyBuffer(io.MultiWriter(f, h), r, make([]byte, copyBufSize))
 	})
 }
 
 // putPieceWith stores piece id, whose data write puts into the temporary file f; h holds
-// the data's checksum once write returns.
-func (s *Store) putPieceWith(id PieceID, h hash.Hash, write func(f *os.File) (int64, error)) (info PieceInfo, err error) {
+// the data's checksum once write returns. A piece of known size (size >= 0) in a memory
+// store may be written into a recycled file (spare.go): then old, given to write, tells
+// what that file still holds; a new, empty file has a nil old.
+func (s *Store) putPieceWith(id PieceID, h hash.Hash, size int64, write func(f *os.File, old *oldData) (int64, error)) (info PieceInfo, err error) {
 	if err := validID(id); err != nil {
 		return info, err
 	}
@@ -381,9 +394,21 @@ func (s *Store) putPieceWith(id PieceID, h hash.Hash, write func(f *os.File) (in
 	if err := s.ensureDir(dir); err != nil {
 		return info, err
 	}
-	f, err := os.CreateTemp(dir, tmpPrefix+pieceName(id.Rank)+"-*")
-	if err != nil {
-		return info, err
+	var f *os.File
+	var old *oldData
+	if s.mem && size >= 0 {
+		if f = s.takeSpare(id, dir, size); f != nil {
+			if old, err = recycledData(f); err != nil {
+				f.Close()
+				os.Remove(f.Name())
+				f, old = nil, nil
+			}
+		}
+	}
+	if f == nil {
+		if f, err = os.CreateTemp(dir, tmpPrefix+pieceName(id.Rank)+"-*"); err != nil {
+			return info, err
+		}
 	}
 	tmp := f.Name()
 	defer func() {
@@ -392,7 +417,7 @@ func (s *Store) putPieceWith(id PieceID, h hash.Hash, write func(f *os.File) (in
 			os.Remove(tmp)
 		}
 	}()
-	n, err := write(f)
+	n, err := write(f, old)
 	if err != nil {
 		return info, err
 	}
