@@ -95,8 +95,9 @@ func ExampleSampler() {
 func ExampleATSRASRemoteEstimate() {
 	// A rank processed 100 messages in 10 s (M(L) = 10/s), computing 50 ms per message at
 	// half a CPU; of the 7 messages it sent, 6 went to the stealer's ranks and 1 to a rank
-	// here. With a whole CPU free there, it would process about 25 messages per second.
-	m, ok := iosbridge.ATSRASRemoteEstimate(0.05, 100, 10, 7, 1, 6, 0.5, 1)
+	// here. With a whole CPU free there, it would process about 25 messages per second
+	// (no round trip measured: all of its time in mpi calls is taken as communication).
+	m, ok := iosbridge.ATSRASRemoteEstimate(0.05, 100, 10, 7, 1, 6, 0.5, 1, 0)
 	fmt.Printf("%.2f %v\n", m, ok)
 	// Output: 25.45 true
 }

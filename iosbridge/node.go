@@ -393,6 +393,17 @@ func (n *Node) BaseLatency(peer string) (rtt time.Duration, ok bool) {
 	return ps.baseRTT(), true
 }
 
+// linkTo is the measured path to a neighbour for DecisionInput.Link: its base round trip
+// (BaseLatency) as Latency, no bandwidth (none is measured); nil until a ping was answered
+// or when peer is no neighbour (a forwarded request's origin).
+func (n *Node) linkTo(peer string) *LinkProfile {
+	ps := n.peers[peer]
+	if ps == nil || ps.rttSamples == 0 {
+		return nil
+	}
+	return &LinkProfile{From: n.cfg.ID, To: peer, Latency: ps.baseRTT(), Samples: ps.rttSamples, MeasuredAt: ps.lastSeen}
+}
+
 // LocaleOf is the NRS locale of a neighbour, from its base round trip time (BaseLatency).
 func (n *Node) LocaleOf(peer string) Locale {
 	if rtt, ok := n.BaseLatency(peer); ok {
@@ -701,7 +712,7 @@ func (n *Node) onBalanceOffer(now time.Time, m Message) {
 	if n.push == nil || n.push.id != m.ID {
 		return // a later offer for a request already served
 	}
-	in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand}
+	in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Link: n.linkTo(m.Profile.Node), Now: now, Rand: n.cfg.Rand}
 	d := n.policy.Decide(in)
 	n.out.Decisions = append(n.out.Decisions, DecisionRecord{At: now, Origin: m.From, From: m.From,
 		RequestID: m.ID, Candidates: len(in.Ranks), Decision: d})
@@ -802,7 +813,7 @@ func (n *Node) inScope(m Message) func(string) bool {
 
 func (n *Node) onStealRequest(now time.Time, m Message) {
 	if m.Origin != n.cfg.ID {
-		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Now: now, Rand: n.cfg.Rand,
+		in := DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: *m.Profile, Link: n.linkTo(m.Profile.Node), Now: now, Rand: n.cfg.Rand,
 			Exchange: m.Exchange, Offer: m.Offer, Relay: m.Relay, RelayNode: m.RelayProfile, OfferPartner: m.OfferPartner, Best: n.best}
 		if n.inExchange() || n.unsure() {
 			// One exchange at a time, judged on a placement this node knows (exchange_commit.go).
@@ -879,7 +890,7 @@ func (n *Node) giveMore(now time.Time, m Message, d Decision, in DecisionInput) 
 			remote.Availability = clamp01(remote.Availability - demand[d.Rank]/remote.EffectiveCPUs)
 		}
 		remote.Ranks = append(remote.Ranks, d.Rank)
-		in = DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: remote, Now: now, Rand: n.cfg.Rand, Best: n.best}
+		in = DecisionInput{Local: n.effectiveLocal(), Ranks: n.candidates(), Remote: remote, Link: n.linkTo(remote.Node), Now: now, Rand: n.cfg.Rand, Best: n.best}
 		if len(in.Ranks) == 0 {
 			return
 		}

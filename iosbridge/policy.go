@@ -34,11 +34,13 @@ type DecisionInput struct {
 	Ranks []RankProfile
 	// Remote is the stealer's profile carried in the StealRequest.
 	Remote NodeProfile
-	// Link is the measured path to the stealer; nil when never measured. Node leaves it nil:
-	// mpios does not measure the bandwidth between nodes yet (a migration hands its state
-	// over rank to rank, out of the agents' sight), so policies price migrations with their
-	// default bandwidth (MPIIOSConfig.DefaultBandwidthBps). Callers that run a policy
-	// themselves (tests, a simulator) may pass one.
+	// Link is the measured path to the stealer; nil when never measured. Node fills its
+	// Latency with the base round trip of its heartbeat pings (Node.BaseLatency, which
+	// ATS-RAS prices crossing messages with) and leaves BandwidthBps 0: mpios does not
+	// measure the bandwidth between nodes yet (a migration hands its state over rank to
+	// rank, out of the agents' sight), so policies price migrations with their default
+	// bandwidth (MPIIOSConfig.DefaultBandwidthBps). Callers that run a policy themselves
+	// (tests) may pass a bandwidth.
 	Link *LinkProfile
 	// Now is the injected current time.
 	Now time.Time
