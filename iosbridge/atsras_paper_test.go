@@ -108,3 +108,45 @@ func TestATSRASEquation2_3CoLocatesChattyActorsWithAMeasuredRoundTrip(t *testing
 		t.Fatalf("the rank that talks to its local neighbour moved: %+v", d)
 	}
 }
+
+// The node gives its policy the round trip it measured to the stealer (DecisionInput.Link),
+// so ATS-RAS can tell a bulk-synchronous rank's wait from its network time: the joins
+// experiment's crowded node, whose four ranks mostly wait, gives one to a joining node with
+// half a CPU free once a ping to it was answered, and none before (all of the wait scaled).
+func TestATSRASNodeGivesAWaitingRankOnceTheRoundTripIsMeasured(t *testing.T) {
+	prof := node("n1", 1, 0, ids("j", 0, 1, 2, 3)...)
+	var ranks []RankProfile
+	for r := 0; r < 4; r++ {
+		peers := []int{r - 1, r + 1} // a chain; rank 4 is on n2
+		if r == 0 {
+			peers = []int{1}
+		}
+		ranks = append(ranks, haloRank(r, 120, 2300*time.Microsecond, 0.25, peers...))
+	}
+	joining := node("n4", 1, 0.5)
+	gives := func(ping bool) []Migration {
+		t.Helper()
+		n := mustNode(t, Config{ID: "n1", Policy: mustPolicy(t, PolicyATSRAS), MeasureLatency: true})
+		if err := n.Update(t0, prof, ranks); err != nil {
+			t.Fatal(err)
+		}
+		connect(t, t0, n, "n4")
+		if ping {
+			pinged(t, n, map[string]time.Duration{"n4": 400 * time.Microsecond})
+			if l := n.linkTo("n4"); l == nil || l.Latency != 400*time.Microsecond {
+				t.Fatalf("link to n4: %+v", l)
+			}
+		}
+		now := t0.Add(time.Second)
+		if err := n.Step(now, Message{Kind: KindStealRequest, From: "n4", To: "n1", Origin: "n4", ID: 1, TTL: 1, Profile: &joining}); err != nil {
+			t.Fatal(err)
+		}
+		return n.Ready().Migrations
+	}
+	if m := gives(false); len(m) != 0 {
+		t.Fatalf("without a measured round trip: gave %+v", m)
+	}
+	if m := gives(true); len(m) != 1 || m[0].To != "n4" {
+		t.Fatalf("with the round trip measured: gave %+v, want one rank to n4", m)
+	}
+}
