@@ -28,7 +28,7 @@ import (
 // NATS requests and the collectives, which move no piece data.
 func BenchmarkCheckpointCPU(b *testing.B) {
 	const rows, cols, capacity = 512, 2050, 4 << 30
-	for _, hot := range []int{50, 150, rows} {
+	for _, hot := range []int{0, 50, 150, rows} {
 		c := newCkptCluster(b, rows, cols, hot, capacity)
 		steps := []struct {
 			name string
