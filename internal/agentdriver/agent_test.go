@@ -590,3 +590,50 @@ func TestAgentJobPolicyExchangesBetweenBusyNodesOfAnotherPolicy(t *testing.T) {
 		t.Errorf("exchange stats: A %+v, B %+v", sa.Stats, sb.Stats)
 	}
 }
+
+// Thesis eq. 2.3 through pcmd's agents over NATS, issue 17's joins experiment: node B runs a
+// bulk-synchronous 4-slice chain whose ranks spend 2.3 ms computing per message and ~6 ms in
+// mpi calls, waiting for each other (all their halos stay on B). A joins idle. Only what
+// crosses the network grows when a rank moves, priced with the round trip B's agent measured
+// to A with its heartbeat pings; the wait is carried over, so ATS-RAS gives A a rank. Scaling
+// the whole wait, as before, made every rank look slower on A and none moved.
+func TestAgentATSRASGivesAWaitingRankToAJoiningNodeWithTheMeasuredRoundTrip(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
+	table := loadedRanks("j", 4)
+	b := startAgentT(t, url, "B", fastIOS(iosbridge.PolicyATSRAS), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyATSRAS), 1, nil, "B")
+	for _, r := range table {
+		p := profiler.RankProfile{Job: r.Job, Rank: r.Rank, Node: "B", PID: r.PID, At: time.Now(),
+			Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 7.24, CompSeconds: 2.76,
+			Iteration: 600, Iterations: 600, MeanIterSeconds: 0.0167, PlannedIterations: 100000, StateBytes: 1 << 20,
+			ReceivedMessages: 1200}
+		for _, q := range []int{r.Rank - 1, r.Rank + 1} {
+			if q >= 0 && q < len(table) {
+				p.Sent = append(p.Sent, profiler.PeerTraffic{Rank: q, Messages: 600, Bytes: 600 << 14})
+			}
+		}
+		data, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish(job.ProfileSubject(r.Job), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var req job.ControlRequest
+	select {
+	case req = <-ctl.got:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no migration request; B's state %+v\nB's log:\n%s", iosState(t, nc, "B"), b.log)
+	}
+	if req.Kind != job.ControlMigrate || req.To != "A" || !strings.HasPrefix(req.Reason, "ios atsras: ") ||
+		!strings.Contains(req.Reason, "network ") || strings.Contains(req.Reason, "network 0s/msg") {
+		t.Fatalf("control request %+v: want a rank given to A, priced with a measured round trip", req)
+	}
+}
