@@ -166,7 +166,12 @@ type RankProfile struct {
 	MessagesProcessed int64 `msgpack:"messages_processed"`
 	// ComputePerMessage is F(A) of eq. 2.3, the work per processed message, measured as the
 	// time computed (outside MPI calls) per message received on the rank's current node:
-	// its FLOPs over the node's speed for it. 0 means unknown.
+	// its FLOPs over the node's speed for it. 0 means unknown. The rest of a message's
+	// time, Window/MessagesProcessed − ComputePerMessage, is spent in mpi calls: sending,
+	// the halos' network time and, in a bulk-synchronous job mostly, waiting for slower
+	// ranks. The profile does not split it (that would need clocks shared between nodes);
+	// ATS-RAS takes its network share from the round trip the agents measure
+	// (ATSRASRemoteEstimate).
 	ComputePerMessage time.Duration `msgpack:"compute_per_message"`
 	// Peers is the per-peer traffic this rank sent during Window, sorted by Rank.
 	Peers []PeerComm `msgpack:"peers"`
