@@ -466,6 +466,11 @@ type SpawnRequest struct {
 	CkptDir string `msgpack:"ckpt_dir,omitempty"`
 	// CkptKeep is how many committed checkpoints the job keeps (0 = the default).
 	CkptKeep int `msgpack:"ckpt_keep,omitempty"`
+	// Replaces, for the successor of a joint move (an exchange of ranks between nodes), are
+	// ranks of the same job that run on the node and leave it in the same reconfiguration:
+	// the node may admit this rank in the slot of one of them when it has none free, as
+	// the two share it for the moment of the hand-over only.
+	Replaces []int `msgpack:"replaces,omitempty"`
 }
 
 // TypedEnv are the variables of a rank's environment that a spawn request sets only through
@@ -517,6 +522,14 @@ func (s SpawnRequest) Validate() error {
 	}
 	if s.CkptKeep < 0 || s.CkptKeep > MaxCkptKeep {
 		return fmt.Errorf("job: spawn: %d checkpoints kept, want 0 to %d", s.CkptKeep, MaxCkptKeep)
+	}
+	if len(s.Replaces) > MaxSlots {
+		return fmt.Errorf("job: spawn: replaces %d ranks, want at most %d", len(s.Replaces), MaxSlots)
+	}
+	for _, r := range s.Replaces {
+		if r < 0 || r == s.Rank {
+			return fmt.Errorf("job: spawn: replaces rank %d", r)
+		}
 	}
 	if len(s.Dir) > maxPathBytes || strings.IndexByte(s.Dir, 0) >= 0 {
 		return errors.New("job: spawn: working directory is too long or contains NUL")
@@ -679,6 +692,46 @@ type ControlRequest struct {
 	// Drain: a node asks to move its own ranks because it is leaving (pcmd drain), which a
 	// job started with --policy none still allows; the node's signature vouches for it.
 	Drain bool `msgpack:"drain,omitempty"`
+	// Exchange, if set, makes this migration one node's part of a joint move: the IOS
+	// agents' exchange of ranks between nodes. The job moves every part of the exchange
+	// at the same iteration boundary, all or none, once each node of Exchange.Parties sent
+	// its part; so a node whose slots are all in use can take a rank for one that leaves.
+	Exchange *ExchangePart `msgpack:"exchange,omitempty"`
+}
+
+// ExchangePart names the joint move a migration request is part of.
+type ExchangePart struct {
+	// Origin and ID name the exchange: the node that asked for it and its request number
+	// there (iosbridge's steal request).
+	Origin string `msgpack:"origin"`
+	ID     uint64 `msgpack:"id"`
+	// Parties are the nodes that give ranks in it, each of which sends its own part.
+	Parties []string `msgpack:"parties"`
+}
+
+// MaxExchangeParties bounds ExchangePart.Parties (the agents exchange among 2 or 3 nodes).
+const MaxExchangeParties = 8
+
+// Validate checks an ExchangePart's form.
+func (x ExchangePart) Validate() error {
+	if err := ValidateNode(x.Origin); err != nil {
+		return fmt.Errorf("job: exchange origin: %w", TrimPrefix(err))
+	}
+	if len(x.Parties) < 2 || len(x.Parties) > MaxExchangeParties {
+		return fmt.Errorf("job: exchange %s/%d among %d nodes, want 2 to %d", x.Origin, x.ID, len(x.Parties), MaxExchangeParties)
+	}
+	for i, p := range x.Parties {
+		if err := ValidateNode(p); err != nil {
+			return fmt.Errorf("job: exchange party: %w", TrimPrefix(err))
+		}
+		if slices.Contains(x.Parties[:i], p) {
+			return fmt.Errorf("job: exchange %s/%d names node %s twice", x.Origin, x.ID, p)
+		}
+	}
+	if !slices.Contains(x.Parties, x.Origin) {
+		return fmt.Errorf("job: exchange %s/%d: its origin is not among its nodes", x.Origin, x.ID)
+	}
+	return nil
 }
 
 // Validate checks a ControlRequest's form.
@@ -702,6 +755,14 @@ func (c ControlRequest) Validate() error {
 		}
 		if len(c.Reason) > 1024 {
 			return errors.New("job: migrate: reason longer than 1024 bytes")
+		}
+		if c.Exchange != nil {
+			if err := c.Exchange.Validate(); err != nil {
+				return err
+			}
+			if !slices.Contains(c.Exchange.Parties, c.To) {
+				return fmt.Errorf("job: migrate: exchange %s/%d: target %s is not among its nodes", c.Exchange.Origin, c.Exchange.ID, c.To)
+			}
 		}
 		return ValidateNode(c.To)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
@@ -137,6 +139,9 @@ func (m *Migration) Run() (leave bool, err error) {
 		}
 	}
 	if v.Abort {
+		if failure == nil {
+			failure = fmt.Errorf("the joint move of request %d did not happen: rank %s not ready to move", mine.Seq, joinInts(v.Unready))
+		}
 		abort(failure)
 		fmt.Fprintf(log, "pcm: rank %d: migration to %s aborted, continuing here: %v\n", m.Rank, mine.To, failure)
 		return false, redirectErr
@@ -213,18 +218,38 @@ type Verdict struct {
 	Leave bool
 	// Abort: the rank's own move did not happen; it releases its successor and goes on.
 	Abort bool
+	// Unready, when the rank's own move is joint and aborted, are the ranks of its entry
+	// whose move was not ready (the rank's own among them if it failed itself).
+	Unready []int
 }
 
-// Judge returns the verdict of the agreed outcomes for rank me.
+// Judge returns the verdict of the agreed outcomes for rank me. The moves of a joint entry
+// happen only if every one of them is ready: one that failed before the commit aborts them
+// all, so that no node is left with a rank that arrived while the one it was to leave for
+// stays (over its slots), nor an exchange half done.
 func Judge(moves []Move, outcomes []Outcome, me int) Verdict {
 	var v Verdict
+	ready := func(mv Move) bool { return mv.Rank >= 0 && mv.Rank < len(outcomes) && outcomes[mv.Rank].Moved }
+	failed := map[uint64]bool{} // joint entries with a move that is not ready
 	for _, mv := range moves {
-		moved := mv.Rank < len(outcomes) && outcomes[mv.Rank].Moved
+		if mv.Joint && !ready(mv) {
+			failed[mv.Seq] = true
+		}
+	}
+	for _, mv := range moves {
+		moved := ready(mv) && !(mv.Joint && failed[mv.Seq])
 		switch {
 		case mv.Rank == me && moved:
 			v.Leave = true
 		case mv.Rank == me:
 			v.Abort = true
+			if mv.Joint {
+				for _, x := range moves {
+					if x.Seq == mv.Seq && !ready(x) {
+						v.Unready = append(v.Unready, x.Rank)
+					}
+				}
+			}
 		case moved:
 			v.Redirects = append(v.Redirects, Redirect{Rank: mv.Rank, Addr: outcomes[mv.Rank].Addr})
 		}
@@ -263,4 +288,13 @@ func ParseOutcomes(b []byte) ([]Outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// joinInts formats ranks as "1, 3".
+func joinInts(rs []int) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = strconv.Itoa(r)
+	}
+	return strings.Join(s, ", ")
 }

@@ -73,7 +73,7 @@ func TestEveryRankEntersReconfigurationAtTheSameBoundary(t *testing.T) {
 			t.Fatalf("rank %d plans %+v, rank 0 %+v", rank, plans[rank], plans[0])
 		}
 	}
-	want := []Move{{0, 3, "n2"}, {1, 1, "n1"}, {2, 3, "n2"}}
+	want := []Move{{0, 3, "n2", false}, {1, 1, "n1", false}, {2, 3, "n2", false}}
 	if !reflect.DeepEqual(plans[0].Moves, want) || !plans[0].Checkpoint {
 		t.Fatalf("plan %+v, want moves %v and a checkpoint", plans[0], want)
 	}
@@ -88,7 +88,7 @@ func TestEveryRankEntersReconfigurationAtTheSameBoundary(t *testing.T) {
 func TestMovesAreUniquePerRankAndInsideTheWorld(t *testing.T) {
 	log := []reconf.Reconfiguration{migrateEntry(1, "n1", 2, 9), migrateEntry(2, "n3", 2, 0)}
 	p, _ := Decide(Point{Size: 4, Known: 2}, log)
-	if want := []Move{{0, 2, "n3"}, {2, 1, "n1"}}; !reflect.DeepEqual(p.Moves, want) {
+	if want := []Move{{0, 2, "n3", false}, {2, 1, "n1", false}}; !reflect.DeepEqual(p.Moves, want) {
 		t.Fatalf("moves %v, want %v", p.Moves, want)
 	}
 	if mv, ok := p.MoveOf(2); !ok || mv.To != "n1" {
@@ -358,7 +358,7 @@ func TestCheckpointDueAtTheMigrationBoundaryIsFinishedFirst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tc.want.Applied, tc.want.Entries, tc.want.Moves = 1, log, []Move{{1, 1, "n1"}}
+		tc.want.Applied, tc.want.Entries, tc.want.Moves = 1, log, []Move{{1, 1, "n1", false}}
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%+v:\n got %+v\nwant %+v", tc.pt, got, tc.want)
 		}
@@ -418,7 +418,7 @@ func TestOutcomeRecords(t *testing.T) {
 // The verdict of the commit point, for each kind of rank: one whose move happened leaves,
 // one whose move failed aborts and stays, the others redirect the moves that happened.
 func TestVerdictOfTheCommitPoint(t *testing.T) {
-	moves := []Move{{0, 1, "n2"}, {2, 1, "n2"}, {3, 2, "n1"}}
+	moves := []Move{{0, 1, "n2", false}, {2, 1, "n2", false}, {3, 2, "n1", false}}
 	outcomes := []Outcome{{Moved: true, Addr: "n2:1"}, {}, {}, {Moved: true, Addr: "n1:3"}}
 	for me, want := range []Verdict{
 		{Redirects: []Redirect{{3, "n1:3"}}, Leave: true},

@@ -49,11 +49,13 @@ type Point struct {
 	InFlight bool
 }
 
-// Move is one rank moving to a node, by log entry Seq.
+// Move is one rank moving to a node, by log entry Seq. Joint: the moves of its entry
+// happen together or not at all (Judge).
 type Move struct {
-	Rank int
-	Seq  uint64
-	To   string
+	Rank  int
+	Seq   uint64
+	To    string
+	Joint bool
 }
 
 // Plan is what the ranks do at an agreement point, in this order: finish the checkpoint in
@@ -129,12 +131,12 @@ func movesOf(entries []reconf.Reconfiguration, size int) []Move {
 		if e.Kind != reconf.Migrate {
 			continue
 		}
-		for _, r := range e.Ranks {
+		for i, r := range e.Ranks {
 			if r < 0 || r >= size || seen[r] {
 				continue
 			}
 			seen[r] = true
-			moves = append(moves, Move{Rank: r, Seq: e.Seq, To: e.To})
+			moves = append(moves, Move{Rank: r, Seq: e.Seq, To: e.TargetOf(i), Joint: e.Joint})
 		}
 	}
 	slices.SortFunc(moves, func(a, b Move) int { return a.Rank - b.Rank })

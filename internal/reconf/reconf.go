@@ -20,6 +20,7 @@ package reconf
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -112,11 +113,17 @@ var ErrTransition = errors.New("reconf: state change not allowed")
 
 // Reconfiguration is one accepted change of a job's configuration and what became of it.
 type Reconfiguration struct {
-	Seq    uint64 `msgpack:"seq" json:"seq"` // 1, 2, ... in order of acceptance
-	Kind   Kind   `msgpack:"kind" json:"kind"`
-	Ranks  []int  `msgpack:"ranks,omitempty" json:"ranks,omitempty"` // migrate: the ranks that move
-	To     string `msgpack:"to,omitempty" json:"to,omitempty"`       // migrate: the target node
-	From   string `msgpack:"from,omitempty" json:"from,omitempty"`   // migrate: where the ranks ran
+	Seq   uint64 `msgpack:"seq" json:"seq"` // 1, 2, ... in order of acceptance
+	Kind  Kind   `msgpack:"kind" json:"kind"`
+	Ranks []int  `msgpack:"ranks,omitempty" json:"ranks,omitempty"` // migrate: the ranks that move
+	To    string `msgpack:"to,omitempty" json:"to,omitempty"`       // migrate: the target node
+	From  string `msgpack:"from,omitempty" json:"from,omitempty"`   // migrate: where the ranks ran
+	// Targets, if set, is a migration's target node of each of Ranks (To is then ""): a
+	// joint move, such as an exchange of ranks between nodes.
+	Targets []string `msgpack:"targets,omitempty" json:"targets,omitempty"`
+	// Joint: every rank of the migration moves or none does, at the same boundary; so a
+	// node may take a rank in the slot of one leaving it in the same entry.
+	Joint  bool   `msgpack:"joint,omitempty" json:"joint,omitempty"`
 	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
 	// NP and OldNP are a resize's new and old numbers of ranks; for a shrink Ranks are the
 	// ranks that leave, for a grow Nodes are where the new ranks start (index NP-OldNP).
@@ -133,6 +140,14 @@ type Reconfiguration struct {
 	Pause     time.Duration `msgpack:"pause,omitempty" json:"pause,omitempty"`         // the job's pause for it
 	Bytes     int64         `msgpack:"bytes,omitempty" json:"bytes,omitempty"`         // state bytes moved
 	At        time.Time     `msgpack:"at" json:"at"`                                   // when it was proposed
+}
+
+// TargetOf is where a migration moves its i-th rank (Ranks[i]).
+func (r *Reconfiguration) TargetOf(i int) string {
+	if i >= 0 && i < len(r.Targets) {
+		return r.Targets[i]
+	}
+	return r.To
 }
 
 // Advance moves r to next, recording err's text when next is Aborted.
@@ -216,8 +231,11 @@ func (l Log) Validate() error {
 		if e.Kind == Resize && (e.NP < 1 || e.OldNP < 1 || e.NP > MaxRanks || e.OldNP > MaxRanks || len(e.Nodes) > MaxRanks) {
 			return fmt.Errorf("reconf: log entry %d: resize from %d to %d ranks", e.Seq, e.OldNP, e.NP)
 		}
-		if e.Kind == Migrate && (len(e.Ranks) == 0 || e.To == "") {
+		if e.Kind == Migrate && (len(e.Ranks) == 0 || e.To == "" && len(e.Targets) == 0) {
 			return fmt.Errorf("reconf: log entry %d: migration without ranks or target node", e.Seq)
+		}
+		if len(e.Targets) > 0 && (len(e.Targets) != len(e.Ranks) || slices.Contains(e.Targets, "")) {
+			return fmt.Errorf("reconf: log entry %d: %d targets for %d ranks", e.Seq, len(e.Targets), len(e.Ranks))
 		}
 	}
 	return nil

@@ -300,7 +300,7 @@ func (m *Manager) spawn(subject string, data []byte) job.SpawnReply {
 		r.exit = job.RankExitSubject(req.Job, req.Rank)
 	}
 	m.mu.Lock()
-	if code, why := m.table.Admit(key); code != "" {
+	if code, why := m.table.Admit(key, req.Replaces...); code != "" {
 		m.mu.Unlock()
 		return m.refuse(code, "%s", why)
 	}

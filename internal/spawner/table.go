@@ -3,6 +3,7 @@ package spawner
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,10 @@ type entry struct {
 	leased    bool   // counted in its job's lease
 	reason    string // why the node stops it, if it does
 	successor bool   // took over a migrated rank (job.RankInfo.Successor)
+	// A rank that arrives in a joint move when no slot is free shares the slot of a rank
+	// of its job leaving the node in the same reconfiguration (Admit's replaces): the
+	// leaver lends, the arrival borrows, and the two count as one until either exits.
+	lends, borrows *RankKey
 }
 
 // lease tracks the keepalives of a job's launcher (job.SpawnRequest.KeepAlive).
@@ -54,23 +59,73 @@ func NewTable(node string, slots int, maxLease time.Duration) *Table {
 
 // Admit reserves a slot for rank k, or says why not: the node is closed, already runs k, or
 // has no free slot. The reservation holds until Started or Abort.
-func (t *Table) Admit(k RankKey) (job.SpawnRefusal, string) {
+//
+// replaces are ranks of k's job that leave the node in the same joint move (an exchange,
+// job.SpawnRequest.Replaces). When no slot is free, k shares the slot of one of them that
+// runs here and lends it to no other: the node runs one rank over its slots only until
+// either leaves, which the joint move's commit (the leaver exits) or abort (the arrival is
+// stopped) brings about at the same boundary.
+func (t *Table) Admit(k RankKey, replaces ...int) (job.SpawnRefusal, string) {
+	var lender *entry
+	var lenderKey RankKey
 	switch old := t.ranks[k]; {
 	case t.closed != "":
 		return job.RefuseStopping, t.closed
 	case old != nil:
 		return job.RefuseDuplicate, fmt.Sprintf("already runs rank %d of job %s (pid %d)", k.Rank, k.Job, old.pid)
-	case len(t.ranks) >= t.slots:
-		return job.RefuseNoSlot, fmt.Sprintf("has no free slot for rank %d of job %s (%d of %d in use)", k.Rank, k.Job, len(t.ranks), t.slots)
+	case t.Used() >= t.slots:
+		for _, r := range replaces {
+			lk := RankKey{k.Job, r}
+			if e := t.ranks[lk]; lender == nil && r != k.Rank && e != nil && e.pid != 0 && e.lends == nil && e.borrows == nil {
+				lender, lenderKey = e, lk
+			}
+		}
+		if lender == nil {
+			why := fmt.Sprintf("has no free slot for rank %d of job %s (%d of %d in use)", k.Rank, k.Job, t.Used(), t.slots)
+			if len(replaces) > 0 {
+				why += fmt.Sprintf(", and none of the ranks it replaces (%s) runs here with a slot to share", joinRanks(replaces))
+			}
+			return job.RefuseNoSlot, why
+		}
 	}
-	t.ranks[k] = &entry{}
+	e := &entry{}
+	if lender != nil {
+		e.borrows, lender.lends = &lenderKey, &k
+	}
+	t.ranks[k] = e
 	return "", ""
+}
+
+func joinRanks(rs []int) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = strconv.Itoa(r)
+	}
+	return strings.Join(s, ", ")
 }
 
 // Abort frees the slot of a rank that could not be started.
 func (t *Table) Abort(k RankKey) {
 	if e := t.ranks[k]; e != nil && e.pid == 0 {
-		delete(t.ranks, k)
+		t.forget(k, e)
+	}
+}
+
+// forget removes rank k; a slot it shared is the other rank's alone from now on.
+func (t *Table) forget(k RankKey, e *entry) {
+	delete(t.ranks, k)
+	for _, other := range []*RankKey{e.lends, e.borrows} {
+		if other == nil {
+			continue
+		}
+		if o := t.ranks[*other]; o != nil {
+			if o.lends != nil && *o.lends == k {
+				o.lends = nil
+			}
+			if o.borrows != nil && *o.borrows == k {
+				o.borrows = nil
+			}
+		}
 	}
 }
 
@@ -127,7 +182,7 @@ func (t *Table) Exited(k RankKey) (reason string, unwatch bool) {
 	if e == nil {
 		return "", false
 	}
-	delete(t.ranks, k)
+	t.forget(k, e)
 	if !e.leased {
 		return e.reason, false
 	}
@@ -244,8 +299,17 @@ func compareKeys(a, b RankKey) int {
 	return a.Rank - b.Rank
 }
 
-// Used is the number of slots in use: ranks started or starting.
-func (t *Table) Used() int { return len(t.ranks) }
+// Used is the number of slots in use: ranks started or starting, two sharing a slot in a
+// joint move counted once.
+func (t *Table) Used() int {
+	n := len(t.ranks)
+	for _, e := range t.ranks {
+		if e.lends != nil {
+			n--
+		}
+	}
+	return n
+}
 
 // Ranks lists the started ranks, sorted by job and rank.
 func (t *Table) Ranks() []job.RankInfo {
