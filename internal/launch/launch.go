@@ -561,7 +561,7 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 			return supervisor.NodeChecked{Check: a.Check, Err: errNoNodes}
 		}
 		go func() {
-			err := ns.CheckNode(a.Node)
+			err := ns.CheckNode(a.Node, a.Leaving)
 			if err != nil {
 				err = trimLaunch(err)
 			}
@@ -617,7 +617,7 @@ func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 		proc, err := r.cfg.Starter.Start(spec)
 		return r.started(a.Proc, proc, err)
 	}
-	spec.Incarnation = a.Incarnation
+	spec.Incarnation, spec.Replaces = a.Incarnation, a.Replaces
 	spec.Env = append(spec.Env, job.EnvMigrate+"="+a.Handover, job.EnvIncarnation+"="+strconv.Itoa(a.Incarnation),
 		r.successorNodeRanksEnv(a.Node, a.Rank))
 	return r.startOn(a, spec)

@@ -87,7 +87,7 @@ func TestNodesJoinFromTheirHeartbeats(t *testing.T) {
 	wantGone(t, nextEvent(t, r), "n1")
 	back := startFakeNodeAs(t, url, "n1", 2, fastBeat, 4343, nil)
 	wantJoin(t, nextEvent(t, r), "n1", 2, "pcmd on node n1 came back (pid 4343, a new key)")
-	if err := r.CheckNode("n1"); err != nil {
+	if err := r.CheckNode("n1", 0); err != nil {
 		t.Errorf("CheckNode of the returned node: %v", err)
 	}
 	// Joined nodes are watched like the others, ranks or not.

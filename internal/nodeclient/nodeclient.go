@@ -427,7 +427,7 @@ func (r *Remote) Start(spec rankproc.Spec) (rankproc.Process, error) {
 
 // CheckNode implements NodeStarter. Nodes that were not among the hosts are learned here
 // and watched from then on.
-func (r *Remote) CheckNode(name string) error {
+func (r *Remote) CheckNode(name string, leaving int) error {
 	if err := job.ValidateNode(name); err != nil {
 		return fmt.Errorf("nodeclient: %w", job.TrimPrefix(err))
 	}
@@ -441,7 +441,7 @@ func (r *Remote) CheckNode(name string) error {
 	if err != nil {
 		return err
 	}
-	if info.Slots-info.Used <= 0 {
+	if info.Slots-info.Used+max(leaving, 0) <= 0 {
 		return fmt.Errorf("nodeclient: node %s has no free slot (%d of %d in use): %w", name, info.Used, info.Slots, ErrNotEnoughSlots)
 	}
 	card, err := r.nodeCard(info)
@@ -458,7 +458,7 @@ func (r *Remote) CheckNode(name string) error {
 
 // StartOn implements NodeStarter.
 func (r *Remote) StartOn(node string, spec rankproc.Spec) (rankproc.Process, error) {
-	if err := r.CheckNode(node); err != nil {
+	if err := r.CheckNode(node, len(spec.Replaces)); err != nil {
 		return nil, err
 	}
 	return r.start(node, spec)
@@ -522,7 +522,7 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 	p.mu.Unlock()
 	req := job.SpawnRequest{
 		Job: jobID, Rank: spec.Rank, Path: spec.Path, Args: spec.Args, Env: env, Dir: dir,
-		Out: outSubj, Exit: exitSubj, KeepAlive: r.cfg.KeepAlive,
+		Out: outSubj, Exit: exitSubj, KeepAlive: r.cfg.KeepAlive, Replaces: spec.Replaces,
 	}
 	if err := typedFields(&req); err != nil {
 		return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))

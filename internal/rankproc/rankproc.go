@@ -49,6 +49,9 @@ type Spec struct {
 	// Incarnation counts the processes that held this rank before (migrations); a remote
 	// starter keeps each incarnation's output apart.
 	Incarnation int
+	// Replaces, for a successor of a joint move, are the ranks of the job that leave its
+	// node in the same move: the node may admit it in one of their slots.
+	Replaces []int
 
 	// Output receives every line the rank writes, without its trailing newline (a final
 	// unterminated line is delivered too). Lines of one stream arrive in order from a single
@@ -67,9 +70,11 @@ type Starter interface {
 // NodeStarter is a Starter that can place a rank on a named node, as migrations need.
 type NodeStarter interface {
 	Starter
-	// CheckNode reports whether node can take a rank now (it is known, alive, has a slot).
-	CheckNode(node string) error
-	// StartOn starts spec's rank on node.
+	// CheckNode reports whether node can take a rank now (it is known, alive, has a slot);
+	// leaving ranks of the job leave it in the same joint move, their slots counted free.
+	CheckNode(node string, leaving int) error
+	// StartOn starts spec's rank on node (in the slot of one of spec.Replaces, if it has
+	// no free one).
 	StartOn(node string, spec Spec) (Process, error)
 }
 

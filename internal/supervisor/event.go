@@ -145,6 +145,9 @@ type StartRank struct {
 	// reconfiguration log entries of the failed run, which the new process must not act on.
 	Restart    string
 	ReconfBase uint64
+	// Replaces, for a successor of a joint move, are the job's ranks that leave Node in
+	// the same move: the node may admit the successor in one of their slots.
+	Replaces []int
 }
 
 // CheckNode asks the loop whether Node can take a rank now, and to report it with
@@ -152,6 +155,9 @@ type StartRank struct {
 type CheckNode struct {
 	Check uint64
 	Node  string
+	// Leaving counts the job's ranks that leave Node in the same joint move: their slots
+	// count as free for it.
+	Leaving int
 }
 
 // SignalProc asks the loop to send Sig to a process.

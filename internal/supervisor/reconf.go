@@ -88,6 +88,10 @@ func (m *Machine) onMigrateControl(reply string, c job.ControlRequest) {
 		m.ctlError(reply, "%v", err)
 		return
 	}
+	if c.Exchange != nil {
+		m.onExchangePart(reply, c, ranks)
+		return
+	}
 	// Asking the node takes a round trip: the request waits for NodeChecked.
 	m.lastCheck++
 	m.checks[m.lastCheck] = pendingCheck{reply: reply, ranks: ranks, to: c.To, reason: c.Reason}
@@ -277,7 +281,8 @@ func (m *Machine) onSuccessorRequest(e SuccessorRequest) {
 	p := m.procs[id]
 	p.side, p.successor, p.node, p.seq, p.reply = true, true, st.next.to, req.Seq, e.Reply
 	st.next.start = id
-	m.emit(StartRank{Proc: id, Rank: req.Rank, Node: st.next.to, Incarnation: st.incarnation + 1, Handover: req.Handover})
+	m.emit(StartRank{Proc: id, Rank: req.Rank, Node: st.next.to, Incarnation: st.incarnation + 1, Handover: req.Handover,
+		Replaces: m.replacing(req.Seq, req.Rank, st.next.to)})
 }
 
 // refuseSuccessor aborts rank r's migration for request seq before a successor runs. The

@@ -217,6 +217,10 @@ type Machine struct {
 	history   []job.Migration
 	checks    map[uint64]pendingCheck
 	lastCheck uint64
+	// joints are the exchanges whose parts are being collected (joint.go), and
+	// jointChecks the CheckNodes of their targets.
+	joints      map[jointKey]*joint
+	jointChecks map[uint64]jointKey
 	// republishAt is when the log is published again for a migration that waits for its
 	// rank (RepublishEvery); zero if not armed.
 	republishAt time.Time
@@ -238,13 +242,15 @@ func New(cfg Config) (*Machine, error) {
 	}
 	cfg.Slots = maps.Clone(cfg.Slots) // nodes that join add theirs
 	return &Machine{
-		cfg:       cfg,
-		procs:     make(map[ProcID]*proc),
-		ranks:     make([]rank, cfg.NP),
-		firstLost: -1,
-		checks:    make(map[uint64]pendingCheck),
-		gone:      make(map[string]string),
-		rec:       recovery{beats: make(map[ProcID]beat), lastIter: -1},
+		cfg:         cfg,
+		procs:       make(map[ProcID]*proc),
+		ranks:       make([]rank, cfg.NP),
+		firstLost:   -1,
+		checks:      make(map[uint64]pendingCheck),
+		joints:      make(map[jointKey]*joint),
+		jointChecks: make(map[uint64]jointKey),
+		gone:        make(map[string]string),
+		rec:         recovery{beats: make(map[ProcID]beat), lastIter: -1},
 	}, nil
 }
 
@@ -267,7 +273,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 	case Control:
 		m.onControl(e)
 	case NodeChecked:
-		if !m.onResizeChecked(e) {
+		if !m.onResizeChecked(e) && !m.onJointChecked(now, e) {
 			m.onNodeChecked(now, e)
 		}
 	case ResizeHello:
@@ -308,7 +314,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 // NextDeadline returns when the Machine must next get a Tick, if it waits for a time.
 func (m *Machine) NextDeadline() (time.Time, bool) {
 	var at time.Time
-	for _, t := range []time.Time{m.rdvAt, m.timeoutAt, m.graceAt, m.hangDeadline(), m.moveDeadline()} {
+	for _, t := range []time.Time{m.rdvAt, m.timeoutAt, m.graceAt, m.hangDeadline(), m.moveDeadline(), m.jointDeadline()} {
 		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
 			at = t
 		}
@@ -407,6 +413,7 @@ func (m *Machine) expire(now time.Time) {
 	}
 	m.checkHangs(now)
 	m.expireMoves(now)
+	m.expireJoints(now)
 }
 
 func (m *Machine) onLaunch(now time.Time) {
