@@ -30,10 +30,10 @@ import (
 //     the request (decideRotation, below);
 //   - a pair swap: two of its ranks for the offered rank and its partner (decidePairSwap).
 //
-// Every node that receives a rank in an exchange must have a free slot for it (two for a pair
-// swap, NodeProfile.Slots): the job moves each rank by its own migration, whose successor
-// starts on the target while the rank still runs where it leaves, and pcmd refuses a rank
-// beyond its slots, which would leave the exchange refused in part after the commit.
+// An exchange needs no free slot (NodeProfile.Slots): every node gives as many ranks as it
+// gets, and the job moves the ranks of one exchange as one joint move (Migration.Parties), in
+// which pcmd admits an arriving rank in the slot of one that leaves at the same boundary. So
+// the ranks of an exchange are of one job.
 //
 // No ping-pong: a single move strictly lowers Σ k²/C over the nodes (the reverse would need
 // the target denser than the giver before the move), a swap, a three-way exchange or a pair
@@ -188,11 +188,6 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 	switch {
 	case b == nil:
 		return no("no single move pays and no rank offered for a swap")
-	case !in.Local.roomFor(1) || !in.Remote.roomFor(1):
-		// PCM moves each rank of an exchange by itself, its successor starting on the target
-		// before it leaves: a full node's pcmd would refuse the rank coming in.
-		return no(fmt.Sprintf("no free slot for a swap (%d ranks, %d slots here; %d, %d at %s)",
-			len(in.Local.Ranks), in.Local.Slots, len(in.Remote.Ranks), in.Remote.Slots, in.Remote.Node))
 	case !in.Remote.Hosts(b.ID()) || in.Local.Hosts(b.ID()):
 		return no(fmt.Sprintf("offered %s is not on %s", b.ID(), in.Remote.Node))
 	case !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.Cooldown:
@@ -244,8 +239,8 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 // profile; R holds b for StealTimeout. The node M that then finds a c for which the
 // rotation pays asks R to send b to it (KindRelayAccept); once R confirms (KindRelayReady)
 // M promises c to L in a steal accept naming R as where a goes (Message.SwapTo). Like every exchange it is all or nothing:
-// R confirms its hold before M answers L, L alone commits, and each further move waits for
-// the arrival of the one before (exchange_commit.go).
+// R confirms its hold before M answers L, L alone commits, and the job moves the three ranks
+// in one joint move (exchange_commit.go).
 
 // RotationReduction is the bytes per window that stop crossing nodes when a (hosted on l)
 // moves to r, b (on r) to m and c (on m) to l: the bytes the three ranks send that cross
@@ -332,15 +327,15 @@ func (st stable) decideRotation(in DecisionInput, mine []RankProfile) Decision {
 	if !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.Cooldown {
 		return d
 	}
-	if !in.Local.roomFor(1) || !in.Remote.roomFor(1) || !rn.roomFor(1) {
-		return d // each node takes a rank before its own leaves (decideExchange)
-	}
 	ua, ub := a.cpuUse(in.Remote), b.cpuUse(*rn)
 	nodes := [3]NodeProfile{in.Remote, *rn, in.Local} // L, R, M
 	var best int64
 	for _, c := range mine {
 		// Each node gives one rank and gets one; the free CPUs between every two of them must
 		// stay balanced as for a swap.
+		if c.Job != a.Job || b.Job != a.Job {
+			continue // one joint move of one job
+		}
 		uc := c.cpuUse(in.Local)
 		change := [3]float64{ua - uc, ub - ua, uc - ub}
 		ok := true
@@ -396,9 +391,6 @@ func (st stable) decidePairSwap(in DecisionInput, mine []RankProfile, diff, marg
 	}
 	if !b2.LastMigration.IsZero() && in.Now.Sub(b2.LastMigration) < st.s.Cooldown {
 		return d
-	}
-	if !in.Local.roomFor(2) || !in.Remote.roomFor(2) {
-		return d // each node takes two ranks before its own leave (decideExchange)
 	}
 	ub := b1.cpuUse(in.Remote) + b2.cpuUse(in.Remote)
 	var best int64

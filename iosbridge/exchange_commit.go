@@ -2,6 +2,7 @@ package iosbridge
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -23,10 +24,12 @@ import (
 //     outstanding with that offer; a late or mismatched accept is refused with
 //     KindExchangeCancel to the nodes holding ranks for it, and nothing moves.
 //   - Origin's commit tells the nodes holding a promise (KindExchangeCommit), which then
-//     send their ranks. If that message is lost, no further message is needed: a node that
-//     holds a promise sends its rank when what it waits for has arrived (its Update lists
-//     it): a swap is then Origin → decider → Origin, a rotation Origin → relay → decider →
-//     Origin, each move ordered by the arrival of the one before.
+//     send their ranks. Every node's migrations name the exchange (Migration.Parties), and
+//     the job moves the parts of one exchange together once each node sent its own, all or
+//     none (internal/supervisor's joint moves). If the commit message is lost, Origin's
+//     part is refused alone and the holds expire: nothing moves. (A node that holds a
+//     promise also sends its rank when what it waits for has arrived, as its Update lists
+//     it; after a joint move its own rank has left by then, so nothing more is sent.)
 //
 //   - A node holds ranks for one exchange at a time (inExchange): an exchange is judged on
 //     the placement of its two or three nodes, so it must be carried out on that one, not
@@ -178,15 +181,30 @@ func (n *Node) swapOut(now time.Time, m Message) bool {
 	}
 	n.outgoing[m.Swap] = pending{peer: to, at: now, cpu: n.rankCPU(m.Swap)}
 	n.stats.RanksSwapped++
+	parties := exchangeParties(n.cfg.ID, m.From, m.SwapTo)
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Swap, To: to, RequestID: m.ID, Gain: m.Gain,
-		Policy: n.rankPolicy(m.Swap), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now})
+		Policy: n.rankPolicy(m.Swap), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now,
+		Origin: n.cfg.ID, Parties: parties})
 	if m.SwapPair != (RankID{}) {
 		n.outgoing[m.SwapPair] = pending{peer: to, at: now, cpu: n.rankCPU(m.SwapPair)}
 		n.stats.RanksSwapped++
 		n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.SwapPair, To: to, RequestID: m.ID, Gain: m.Gain,
-			Policy: n.rankPolicy(m.SwapPair), Reason: fmt.Sprintf("swapped with %s for %s and %s: %s", m.Swap, m.Rank, m.Pair, m.Reason), At: now})
+			Policy: n.rankPolicy(m.SwapPair), Reason: fmt.Sprintf("swapped with %s for %s and %s: %s", m.Swap, m.Rank, m.Pair, m.Reason), At: now,
+			Origin: n.cfg.ID, Parties: parties})
 	}
 	return true
+}
+
+// exchangeParties are the nodes named, without "" and repeats, sorted (Migration.Parties).
+func exchangeParties(nodes ...string) []string {
+	var out []string
+	for _, x := range nodes {
+		if x != "" && !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // onRelayAccept is the relay's part of a three-way exchange: if it still holds the rank for
@@ -312,6 +330,7 @@ func (n *Node) complete(now time.Time, h *exchangeHold) {
 		}
 		mg := h.mig
 		mg.Rank, mg.At = id, now
+		mg.Origin, mg.Parties = h.origin, exchangeParties(h.origin, h.to, h.relay, n.cfg.ID)
 		n.out.Migrations = append(n.out.Migrations, mg)
 	}
 }

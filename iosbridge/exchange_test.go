@@ -2,6 +2,7 @@ package iosbridge
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -876,51 +877,51 @@ func TestExchangePartnerIsHeldAndOnlyItsPairSwapMovesIt(t *testing.T) {
 	}
 }
 
-// PCM moves the ranks of an exchange one migration each, and a migration's successor starts
-// on its target while the rank still runs where it leaves: every node receiving a rank needs
-// a free slot then (pcmd serve --slots), or the job refuses the migration ("no free slot")
-// after the requester committed, and an exchange between full nodes would be refused in part
-// or whole every cooldown. So a swap and a rotation need a free slot on each of their nodes,
-// a pair swap two; with them, the same exchanges go ahead.
-func TestExchangesNeedAFreeSlotForEachRankArriving(t *testing.T) {
-	quiet := func(t *testing.T, p *exchangePair, rounds int) {
-		t.Helper()
-		for i := 0; i < rounds; i++ {
-			if moved := p.round(); len(moved) != 0 {
-				t.Fatalf("moved with %d slots per node (%v): %+v", p.slots, p.hosts, moved)
-			}
+// The job moves the ranks of one exchange as one joint move, in which pcmd admits an arriving
+// rank in the slot of one that leaves (internal/supervisor, spawner.Table): so exchanges go
+// ahead between nodes whose slots are all in use (pcmd serve --slots), and every rank of an
+// exchange is handed to PCM naming the exchange (its origin and all its nodes), which the job
+// needs to join the nodes' parts. Before, each rank moved by itself, a full node refused the
+// first arrival, and no exchange happened between full nodes.
+func TestExchangesGoAheadBetweenFullNodesAsJointMoves(t *testing.T) {
+	run := func(p *exchangePair, rounds int, done func() bool) []Migration {
+		var all []Migration
+		for i := 0; i < rounds && !done(); i++ {
+			all = append(all, p.round()...)
 			p.now = p.now.Add(time.Second)
 		}
+		return all
 	}
-	run := func(p *exchangePair, rounds int, done func() bool) {
-		for i := 0; i < rounds && !done(); i++ {
-			p.round()
-			p.now = p.now.Add(time.Second)
+	oneExchange := func(t *testing.T, ms []Migration, parties ...string) {
+		t.Helper()
+		if len(ms) == 0 {
+			t.Fatal("no exchange between full nodes")
+		}
+		for _, m := range ms {
+			if m.Origin != ms[0].Origin || m.RequestID != ms[0].RequestID || !slices.Equal(m.Parties, parties) {
+				t.Fatalf("migration %+v does not name the exchange %s/%d among %v", m, ms[0].Origin, ms[0].RequestID, parties)
+			}
 		}
 	}
 	t.Run("swap", func(t *testing.T) {
 		p := newExchangePair(t, PolicyATSRAS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
 		p.slots = 4
 		p.update()
-		quiet(t, p, 60)
-		p.slots = 5
-		p.update()
-		run(p, 60, func() bool { return len(p.log) > 0 })
+		ms := run(p, 60, func() bool { return len(p.log) > 0 })
 		if !sameSet(p.hosts["L"], 0, 1, 2, 3) || !sameSet(p.hosts["R"], 4, 5, 6, 7) {
-			t.Fatalf("no swap with a free slot on each node: %+v", p.log)
+			t.Fatalf("no swap between full nodes: %+v", p.log)
 		}
+		oneExchange(t, ms, "L", "R")
 	})
 	t.Run("rotation", func(t *testing.T) {
 		p := newExchangeGroup(t, PolicyATSRAS, 12, []string{"A", "B", "C"}, []int{5, 6, 7, 8}, []int{1, 2, 3, 4}, []int{0, 9, 10, 11})
 		p.slots = 4
 		p.update()
-		quiet(t, p, 120)
-		p.slots = 5
-		p.update()
-		run(p, 600, func() bool { return cutEdges(p) == 2 })
+		ms := run(p, 600, func() bool { return cutEdges(p) == 2 })
 		if cutEdges(p) != 2 {
-			t.Fatalf("no rotation with a free slot on each node: %+v", p.log)
+			t.Fatalf("no rotation between full nodes: %+v", p.log)
 		}
+		oneExchange(t, ms, "A", "B", "C")
 	})
 	t.Run("pair swap", func(t *testing.T) {
 		p := newExchangeGroup(t, PolicyATSRAS, 32, []string{"n0", "n1", "n2", "n3"}, nil, nil, nil, nil)
@@ -928,14 +929,15 @@ func TestExchangesNeedAFreeSlotForEachRankArriving(t *testing.T) {
 		for k, h := range hypercubeStart() {
 			p.hosts[p.names[k]] = h
 		}
-		p.slots = 9 // a swap of one or three could go, but none cuts a link here
+		p.slots = 8
 		p.update()
-		quiet(t, p, 300)
-		p.slots = 10
-		p.update()
-		run(p, 1800, func() bool { return len(p.log) > 0 })
-		if len(p.log) == 0 || !strings.Contains(p.log[0].Reason, "pair swap") {
-			t.Fatalf("no pair swap with two free slots on each node: %+v", p.log)
+		ms := run(p, 1800, func() bool { return len(p.log) > 0 })
+		if len(p.log) == 0 || !strings.Contains(p.log[0].Reason, "pair swap") || len(ms) != 4 {
+			t.Fatalf("no pair swap between full nodes: %+v", p.log)
+		}
+		oneExchange(t, ms, ms[0].Parties...)
+		if len(ms[0].Parties) != 2 {
+			t.Fatalf("pair swap among %v", ms[0].Parties)
 		}
 	})
 }
@@ -945,8 +947,8 @@ func TestExchangesNeedAFreeSlotForEachRankArriving(t *testing.T) {
 // the joins experiment, where n1 (4 ranks, 4 slots) gave rank 0 to a joining node and at once
 // offered rank 6 for a swap; n2 swapped rank 3 for it, judging n1 to have 3 ranks, and the job
 // refused rank 3 ("node n1 has no free slot (4 of 4 in use)") after n1 had committed: half an
-// exchange. The node's profile counts its leaving ranks (NodeProfile.Leaving), and no rank is
-// exchanged onto it.
+// exchange. The node's profile counts its leaving ranks (NodeProfile.Leaving), so no single
+// rank moves onto it; a swap still may, as a joint move (rank 3 takes rank 6's slot).
 func TestRanksOnTheirWayOutStillFillTheirSlots(t *testing.T) {
 	nd := mustNode(t, Config{ID: "L", Policy: mustPolicy(t, PolicyATSRAS)})
 	prof, rs := placed("L", 2, 8, 0, 1, 3, 5) // 3 and 5 talk only to R
@@ -974,7 +976,8 @@ func TestRanksOnTheirWayOutStillFillTheirSlots(t *testing.T) {
 	rp, rr := placed("R", 2, 8, 2, 4, 6, 7)
 	rp.Slots = 5
 	st := Stabilize(mustPolicy(t, PolicyATSRAS), DefaultStability())
-	if d := st.Decide(DecisionInput{Local: rp, Remote: *req.Profile, Ranks: rr, Now: t0.Add(time.Second), Exchange: true, Offer: req.Offer}); d.Migrate {
-		t.Fatalf("R exchanged onto L, whose slots are all in use: %+v", d)
+	d := st.Decide(DecisionInput{Local: rp, Remote: *req.Profile, Ranks: rr, Now: t0.Add(time.Second), Exchange: true, Offer: req.Offer})
+	if !d.Migrate || d.Swap != req.Offer.ID() {
+		t.Fatalf("R's answer to full L %+v, want a swap for the offered %s (a joint move), no single rank", d, req.Offer.ID())
 	}
 }

@@ -109,6 +109,12 @@ type Migration struct {
 	Policy string    `msgpack:"policy"`
 	Reason string    `msgpack:"reason"`
 	At     time.Time `msgpack:"at"`
+	// Parties, for a rank given in an exchange, are the nodes that give ranks in it, sorted,
+	// and Origin the node that asked for it (RequestID is its numbering): the job moves
+	// every node's part of one exchange together, all or none, so that full nodes can
+	// swap ranks. Empty for a move on its own.
+	Origin  string   `msgpack:"origin,omitempty"`
+	Parties []string `msgpack:"parties,omitempty"`
 }
 
 // Ready is what the state machine wants done after Step/Tick: messages to send (each to

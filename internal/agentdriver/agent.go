@@ -806,7 +806,7 @@ func batches(ms []iosbridge.Migration) [][]iosbridge.Migration {
 	var out [][]iosbridge.Migration
 	for _, m := range ms {
 		if k := len(out) - 1; k >= 0 && m.RequestID != 0 {
-			if p := out[k][0]; p.RequestID == m.RequestID && p.To == m.To && p.Rank.Job == m.Rank.Job {
+			if p := out[k][0]; p.RequestID == m.RequestID && p.To == m.To && p.Rank.Job == m.Rank.Job && p.Origin == m.Origin {
 				out[k] = append(out[k], m)
 				continue
 			}
@@ -838,6 +838,10 @@ func (a *Agent) migrate(ms []iosbridge.Migration) {
 		for _, x := range ms {
 			req.Ranks = append(req.Ranks, x.Rank.Rank)
 		}
+	}
+	if len(m.Parties) > 0 {
+		// This node's part of an exchange: the job moves it with the other nodes' parts.
+		req.Exchange = &job.ExchangePart{Origin: m.Origin, ID: m.RequestID, Parties: m.Parties}
 	}
 	a.log.Printf("IOS agent: asking job %s to move rank(s) %v to %s (%s)", m.Rank.Job, rankList(ms), m.To, reason)
 	go func() {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -579,6 +580,11 @@ func TestAgentJobPolicyExchangesBetweenBusyNodesOfAnotherPolicy(t *testing.T) {
 	for _, r := range reqs {
 		if r.Kind != job.ControlMigrate || !strings.Contains(r.Reason, "swap") || !strings.HasPrefix(r.Reason, "ios atsras: ") {
 			t.Fatalf("control request %+v", r)
+		}
+		// Each is its node's part of one exchange, which the job moves as one joint move.
+		if x := r.Exchange; x == nil || x.Origin == "" || !slices.Equal(x.Parties, []string{"A", "B"}) ||
+			x.Origin != reqs[0].Exchange.Origin || x.ID != reqs[0].Exchange.ID {
+			t.Fatalf("control request %+v does not name the exchange", r)
 		}
 		to[r.To]++
 	}

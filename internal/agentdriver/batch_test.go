@@ -20,12 +20,14 @@ func TestPairSwapRanksGoToTheJobInOneRequest(t *testing.T) {
 		mig("k", 3, "C", 7),                      // another job
 		mig("k", 4, "C", 8),                      // another request
 		mig("k", 5, "C", 0), mig("k", 6, "C", 0), // pushes (no request): one by one
+		mig("k", 9, "C", 9), mig("k", 10, "C", 9), // parts of two exchanges of one number
 	}
+	in[len(in)-2].Origin, in[len(in)-1].Origin = "A", "B"
 	var got [][]int
 	for _, b := range batches(in) {
 		got = append(got, rankList(b))
 	}
-	want := [][]int{{0, 1}, {2}, {3}, {4}, {5}, {6}}
+	want := [][]int{{0, 1}, {2}, {3}, {4}, {5}, {6}, {9}, {10}}
 	if !slices.EqualFunc(got, want, func(a, b []int) bool { return slices.Equal(a, b) }) {
 		t.Fatalf("batches %v, want %v", got, want)
 	}
