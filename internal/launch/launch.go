@@ -619,7 +619,7 @@ func (r *runner) start(a supervisor.StartRank) supervisor.Event {
 	}
 	spec.Incarnation, spec.Replaces = a.Incarnation, a.Replaces
 	spec.Env = append(spec.Env, job.EnvMigrate+"="+a.Handover, job.EnvIncarnation+"="+strconv.Itoa(a.Incarnation),
-		r.successorNodeRanksEnv(a.Node, a.Rank))
+		r.successorNodeRanksEnv(a.Node, a.Rank, len(a.Replaces)))
 	return r.startOn(a, spec)
 }
 
@@ -646,7 +646,7 @@ func (r *runner) startJoiner(a supervisor.StartRank, env job.Env) supervisor.Eve
 		proc, err := r.cfg.Starter.Start(spec)
 		return r.started(a.Proc, proc, err)
 	}
-	spec.Env = append(spec.Env, r.successorNodeRanksEnv(a.Node, -1))
+	spec.Env = append(spec.Env, r.successorNodeRanksEnv(a.Node, -1, 0))
 	return r.startOn(a, spec)
 }
 

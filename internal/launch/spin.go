@@ -37,9 +37,10 @@ func placedWith(place []string, rank int) int {
 }
 
 // successorNodeRanksEnv is the comm.EnvNodeRanks entry for the successor of rank started on
-// node to: the other ranks of the job running there now, plus the successor.
-func (r *runner) successorNodeRanksEnv(to string, rank int) string {
-	return comm.EnvNodeRanks + "=" + strconv.Itoa(ranksOnNode(r.sup.Hosts(), to, rank))
+// node to: the other ranks of the job running there now, less those leaving it in the same
+// joint move (leaving), plus the successor.
+func (r *runner) successorNodeRanksEnv(to string, rank, leaving int) string {
+	return comm.EnvNodeRanks + "=" + strconv.Itoa(max(1, ranksOnNode(r.sup.Hosts(), to, rank)-leaving))
 }
 
 // ranksOnNode counts the ranks other than rank whose host is node, plus one for rank itself.
