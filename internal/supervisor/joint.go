@@ -157,7 +157,7 @@ func (m *Machine) proposeJoint(now time.Time, k jointKey, j *joint) {
 		to   string
 	}
 	var moves []move
-	var reasons []string
+	reason := j.parts[k.origin].reason // the origin's names what it gives and gets
 	for _, node := range j.parties {
 		p := j.parts[node]
 		if err := m.checkMovable(p.ranks, p.to); err != nil {
@@ -167,13 +167,12 @@ func (m *Machine) proposeJoint(now time.Time, k jointKey, j *joint) {
 		for _, r := range p.ranks {
 			moves = append(moves, move{r, p.to})
 		}
-		if p.reason != "" && !slices.Contains(reasons, p.reason) {
-			reasons = append(reasons, p.reason)
+		if reason == "" {
+			reason = p.reason
 		}
 	}
 	slices.SortFunc(moves, func(a, b move) int { return a.rank - b.rank })
-	e := reconf.Reconfiguration{Kind: reconf.Migrate, Joint: true,
-		Reason: fmt.Sprintf("exchange %s: %s", k, strings.Join(reasons, "; "))}
+	e := reconf.Reconfiguration{Kind: reconf.Migrate, Joint: true, Reason: fmt.Sprintf("exchange %s: %s", k, reason)}
 	var what []string
 	for _, mv := range moves {
 		e.Ranks = append(e.Ranks, mv.rank)
