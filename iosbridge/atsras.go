@@ -139,8 +139,9 @@ type ATSRAS struct{}
 // Name implements Policy.
 func (ATSRAS) Name() string { return PolicyATSRAS }
 
-// Protocol implements ProtocolPolicy: RAS stealing plus exchanges between busy nodes.
-func (ATSRAS) Protocol() Protocol { return Protocol{Steal: ScopeAnywhere, Exchange: true} }
+// Protocol implements ProtocolPolicy: RAS stealing plus exchanges between busy nodes, and
+// pings, whose round trips price the messages a move makes cross (ATSRASNetworkPerMessage).
+func (ATSRAS) Protocol() Protocol { return Protocol{Steal: ScopeAnywhere, Exchange: true, Ping: true} }
 
 // Decide implements Policy.
 func (ATSRAS) Decide(in DecisionInput) Decision {

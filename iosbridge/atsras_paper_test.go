@@ -126,7 +126,7 @@ func TestATSRASNodeGivesAWaitingRankOnceTheRoundTripIsMeasured(t *testing.T) {
 	joining := node("n4", 1, 0.5)
 	gives := func(ping bool) []Migration {
 		t.Helper()
-		n := mustNode(t, Config{ID: "n1", Policy: mustPolicy(t, PolicyATSRAS), MeasureLatency: true})
+		n := mustNode(t, Config{ID: "n1", Policy: mustPolicy(t, PolicyATSRAS)}) // ATS-RAS pings by itself (Protocol.Ping)
 		if err := n.Update(t0, prof, ranks); err != nil {
 			t.Fatal(err)
 		}

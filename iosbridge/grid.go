@@ -65,7 +65,8 @@ type Protocol struct {
 	// the acquaintances it could take a rank from, known from the P2P layer's profiles.
 	Ranked bool
 	// Ping makes the node time round trips to its neighbours (heartbeat echoes), which NRS
-	// needs for its locales; any node may turn it on (Config.MeasureLatency).
+	// needs for its locales and ATS-RAS to price crossing messages; any node may turn it on
+	// (Config.MeasureLatency).
 	Ping bool
 	// Exchange makes the node send steal requests while busy too, when its ranks talk to
 	// ranks on other nodes, offering a rank to swap; receivers may then regroup ranks by

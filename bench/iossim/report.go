@@ -71,8 +71,8 @@ background and its ranks' *busy* time (their share while computing, not while wa
 messages) leave; ranks report CPU use, iteration time, messages processed and sent per peer,
 computation per message. Agents tick every 500 ms, profiles are sampled every second,
 protocol messages arrive after the link's latency, and a migration takes latency + state /
-bandwidth, during which the rank does nothing. Agents time their heartbeats' echoes, as
-pcmd's do, and ATS-RAS prices the messages a move makes cross with that round trip. Every node joins through three random earlier
+bandwidth, during which the rank does nothing. ATS-RAS's agents time their heartbeats'
+echoes (pcmd's always do) and price the messages a move makes cross with that round trip. Every node joins through three random earlier
 nodes (a peer-server overlay, not pcmd's full heartbeat table). What the model leaves out:
 profiling and decision overhead (the thesis's explanation of the gaps between S-RAS, ATS-RAS
 and round robin), the CPU a waiting rank would leave to the others, and jitter.

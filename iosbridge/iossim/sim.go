@@ -207,7 +207,6 @@ func Run(cfg Config) (Result, error) {
 		ac := cfg.Agent
 		ac.ID, ac.Policy, ac.Rand = spec.ID, policy, rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1))
 		ac.Cluster = spec.Cluster
-		ac.MeasureLatency = true // as pcmd's agents do (agentdriver): ATS-RAS prices crossing messages with the round trip
 		agent, err := iosbridge.NewNode(ac)
 		if err != nil {
 			return Result{}, fmt.Errorf("iossim: node %s: %w", spec.ID, err)
