@@ -122,8 +122,8 @@ func ATSRASGain(ml, mr float64) float64 { return ml - mr }
 //	    round trip of its heartbeat pings to Remote, Node.BaseLatency) and bandwidth, else
 //	    MPI-IOS's default bandwidth (mpios does not measure one yet).
 //
-// The round trip is measured on every run (pcmd's agents always ping, and so do the
-// simulator's), over the agents' path rather than mpi's: an upper bound of the network's
+// The round trip is measured on every run (pcmd's agents always ping, and a node whose
+// policy is ATS-RAS pings by itself: Protocol), over the agents' path rather than mpi's: an upper bound of the network's
 // share that host delays only add to, so the split errs towards keeping chatty ranks
 // together. The same round trip prices every crossing message, now and after the move (the
 // agent measures only its own links). The rank's own wait is what is left of its time in
