@@ -70,7 +70,7 @@ func pieceData(rank int) []byte {
 func secretOf(id string) []byte { return bytes.Repeat([]byte(id), 32)[:32] }
 
 // keyring returns a keyring of node that knows the keys of jobs.
-func keyring(t *testing.T, node string, jobs ...string) *ctlauth.JobKeyring {
+func keyring(t testing.TB, node string, jobs ...string) *ctlauth.JobKeyring {
 	t.Helper()
 	r, err := ctlauth.NewJobKeyring(ctlauth.Sender{Role: ctlauth.RoleNode, Node: node}, 0, time.Now())
 	if err != nil {
@@ -85,7 +85,7 @@ func keyring(t *testing.T, node string, jobs ...string) *ctlauth.JobKeyring {
 }
 
 // channel is a process of job id (its rank), holding the job's key.
-func channel(t *testing.T, id string, rank int) *ctlauth.JobChannel {
+func channel(t testing.TB, id string, rank int) *ctlauth.JobChannel {
 	t.Helper()
 	c, err := ctlauth.NewJobChannel(id, secretOf(id), ctlauth.Sender{Role: ctlauth.RoleRank, Rank: rank}, time.Now())
 	if err != nil {
