@@ -39,8 +39,9 @@ import (
 // the target denser than the giver before the move), a swap, a three-way exchange or a pair
 // swap leaves it alone and strictly lowers the traffic crossing nodes (its reverse would have
 // the opposite, negative gain), so
-// with steady traffic no sequence of exchanges can return to a placement it left. Exchanged
-// ranks are in cooldown like any migrated rank.
+// with steady traffic no sequence of exchanges can return to a placement it left. So an
+// arrived rank waits only a sixth of the cooldown before its next exchange
+// (exchangeCooldownDivisor), and the whole cooldown before an ordinary move.
 
 // exchangeDivisor: a swap must cut more than 1/exchangeDivisor of the pair's traffic, so that
 // sampling noise in the per-window byte counts (up to that share of a rank's traffic) cannot
@@ -141,7 +142,7 @@ func (st stable) exchangeCandidate(r RankProfile) bool {
 }
 
 // decideExchange is the guard's answer to an Exchange request that the ordinary rules
-// declined; cands are the ranks out of cooldown.
+// declined; cands are the ranks out of the exchanges' cooldown.
 func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why string) Decision {
 	no := func(reason string) Decision {
 		return Decision{Policy: st.inner.Name(), Reason: why + "; exchange: " + reason}
@@ -190,7 +191,7 @@ func (st stable) decideExchange(in DecisionInput, cands []RankProfile, why strin
 		return no("no single move pays and no rank offered for a swap")
 	case !in.Remote.Hosts(b.ID()) || in.Local.Hosts(b.ID()):
 		return no(fmt.Sprintf("offered %s is not on %s", b.ID(), in.Remote.Node))
-	case !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.Cooldown:
+	case !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.exchangeCooldown():
 		return no(fmt.Sprintf("offered %s is in cooldown", b.ID()))
 	}
 	ub := b.cpuUse(in.Remote)
@@ -324,7 +325,7 @@ func (st stable) decideRotation(in DecisionInput, mine []RankProfile) Decision {
 		!rn.Hosts(b.ID()) || in.Local.Hosts(b.ID()) || in.Remote.Hosts(b.ID()) || b.ID() == a.ID() {
 		return d
 	}
-	if !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.Cooldown {
+	if !b.LastMigration.IsZero() && in.Now.Sub(b.LastMigration) < st.s.exchangeCooldown() {
 		return d
 	}
 	ua, ub := a.cpuUse(in.Remote), b.cpuUse(*rn)
@@ -389,7 +390,7 @@ func (st stable) decidePairSwap(in DecisionInput, mine []RankProfile, diff, marg
 	if b1 == nil || b2 == nil || b1.ID() == b2.ID() || b1.Job != b2.Job || !in.Remote.Hosts(b2.ID()) || in.Local.Hosts(b2.ID()) {
 		return d
 	}
-	if !b2.LastMigration.IsZero() && in.Now.Sub(b2.LastMigration) < st.s.Cooldown {
+	if !b2.LastMigration.IsZero() && in.Now.Sub(b2.LastMigration) < st.s.exchangeCooldown() {
 		return d
 	}
 	ub := b1.cpuUse(in.Remote) + b2.cpuUse(in.Remote)
@@ -438,7 +439,7 @@ func (n *Node) exchangePartner(now time.Time, eff NodeProfile, offer *RankProfil
 	var worst int64
 	for _, r := range n.candidates() {
 		if r.Job != offer.Job || r.Rank == offer.Rank || !linked[r.Rank] ||
-			(!r.LastMigration.IsZero() && now.Sub(r.LastMigration) < n.cfg.Stability.Cooldown) {
+			(!r.LastMigration.IsZero() && now.Sub(r.LastMigration) < n.cfg.Stability.exchangeCooldown()) {
 			continue
 		}
 		if st, ok := n.policy.(stable); ok && !st.exchangeCandidate(r) {
@@ -473,7 +474,7 @@ func (n *Node) relayFor(now time.Time, m Message, eff NodeProfile) *RankProfile 
 	var best *RankProfile
 	var score int64
 	for _, b := range n.candidates() {
-		if b.Job != a.Job || (!b.LastMigration.IsZero() && now.Sub(b.LastMigration) < n.cfg.Stability.Cooldown) ||
+		if b.Job != a.Job || (!b.LastMigration.IsZero() && now.Sub(b.LastMigration) < n.cfg.Stability.exchangeCooldown()) ||
 			(st.inner != nil && !st.exchangeCandidate(b)) {
 			continue
 		}
@@ -497,7 +498,7 @@ func (n *Node) exchangeOffer(now time.Time, eff NodeProfile) *RankProfile {
 	var best *RankProfile
 	var worst int64
 	for _, r := range n.candidates() {
-		if !r.LastMigration.IsZero() && now.Sub(r.LastMigration) < n.cfg.Stability.Cooldown {
+		if !r.LastMigration.IsZero() && now.Sub(r.LastMigration) < n.cfg.Stability.exchangeCooldown() {
 			continue
 		}
 		if st, ok := n.policy.(stable); ok && !st.exchangeCandidate(r) {

@@ -981,3 +981,48 @@ func TestRanksOnTheirWayOutStillFillTheirSlots(t *testing.T) {
 		t.Fatalf("R's answer to full L %+v, want a swap for the offered %s (a joint move), no single rank", d, req.Offer.ID())
 	}
 }
+
+// An exchange needs no cooldown against ping-pong (each lowers the potential), only a
+// profile that shows where the rank now is: a rank that arrived less than a sixth of the
+// cooldown ago is neither offered nor taken in an exchange, and after it is, while the
+// ordinary rules still wait the whole cooldown.
+func TestExchangesWaitASixthOfTheCooldown(t *testing.T) {
+	for _, c := range []struct {
+		ago  time.Duration
+		swap bool
+	}{{time.Second, false}, {11 * time.Second, true}, {40 * time.Second, true}} {
+		t.Run(c.ago.String(), func(t *testing.T) {
+			p := newExchangePair(t, PolicyATSRAS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
+			for _, r := range []int{3, 5} { // the slices of the only swap that pays
+				p.moved[RankID{"heat", r}] = t0.Add(-c.ago)
+			}
+			p.update()
+			var moved []Migration
+			for i := 0; i < 8 && len(moved) == 0; i++ { // until the two nodes' requests do not cross
+				moved = p.round()
+				p.now = p.now.Add(time.Second)
+			}
+			if (len(moved) == 2) != c.swap {
+				t.Fatalf("arrived %v before: moved %+v, want a swap: %v", c.ago, moved, c.swap)
+			}
+			if !c.swap {
+				return
+			}
+			if !sameSet(p.hosts["L"], 0, 1, 2, 3) || !sameSet(p.hosts["R"], 4, 5, 6, 7) {
+				t.Fatalf("swapped to L %v, R %v", p.hosts["L"], p.hosts["R"])
+			}
+			// An ordinary steal still waits the whole cooldown for a rank that arrived.
+			var five []RankProfile
+			for _, r := range p.nodes["R"].candidates() {
+				if r.ID() == (RankID{"heat", 5}) {
+					five = append(five, r)
+				}
+			}
+			in := DecisionInput{Local: p.nodes["R"].effectiveLocal(), Ranks: five,
+				Remote: node("idle", 2, 1), Now: p.now.Add(30 * time.Second), Rand: fixedRand{0}}
+			if d := p.nodes["R"].policy.Decide(in); len(five) != 1 || d.Migrate {
+				t.Fatalf("30 s after its swap slice 5 moves to an idle node: %+v", d)
+			}
+		})
+	}
+}

@@ -12,9 +12,10 @@ import (
 // MPI rank costs a checkpoint and a communicator rebuild, so mpios refuses such churn
 // regardless of the policy.
 type Stability struct {
-	// Cooldown: a rank that arrived (migrated) less than Cooldown ago is not moved again. A
-	// rank that started fresh on its node has no arrival (RankProfile.LastMigration zero)
-	// and may move at once.
+	// Cooldown: a rank that arrived (migrated) less than Cooldown ago is not moved again,
+	// except by an exchange after a sixth of it (exchangeCooldownDivisor). A rank that
+	// started fresh on its node has no arrival (RankProfile.LastMigration zero) and may move
+	// at once.
 	Cooldown time.Duration `msgpack:"cooldown"`
 	// The hysteresis: a rank using u CPUs here moves only if
 	//
@@ -42,6 +43,21 @@ const DefaultRelativeMargin = 0.125
 func DefaultStability() Stability {
 	return Stability{Cooldown: time.Minute, RelativeMargin: DefaultRelativeMargin, MinGain: 0}
 }
+
+// exchangeCooldownDivisor: an arrived rank takes part in exchanges again after
+// Cooldown/exchangeCooldownDivisor (10 s of the default minute). An exchange needs no
+// cooldown against ping-pong: every one lowers the potential (exchange.go), so no sequence
+// of them comes back, and the ordinary rules still wait the whole Cooldown. It needs the
+// rank's profile to show where it is now (its CPU use changes with its neighbours' places),
+// which takes a profile window, about 10 s. With the whole minute every exchange that
+// involved a rank moved in the first spreading waited a minute for it, and each further one
+// a minute more: on the sparse, tree and hypercube benchmarks of docs/SIMULATIONS.md
+// ATS-RAS and FLC-RAS were still exchanging after 150 s of 300 in 13, 18 and 14 of 24 runs
+// (seeds 1–12), and with a sixth in 1, 0 and 0, at about the same throughput.
+const exchangeCooldownDivisor = 6
+
+// exchangeCooldown is how long an arrived rank is kept out of exchanges.
+func (s Stability) exchangeCooldown() time.Duration { return s.Cooldown / exchangeCooldownDivisor }
 
 // margin is m of the hysteresis between nodes a and b.
 func (s Stability) margin(a, b NodeProfile) float64 {
@@ -92,7 +108,8 @@ func (st stable) Decide(in DecisionInput) Decision {
 	return st.decideExchange(in, cands, d.Reason)
 }
 
-// decideOrdinary is the guard of a plain steal; cands are the ranks out of cooldown.
+// decideOrdinary is the guard of a plain steal; cands are the ranks out of the exchanges'
+// cooldown (exchangeCooldownDivisor).
 func (st stable) decideOrdinary(in DecisionInput) (Decision, []RankProfile) {
 	no := func(reason string) Decision { return Decision{Policy: st.inner.Name(), Reason: reason} }
 	var kept, cands []RankProfile
@@ -102,11 +119,13 @@ func (st stable) decideOrdinary(in DecisionInput) (Decision, []RankProfile) {
 	ro, _ := st.inner.(rankOrderedPolicy)
 	ordered := ro != nil && ro.rankOrdered(in) // moves up a strict order cannot flip back
 	for _, r := range in.Ranks {
+		if r.LastMigration.IsZero() || in.Now.Sub(r.LastMigration) >= st.s.exchangeCooldown() {
+			cands = append(cands, r)
+		}
 		if !r.LastMigration.IsZero() && in.Now.Sub(r.LastMigration) < st.s.Cooldown {
 			cooling++
 			continue
 		}
-		cands = append(cands, r)
 		if !ordered && diff < r.cpuUse(in.Local)+margin {
 			flip++
 			continue
