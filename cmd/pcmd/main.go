@@ -121,7 +121,8 @@ least --steal-threshold of its CPUs are idle it sends a steal request carrying
 its profile to a random peer (the nodes pcmd hears heartbeats from), which
 forwards it up to --steal-ttl times; at most one is outstanding. A node that
 receives one asks its decision policy (--policy) whether moving one of its ranks
-to the stealer pays, never moving a rank again within --ios-cooldown, and if so
+to the stealer pays, never moving a rank again within --ios-cooldown (a sixth of
+it for an exchange between busy nodes of atsras, flcras, ars), and if so
 asks the rank's job to migrate it (mpios.job.JOB.ctl). A job started with
 "mpirun --policy P" is decided by P on every node; "none" never migrates.
 The agent times the round trip of its heartbeats to every peer (an echo):
@@ -265,7 +266,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.DurationFlag{Name: "ios-period", Value: agentdriver.DefaultPeriod, Usage: "sample the node's resources and its ranks' profiles every `DURATION`"},
 					&cli.Float64Flag{Name: "steal-threshold", Value: 0.25, Usage: "send steal requests while at least this `FRACTION` (0 to 1) of the node's CPUs is idle"},
 					&cli.IntFlag{Name: "steal-ttl", Value: 3, Usage: "a steal request is forwarded at most `N` times before it fails"},
-					&cli.DurationFlag{Name: "ios-cooldown", Value: iosbridge.DefaultStability().Cooldown, Usage: "never move a rank again within `DURATION` of its arrival"},
+					&cli.DurationFlag{Name: "ios-cooldown", Value: iosbridge.DefaultStability().Cooldown, Usage: "never move a rank again within `DURATION` of its arrival (an exchange: within a sixth of it)"},
 					&cli.BoolFlag{Name: "no-ios", Usage: "run without the IOS agent: no profiling, stealing or migrations"},
 					&cli.BoolFlag{Name: "force", Usage: "on SIGTERM, stop the node's ranks at once instead of draining them to other nodes first"},
 					&cli.BoolFlag{Name: "cpu-quota-only", Usage: "judge spare CPU by this node's cgroup quota and usage only, not the host's idle CPUs (nodes that share a machine, e.g. containers)"},
