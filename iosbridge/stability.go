@@ -52,8 +52,8 @@ func DefaultStability() Stability {
 // which takes a profile window, about 10 s. With the whole minute every exchange that
 // involved a rank moved in the first spreading waited a minute for it, and each further one
 // a minute more: on the sparse, tree and hypercube benchmarks of docs/SIMULATIONS.md
-// ATS-RAS and FLC-RAS were still exchanging after 150 s of 300 in 13, 18 and 14 of 24 runs
-// (seeds 1–12), and with a sixth in 1, 0 and 0, at about the same throughput.
+// ATS-RAS and FLC-RAS were still exchanging after 150 s of 300 in 15, 15 and 12 of 24 runs
+// (seeds 1–12); with a sixth, in none, at about the same throughput.
 const exchangeCooldownDivisor = 6
 
 // exchangeCooldown is how long an arrived rank is kept out of exchanges.

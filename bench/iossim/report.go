@@ -209,15 +209,15 @@ host an actor it does not know of yet). An actor that arrived is exchanged again
 a sixth of the one-minute cooldown, which still holds for every other move: an exchange needs
 no cooldown against ping-pong (the potential above), only a profile that shows where the
 actor now is. With the whole minute every exchange waited for the actors of the first
-spreading and each further one a minute more, and on sparse and tree ATS-RAS and FLC-RAS were
-still exchanging after 150 s (last at 165 s and 162 s on sparse, 223 s for FLC-RAS on the
-tree; over seeds 1–12, in 31 of the 48 runs of the two policies on the two topologies, and 14
-of 24 on the hypercube). Now one of those 72 runs exchanges after 150 s (sparse ATS-RAS, seed 8,
-last at 178 s), the rest by 87 s, at about the same throughput (mean over the seeds: sparse
-105.0% and 105.2% of round robin, was 104.9% and 105.0%; tree 103.4% and 103.4%, was 103.5%
-and 103.6%). On the hypercube the exchanges stop more often at a local optimum that no swap
-of one or two actors improves (45% or more of the edges between nodes): in 9 of its 24 runs,
-against 5 before (mean 99.7% and 99.6% of round robin, was 99.8% and 99.8%).
+spreading and each further one a minute more, and ATS-RAS and FLC-RAS were still exchanging
+after 150 s (last at 204 s and 162 s on sparse, 223 s for FLC-RAS on the tree, 197 s for
+ATS-RAS on the hypercube; over seeds 1–12, in 42 of the 72 runs of the two policies on the
+three topologies). Now none of those 72 runs exchanges after 97 s, at about the same
+throughput (mean over the seeds: sparse 105.0% and 105.2% of round robin, was 105.0% and
+105.0%; tree 103.5% and 103.4%, was 103.5% and 103.6%). On the hypercube the exchanges stop
+more often at a local optimum that no swap of one or two actors improves (45% or more of the
+edges between nodes): in 10 of its 24 runs, against 7 before (mean 99.6% and 99.6% of round
+robin, was 99.7% and 99.8%).
 ARS started on one node never moves a connected actor (` + "`ars`" + `, one node): with all its
 neighbours local Δc = −1 and Δp ≤ 1 (eq. 1–3), so Δ ≤ 0; the IO paper starts its actors round
 robin, and from there ARS regroups them. FLC-RAS's communication gain is a share of the
