@@ -210,6 +210,12 @@ func (p *Process) Close() error {
 	if p.flight != nil && !p.left {
 		err = p.settle()
 	}
+	if p.store != nil && !p.left && p.world != nil {
+		// The job ends: a memory store's spare piece files will not be reused.
+		if derr := p.store.DropSpares(p.opts.JobID); derr != nil {
+			fmt.Fprintf(p.opts.Log, "pcm: rank %d: warning: %v\n", p.world.Rank(), derr)
+		}
+	}
 	if p.prof != nil {
 		if err := p.prof.Close(); err != nil {
 			fmt.Fprintf(p.opts.Log, "pcm: rank %d: profiler: %v\n", p.world.Rank(), err)

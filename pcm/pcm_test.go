@@ -654,3 +654,39 @@ func TestKilledWithCheckpointInFlight(t *testing.T) {
 		return nil
 	})
 }
+
+// TestMemoryStoreDropsItsSpareFilesAtClose: a store in memory keeps the piece files of the
+// checkpoints it prunes for the next ones to reuse (ckptstore's spare files); at the job's
+// end, Close drops them, and the kept checkpoints are intact.
+func TestMemoryStoreDropsItsSpareFilesAtClose(t *testing.T) {
+	dir, err := os.MkdirTemp("/dev/shm", "pcm-test-spares-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Checkpoints at 2, 4, ..., 14: the last one's commit, at Close, prunes one more, whose
+	// pieces become spare files that nothing reuses.
+	mpitest.Run(t, mpitest.InProc, testRanks, func(c *mpi.Comm) error {
+		_, _, err := run(c, runOpts{iters: 14, opts: pcm.Options{JobID: "spares", Dir: dir, Every: 2, Node: "nodeA", Log: io.Discard}})
+		return err
+	})
+	ents, err := os.ReadDir(filepath.Join(dir, "spares"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("%s left in the job's directory after Close", e.Name())
+		}
+	}
+	store := openStore(t, dir)
+	m, skipped, err := store.LatestValid("spares")
+	if err != nil || len(skipped) != 0 || m.Iteration != 14 {
+		t.Fatalf("newest valid checkpoint: iteration %d, skipped %v, %v", m.Iteration, skipped, err)
+	}
+	for r := range testRanks {
+		if _, err := store.VerifyPiece("spares", m.Seq, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

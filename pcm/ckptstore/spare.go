@@ -2,9 +2,12 @@ package ckptstore
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 )
 
@@ -52,17 +55,41 @@ func (s *Store) takeSpare(id PieceID, dir string, size int64) *os.File {
 	return nil
 }
 
-// keepSpares makes the pieces of the removed checkpoint in dir (renamed out of sight by
-// removeCheckpoint) job's spare files, after deleting the spare files left from before.
-func (s *Store) keepSpares(job, dir string) {
+// DropSpares deletes job's spare files (a memory store's piece files kept for reuse): for
+// when the job will write no more checkpoints here, such as its end. Its checkpoints stay.
+// Each prune also drops the spare files the last checkpoint did not use, so a job that
+// never calls it holds at most one checkpoint's pieces as spares.
+func (s *Store) DropSpares(job string) error {
+	if err := validJob(job); err != nil {
+		return fmt.Errorf("ckptstore: drop spare files: %w", err)
+	}
 	jobDir := s.jobDir(job)
-	if ents, err := os.ReadDir(jobDir); err == nil {
-		for _, e := range ents {
-			if len(e.Name()) > len(sparePrefix) && e.Name()[:len(sparePrefix)] == sparePrefix {
-				os.Remove(filepath.Join(jobDir, e.Name()))
+	ents, err := os.ReadDir(jobDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ckptstore: drop spare files: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), sparePrefix) {
+			// Another process may be dropping or taking it too.
+			if err := os.Remove(filepath.Join(jobDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
 			}
 		}
 	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ckptstore: drop spare files: %w", err)
+	}
+	return nil
+}
+
+// keepSpares makes the pieces of the removed checkpoint in dir (renamed out of sight by
+// removeCheckpoint) job's spare files, after deleting the spare files left from before.
+func (s *Store) keepSpares(job, dir string) {
+	s.DropSpares(job)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return

@@ -232,6 +232,26 @@ func TestSparesAreBoundedToOneCheckpoint(t *testing.T) {
 	if _, err := os.Stat(s.sparePath(testJob, 2)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("rank 2's spare file outlived its moving away: %v", err)
 	}
+	// At the job's end the spare files go, its checkpoints stay.
+	if len(spares(t, s)) == 0 {
+		t.Fatal("no spare files before DropSpares")
+	}
+	if err := s.DropSpares(testJob); err != nil {
+		t.Fatal(err)
+	}
+	if got := spares(t, s); len(got) != 0 {
+		t.Fatalf("spare files %v after DropSpares", got)
+	}
+	for seq := uint64(5); seq <= 6; seq++ {
+		for rank := range 2 {
+			if _, err := s.VerifyPiece(testJob, seq, rank); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if u, w := usage(t, s), walked(t, s); u != w {
+		t.Fatalf("usage %d, the kept pieces and manifests hold %d", u, w)
+	}
 
 	d := crcStore(t, "n1")
 	for seq := uint64(1); seq <= 4; seq++ {
