@@ -69,6 +69,8 @@ var at = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 func FuzzDecodeControlRequest(f *testing.F) {
 	fuzzDecode(f, job.ControlRequest.Validate,
 		job.ControlRequest{Kind: job.ControlMigrate, Rank: 1, To: "n2", Ranks: []int{1, 3}, Reason: "pcmd migrate"},
+		job.ControlRequest{Kind: job.ControlMigrate, Rank: 2, To: "n2", Reason: "ios atsras: swap",
+			Exchange: &job.ExchangePart{Origin: "n1", ID: 7, Parties: []string{"n1", "n2"}}},
 		job.ControlRequest{Kind: job.ControlCheckpoint})
 }
 
@@ -155,7 +157,8 @@ func FuzzDecodeNodeView(f *testing.F) {
 func FuzzDecodeSpawnRequest(f *testing.F) {
 	fuzzDecode(f, job.SpawnRequest.Validate, job.SpawnRequest{Job: "j", Rank: 1, Path: "/opt/mpios/bin/ring",
 		Args: []string{"-n", "5"}, Env: []string{"MPIOS_SECRET=00"}, Dir: "/tmp",
-		Out: "mpios.job.j.rank.1.out", Exit: "_INBOX.x", KeepAlive: time.Second})
+		Out: "mpios.job.j.rank.1.out", Exit: "_INBOX.x", KeepAlive: time.Second},
+		job.SpawnRequest{Job: "j", Rank: 1, Path: "/opt/mpios/bin/ring", Replaces: []int{2}})
 }
 
 func FuzzDecodeSpawnReply(f *testing.F) {
