@@ -33,7 +33,7 @@ import (
 const (
 	DefaultPeriod         = 2 * time.Second
 	DefaultTick           = 500 * time.Millisecond
-	DefaultControlTimeout = 10 * time.Second
+	DefaultControlTimeout = 10 * time.Second // outlasts supervisor.JointTimeout (an exchange's parts)
 )
 
 // Config configures the node's IOS agent (see iosbridge): profiling, random stealing and

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mpios/mpios/internal/supervisor"
 	"github.com/mpios/mpios/iosbridge"
 )
 
@@ -30,5 +31,13 @@ func TestPairSwapRanksGoToTheJobInOneRequest(t *testing.T) {
 	want := [][]int{{0, 1}, {2}, {3}, {4}, {5}, {6}, {9}, {10}}
 	if !slices.EqualFunc(got, want, func(a, b []int) bool { return slices.Equal(a, b) }) {
 		t.Fatalf("batches %v, want %v", got, want)
+	}
+}
+
+// An exchange part waits at the job for the other nodes' parts (supervisor.JointTimeout):
+// the agent must wait longer for the answer, or it would free a rank the job still moves.
+func TestTheAgentWaitsLongerForAnExchangesAnswerThanTheJobWaitsForItsParts(t *testing.T) {
+	if DefaultControlTimeout <= supervisor.JointTimeout {
+		t.Fatalf("control timeout %v, the job holds an exchange part up to %v", DefaultControlTimeout, supervisor.JointTimeout)
 	}
 }
