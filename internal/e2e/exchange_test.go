@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/reconf"
 )
 
@@ -71,4 +73,71 @@ func TestFullNodesSwapRanksAsOneJointMove(t *testing.T) {
 	if cut != 1 || slices.Index(nodes, "n1") < 0 || slices.Index(nodes, "n2") < 0 || strings.Count(strings.Join(nodes, " "), "n1") != 2 {
 		t.Errorf("ranks on %v after the swap, want two per node and one halo crossing", nodes)
 	}
+}
+
+// TestAJointMoveWithAFailingHalfLeavesBothRanksWhereTheyWere: the same swap between full
+// nodes, but rank 1's successor exits before reaching its predecessor (testdata/failsucc).
+// Rank 2's successor was ready on n2, in rank 1's slot; the joint move is all or none, so
+// rank 2 stays too, its successor is stopped, and both nodes are back to two ranks in two
+// slots: nothing over-subscribed, no half exchange, and the result is bitwise that of an
+// undisturbed run.
+func TestAJointMoveWithAFailingHalfLeavesBothRanksWhereTheyWere(t *testing.T) {
+	args := []string{"heat2d", "-n", "96", "-iters", "4000"}
+	want := referenceDump(t, args...)
+	c := newCluster(t)
+	for _, n := range []string{"n1", "n2"} {
+		c.startNode(n, append([]string{"--allow", bin + "/*"}, exchangeNode...)...)
+	}
+	const id = "fullswap-fail"
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	run := append(append([]string{"--policy", "atsras", "--hosts", "n1:2,n2:2", prog("failsucc"), "exit-at-start-rank=1", prog(args[0])}, args[1:]...),
+		"-dump", dump, "-pace", "2ms")
+	j := c.start(t, id, []string{"MPIOS_PROFILE_EVERY=250ms"}, run...)
+	j.waitLog(`mpirun: exchange n\d/\d+ requested as one joint migration \(request 1\): rank 1 to n1, rank 2 to n2`, 1, 90*time.Second)
+	j.waitLog(`mpirun: migration of rank [12] to n\d aborted, it continues on n\d`, 2, 60*time.Second)
+	info := c.jobInfo(id)
+	for _, n := range []string{"n1", "n2"} {
+		c.waitSlots(n, 2, 2)
+	}
+	if code := j.wait(180 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	j.sameDump(dump, want)
+
+	e := info.Reconfigurations[0]
+	if !e.Joint || !slices.Equal(e.Ranks, []int{1, 2}) || e.State != reconf.Aborted {
+		t.Fatalf("first reconfiguration %+v, want the joint swap of ranks 1 and 2 aborted", e)
+	}
+	why := map[int]string{}
+	for _, h := range info.Migrations {
+		if h.Seq == e.Seq {
+			if h.State != reconf.Aborted {
+				t.Errorf("rank %d's record %+v, want it aborted", h.Rank, h)
+			}
+			why[h.Rank] = h.Error
+		}
+	}
+	if !strings.Contains(why[1], "ended before taking over") || !strings.Contains(why[2], "rank 1 not ready to move") {
+		t.Errorf("reasons %v, want rank 1's successor's end and rank 2 aborted for rank 1", why)
+	}
+	if info.Ranks[1].Node != "n2" || info.Ranks[2].Node != "n1" {
+		t.Errorf("ranks %+v after the aborted swap, want rank 1 on n2 and rank 2 on n1", info.Ranks)
+	}
+}
+
+// waitSlots waits until node reports used slots and ranks running (a stopped successor
+// is reaped by its pcmd shortly after the abort).
+func (c *cluster) waitSlots(node string, used, ranks int) {
+	c.t.Helper()
+	var info job.NodeInfo
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		m, err := c.nc.Request(job.NodeInfoSubject(node), nil, 2*time.Second)
+		if err != nil {
+			continue
+		}
+		if info, err = ctlauth.VerifyNodeInfo(m.Subject, m.Data, ctlauth.AnyKey{}); err == nil && info.Used == used && len(info.Ranks) == ranks {
+			return
+		}
+	}
+	c.t.Fatalf("node %s: %d slots used, ranks %+v; want %d used by %d ranks", node, info.Used, info.Ranks, used, ranks)
 }

@@ -6,6 +6,8 @@
 //	                                      its predecessor
 //	failsucc exit-mid-state PROG ARGS...  a successor dies (status 3) once part of the state
 //	                                      has arrived
+//	failsucc exit-at-start-rank=R PROG ARGS...  as exit-at-start, for rank R's successors
+//	                                      only: the others take over
 //
 // A process that is not a successor (no MPIOS_MIGRATE) becomes PROG ARGS... unchanged.
 // For exit-mid-state, failsucc runs PROG as its child behind a relay of the hand-over
@@ -36,6 +38,12 @@ func main() {
 	}
 	mode, prog, args := os.Args[1], os.Args[2], os.Args[2:]
 	spec := os.Getenv(job.EnvMigrate)
+	if r, ok := strings.CutPrefix(mode, "exit-at-start-rank="); ok {
+		mode = "exit-at-start"
+		if os.Getenv(job.EnvRank) != r {
+			spec = "" // another rank's successor: it takes over
+		}
+	}
 	if spec == "" {
 		exec1(prog, args, os.Environ())
 	}
