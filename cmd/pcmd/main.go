@@ -251,7 +251,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.BoolFlag{Name: "insecure-open", Usage: "without --authorized-launchers: take unsigned spawn requests from anyone who can publish on this NATS account"},
 					&cli.StringFlag{Name: "node-key", Usage: "NKey server seed `FILE` (mode 0600) signing this node's key card; default: a fresh key per start"},
 					&cli.StringSliceFlag{Name: "pass-env", Usage: "also give the ranks this `VARIABLE` of pcmd's environment (repeat for more; MPIOS_* cannot be passed)"},
-					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once"},
+					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once (a rank arriving in an exchange of ranks between nodes shares the slot of the rank it replaces until the hand-over ends)"},
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
 					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
 					&cli.StringFlag{Name: "ckpt-store", Value: pcmd.StoreDisk, Usage: "keep checkpoint pieces on `disk` (--store) or in memory (mem, lost when pcmd stops; buddy copies on other nodes keep them)"},
