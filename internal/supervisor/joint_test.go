@@ -137,7 +137,8 @@ func TestAFailedTargetCheckRefusesEveryPartOfTheExchange(t *testing.T) {
 }
 
 // Parts that do not fit together are refused, all of them: they name different nodes, the
-// same rank twice, or ranks on a node outside the exchange; a node's part comes once.
+// same rank twice, or ranks on a node outside the exchange; a node's ranks come in one part
+// (two could be halves of what it gives).
 func TestExchangePartsThatDoNotFitTogetherAreRefused(t *testing.T) {
 	j := migratingJob(t)
 	_, r1 := j.sendPart("n1", part("n2", 0))
@@ -151,19 +152,22 @@ func TestExchangePartsThatDoNotFitTogetherAreRefused(t *testing.T) {
 	}
 	_, r3 := j.sendPart("n1", part("n2", 0))
 	_, r4 := j.sendPart("n1", part("n2", 2))
-	if rep := j.lastReply(r4); rep.OK || !strings.Contains(rep.Error, "node n1 sent its part twice") {
-		t.Errorf("second part of n1: %+v", rep)
+	_, r5 := j.sendPart("n2", part("n1", 1))
+	for _, r := range []string{r3, r4} {
+		if rep := j.lastReply(r); rep.OK || !strings.Contains(rep.Error, "node n1 sent two parts") {
+			t.Errorf("parts of n1 sent in two: reply to %s %+v", r, rep)
+		}
 	}
 	j.advance(JointTimeout)
-	if rep := j.lastReply(r3); rep.OK {
-		t.Errorf("first part of n1 accepted alone: %+v", rep)
+	if rep := j.lastReply(r5); rep.OK {
+		t.Errorf("n2's part accepted without n1's: %+v", rep)
 	}
 	outside := part("n2", 0)
 	outside.Exchange.Parties = []string{"n2", "n3"}
 	outside.Exchange.Origin = "n2"
 	outside.To = "n3"
-	_, r5 := j.sendPart("n1", outside)
-	if rep := j.lastReply(r5); rep.OK || !strings.Contains(rep.Error, "not among its nodes") {
+	_, r6 := j.sendPart("n1", outside)
+	if rep := j.lastReply(r6); rep.OK || !strings.Contains(rep.Error, "not among its nodes") {
 		t.Errorf("part of a node outside the exchange: %+v", rep)
 	}
 	if len(j.published()) != 0 {
