@@ -50,3 +50,73 @@ func FuzzSparseCopy(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSparseCopyOverASpareFile is FuzzSparseCopy into a memory store whose spare file for the
+// piece's rank holds arbitrary old bytes (old, repeated to the given length): whatever the
+// old file held, a copy is refused leaving nothing behind, or stored as exactly the piece,
+// and the good stream is always stored as exactly the piece.
+func FuzzSparseCopyOverASpareFile(f *testing.F) {
+	data := make([]byte, 6*DirectAlign+10)
+	copy(data[2*DirectAlign:], pieceData(1, 0))
+	data[len(data)-1] = 1
+	var pb PieceBuffer
+	pb.Write(data)
+	var good bytes.Buffer
+	pb.WriteSparseTo(&good)
+	f.Add([]byte{7}, uint16(8*DirectAlign), good.Bytes()[:40])
+	f.Add([]byte{0, 0, 3}, uint16(3*DirectAlign+5), []byte{})
+	f.Add([]byte{1}, uint16(0), good.Bytes())
+	src, err := Open(f.TempDir(), &Options{Node: "a", Checksum: CRC32C})
+	if err != nil {
+		f.Fatal(err)
+	}
+	want, err := src.PutPieceBuffer(testJob, 1, 0, &pb)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, old []byte, oldLen uint16, stream []byte) {
+		dir, err := os.MkdirTemp("/dev/shm", "ckptstore-fuzz-")
+		if err != nil {
+			t.Skipf("no /dev/shm: %v", err)
+		}
+		defer os.RemoveAll(dir)
+		s, err := Open(dir, &Options{Node: "b", Checksum: CRC32C})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.mem {
+			t.Skip("/dev/shm is not a tmpfs here")
+		}
+		spare := make([]byte, oldLen)
+		for i := range spare {
+			if len(old) > 0 {
+				spare[i] = old[i%len(old)]
+			}
+		}
+		if err := os.MkdirAll(s.jobDir(testJob), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range [][]byte{stream, good.Bytes()} {
+			if err := os.WriteFile(s.sparePath(testJob, 0), spare, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err = s.PutSparseCopy(testJob, 1, want, bytes.NewReader(st))
+			if err != nil {
+				if !errors.As(err, new(*CorruptError)) || bytes.Equal(st, good.Bytes()) {
+					t.Fatalf("refused with %v", err)
+				}
+				if ents, _ := os.ReadDir(s.seqDir(testJob, 1)); len(ents) != 0 {
+					t.Fatalf("a refused copy left %d files", len(ents))
+				}
+				continue
+			}
+			got, err := os.ReadFile(s.piecePath(PieceID{Job: testJob, Seq: 1, Rank: 0}))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("accepted a copy that is not the piece (%v)", err)
+			}
+			if err := os.Remove(s.piecePath(PieceID{Job: testJob, Seq: 1, Rank: 0})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
