@@ -568,6 +568,28 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 	}
 }
 
+// askExchange makes from send an exchange request at once, which must go to to with an
+// offer, delivers it, ends from's steal if to fails it, and returns to's answer.
+func (p *exchangePair) askExchange(from, to string) Ready {
+	p.t.Helper()
+	r := p.nodes[from]
+	r.steal, r.nextSteal = nil, p.now // asks again at once
+	r.Tick(p.now)
+	req := oneOf(p.t, r.Ready(), KindStealRequest)
+	if req.Offer == nil || req.To != to {
+		p.t.Fatalf("%s's request %+v: want an exchange offer to %s", from, req, to)
+	}
+	req.From = from
+	ans := p.deliver(req)
+	for _, m := range ans.Messages {
+		if m.Kind == KindStealFail {
+			m.From = to
+			p.deliver(m) // from's steal ended
+		}
+	}
+	return ans
+}
+
 // A node with a steal of its own unanswered may host a rank it does not list yet (a plain
 // steal's rank moves before its accept arrives, which may be late or lost), so it judges no
 // exchange on its placement (exchange_commit.go): L's exchange request reaches R while R's
@@ -579,25 +601,7 @@ func TestStealerWithAnUnansweredStealJudgesNoExchange(t *testing.T) {
 	p.nodes["R"].cfg.PendingTimeout = 8 * time.Second // within PeerTimeout: no heartbeats needed
 	p.nodes["R"].Tick(p.now)
 	oneOf(t, p.nodes["R"].Ready(), KindStealRequest) // lost, or answered by a rank given at once
-	askR := func() Ready {
-		t.Helper()
-		r := p.nodes["L"]
-		r.steal, r.nextSteal = nil, p.now // L asks again at once
-		r.Tick(p.now)
-		req := oneOf(t, r.Ready(), KindStealRequest)
-		if req.Offer == nil || req.To != "R" {
-			t.Fatalf("L's request %+v: want an exchange offer to R", req)
-		}
-		req.From = "L"
-		ans := p.deliver(req)
-		for _, m := range ans.Messages {
-			if m.Kind == KindStealFail {
-				m.From = "R"
-				p.deliver(m) // L's steal ended
-			}
-		}
-		return ans
-	}
+	askR := func() Ready { t.Helper(); return p.askExchange("L", "R") }
 	for _, after := range []time.Duration{0, p.nodes["R"].cfg.StealTimeout, p.nodes["R"].cfg.PendingTimeout - time.Second} {
 		p.now = t0.Add(after)
 		p.nodes["R"].Tick(p.now)
@@ -618,5 +622,79 @@ func TestStealerWithAnUnansweredStealJudgesNoExchange(t *testing.T) {
 	p.deliver(fail)
 	if acc := oneOf(t, askR(), KindStealAccept); acc.Swap == (RankID{}) {
 		t.Fatalf("after PendingTimeout R answered %+v: want a swap", acc)
+	}
+}
+
+// A steal lost to a neighbour that died does not keep its sender out of exchanges for
+// PendingTimeout: R's request goes to X, from which nothing is heard after; while X may
+// still be alive R judges no exchange, and as soon as its silence makes X gone (PeerTimeout,
+// or X's leave) R swaps with L. A request sent to X before X's last message was received by
+// a live node, which may have passed it on to one that gives a rank: that one keeps R out
+// until PendingTimeout, as any other.
+func TestStealLostToADeadNeighbourEndsWhenItIsFoundGone(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		heardLast time.Duration // X's last message, from the steal
+		leaves    bool          // X says it leaves instead of falling silent
+		swaps     bool
+	}{
+		{name: "silent since before the steal", heardLast: -time.Second, swaps: true},
+		{name: "leaves after the steal", leaves: true, swaps: true},
+		{name: "heard after the steal", heardLast: time.Second, swaps: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newExchangePair(t, PolicyATSRAS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
+			r := p.nodes["R"]
+			sent := t0.Add(2 * time.Second)
+			r.dropPeer("L") // R knows only X when it steals
+			connect(t, sent.Add(min(tc.heardLast, 0)), r, "X")
+			p.now = sent
+			r.Tick(p.now)
+			if req := oneOf(t, r.Ready(), KindStealRequest); req.To != "X" {
+				t.Fatalf("R's steal %+v: want it sent to X", req)
+			}
+			if tc.heardLast > 0 {
+				connect(t, sent.Add(tc.heardLast), r, "X")
+			}
+			p.now = sent.Add(3 * time.Second)
+			connect(t, p.now, r, "L")
+			a := p.askExchange("L", "R")
+			if len(stealAccepts(a)) != 0 || r.inExchange() {
+				t.Fatalf("R judged an exchange while X may still answer: sent %+v", a.Messages)
+			}
+			for _, m := range a.Messages {
+				if m.Kind == KindStealRequest {
+					delete(p.nodes["L"].unanswered, m.ID) // passed on to X and lost: not what is tested here
+				}
+			}
+			if tc.leaves {
+				if err := r.Step(p.now, Message{Kind: KindLeave, From: "X", To: "R"}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				p.now = sent.Add(max(tc.heardLast, 0) + r.cfg.PeerTimeout + time.Second) // well before PendingTimeout
+				// L and R keep hearing from each other.
+				connect(t, p.now, r, "L")
+				connect(t, p.now, p.nodes["L"], "R")
+				r.Tick(p.now)
+				if slices.Contains(r.Peers(), "X") {
+					t.Fatalf("X still a neighbour of R at +%v", p.now.Sub(sent))
+				}
+			}
+			// R's next steal goes to L, which has nothing to give.
+			r.Tick(p.now)
+			for _, m := range r.Ready().Messages {
+				if m.Kind == KindStealRequest {
+					m.From = "R"
+					fail := oneOf(t, p.deliver(m), KindStealFail)
+					fail.From = "L"
+					p.deliver(fail)
+				}
+			}
+			acc := stealAccepts(p.askExchange("L", "R"))
+			if swapped := len(acc) == 1 && acc[0].Swap != (RankID{}); swapped != tc.swaps {
+				t.Fatalf("X gone at +%v: R answered L's exchange request with %+v; want a swap: %v", p.now.Sub(sent), acc, tc.swaps)
+			}
+		})
 	}
 }

@@ -144,8 +144,9 @@ type DecisionRecord struct {
 
 // Stats counts protocol events, for metrics and tests.
 type Stats struct {
-	// Steals this node started, and how they ended (accepted, failed, timed out); a late
-	// accept answers a steal that had already timed out.
+	// Steals this node started, and how they ended (accepted, failed, timed out: no answer
+	// within StealTimeout, or lost with the neighbour it was sent to); a late accept answers
+	// a steal that had already timed out.
 	StealsSent, StealsAccepted, StealsFailed, StealsTimedOut, LateAccepts uint64
 	// Other nodes' requests this node forwarded, answered with a fail, or granted.
 	RequestsForwarded, RequestsFailed, RanksGiven uint64
@@ -214,6 +215,12 @@ type pending struct {
 	cpu  float64
 }
 
+// sentSteal is a steal request of this node's, sent to neighbour to at at.
+type sentSteal struct {
+	at time.Time
+	to string
+}
+
 type steal struct {
 	id     uint64
 	target string
@@ -263,10 +270,11 @@ type Node struct {
 
 	steal *steal
 	wide  *steal // CRS: the one asynchronous wide-area steal
-	// unanswered: this node's steals (id → sent) that may still bring a rank it does not
-	// know of yet, kept until their accept or fail comes or PendingTimeout passes
-	// (exchange_commit.go: no exchange is judged while one is).
-	unanswered    map[uint64]time.Time
+	// unanswered: this node's steals that may still bring a rank it does not know of yet,
+	// kept until their accept or fail comes, PendingTimeout passes, or the neighbour they
+	// were sent to is found gone since before they were sent (peerGone; exchange_commit.go:
+	// no exchange is judged while one is).
+	unanswered    map[uint64]sentSteal
 	locale        Locale // NRS: the locale of the next steal
 	seq           uint64
 	backoff       time.Duration
@@ -311,7 +319,7 @@ func NewNode(cfg Config) (*Node, error) {
 		outgoing:   map[RankID]pending{},
 		incoming:   map[RankID]pending{},
 		arrived:    map[RankID]time.Time{},
-		unanswered: map[uint64]time.Time{},
+		unanswered: map[uint64]sentSteal{},
 	}, nil
 }
 
@@ -359,6 +367,38 @@ func (n *Node) addPeer(name string, ps *peerState) {
 func (n *Node) dropPeer(name string) {
 	delete(n.peers, name)
 	n.peerNames = nil
+}
+
+// peerGone drops neighbour name, found silent for PeerTimeout or leaving, and forgets the
+// steals of this node's that were lost with it: those sent to it after the last message
+// heard from it. The failure detector's verdict is that it has been gone since then, so
+// such a request reached no node that answers, and no rank comes for it. Without this a
+// request lost to a dead neighbour kept the node out of every exchange for PendingTimeout
+// (exchange_commit.go) and its steal outstanding for StealTimeout. A request sent before
+// that was received while the neighbour lived: it keeps its bound, as any other.
+//
+// The verdict can be wrong: a neighbour frozen, or whose heartbeats alone were lost, may
+// have forwarded the request to a node that gives a rank. Its accept then comes as a late
+// one and books the rank; only if that accept is lost too does a rank arrive that this
+// node did not count (as if its Update had been late).
+func (n *Node) peerGone(now time.Time, name string) {
+	ps := n.peers[name]
+	if ps == nil {
+		return
+	}
+	for id, u := range n.unanswered {
+		if u.to == name && !u.at.Before(ps.lastSeen) {
+			delete(n.unanswered, id)
+			switch {
+			case n.steal != nil && n.steal.id == id:
+				n.stats.StealsTimedOut++
+				n.stealEnded(now, id, true)
+			case n.wide != nil && n.wide.id == id:
+				n.wide = nil
+			}
+		}
+	}
+	n.dropPeer(name)
 }
 
 // PeerProfile returns the last profile a neighbour sent (heartbeat, join, announce), for
@@ -552,7 +592,7 @@ func (n *Node) Tick(now time.Time) {
 			}
 		}
 		for _, p := range silent {
-			n.dropPeer(p)
+			n.peerGone(now, p)
 		}
 		n.quietUntil = oldest.Add(n.cfg.PeerTimeout)
 	}
@@ -604,7 +644,7 @@ func (n *Node) Step(now time.Time, m Message) error {
 		return fmt.Errorf("iosbridge: node %s: message for %s", n.cfg.ID, m.To)
 	}
 	if m.Kind == KindLeave {
-		n.dropPeer(m.From)
+		n.peerGone(now, m.From)
 		return nil
 	}
 	n.touch(now, m)
@@ -1073,7 +1113,7 @@ func (n *Node) maybeSteal(now time.Time) {
 		n.stats.HintedSteals++
 	}
 	n.seq++
-	n.unanswered[n.seq] = now
+	n.unanswered[n.seq] = sentSteal{at: now, to: target}
 	n.steal = &steal{id: n.seq, target: target, sentAt: now, locale: req.Locale}
 	if req.Offer != nil {
 		n.steal.offer, n.steal.ranks = req.Offer.ID(), eff.Ranks
@@ -1102,7 +1142,7 @@ func (n *Node) stealWide(now time.Time, req Message) {
 	}
 	c, _ := n.clusterOf(target)
 	n.seq++
-	n.unanswered[n.seq] = now
+	n.unanswered[n.seq] = sentSteal{at: now, to: target}
 	n.wide = &steal{id: n.seq, target: target, sentAt: now}
 	n.stats.WideStealsSent++
 	req.To, req.ID, req.InCluster, req.Cluster, req.Wide = target, n.seq, true, c, true
@@ -1206,8 +1246,8 @@ func (n *Node) expire(now time.Time) {
 		n.relay = nil
 	}
 	n.expireHolds(now)
-	for id, at := range n.unanswered {
-		if now.Sub(at) > n.cfg.PendingTimeout {
+	for id, u := range n.unanswered {
+		if now.Sub(u.at) > n.cfg.PendingTimeout {
 			delete(n.unanswered, id)
 		}
 	}
