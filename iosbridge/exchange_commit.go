@@ -43,13 +43,22 @@ import (
 //     sent less than PendingTimeout ago: the bound within which a given rank is booked at
 //     all) may host a rank it does not list yet. Such a node is unsure: it neither offers,
 //     relays nor decides an exchange, nor confirms a relay. Its own current steal counts
-//     too: a rank given for it may come while it waits for an exchange's commit.
+//     too: a rank given for it may come while it waits for an exchange's commit. A steal
+//     sent to a neighbour after the last message heard from it, which is then found gone,
+//     was lost with it and does not count (Node.peerGone).
+//
+//   - A rank counts as coming only while it may come: when PCM fails a migration, the giver
+//     tells the receiver (KindMigrationFailed), which drops the booking and releases a hold
+//     waiting for that rank, telling the other node holding one (as when a hold expires).
 //
 // So a lost or late message costs a hold (released by a cancel, or when it expires:
 // StealTimeout before the relay confirmed, PendingTimeout after) and never moves a rank.
-// An exchange stays half done only if a node dies, or PCM fails a migration, after Origin's
-// commit, or (commit message lost) a migration takes longer than the holds (PendingTimeout
-// − StealTimeout): the same bound within which a given rank is booked at all.
+// An exchange stays half done only if a node dies, or PCM fails a migration, after the
+// other parts were sent (Origin's commit, or the hold completed), or (commit message lost)
+// a migration takes longer than the holds (PendingTimeout − StealTimeout): the same bound
+// within which a given rank is booked at all. And it is judged on a rank whose migration
+// failed only while the giver's KindMigrationFailed is on its way (or lost: then until
+// PendingTimeout, as before it existed).
 
 // exchangeHold is a promise this node made in an exchange of Origin's request ID: give goes
 // to node to once every rank of want is hosted here.
@@ -104,7 +113,7 @@ func (n *Node) promiseExchange(now time.Time, m Message, d Decision, in Decision
 		h.give = append(h.give, d.Pair)
 	}
 	for _, id := range h.give {
-		n.outgoing[id] = pending{peer: m.Origin, at: now, cpu: cpuOf(id)}
+		n.outgoing[id] = pending{peer: m.Origin, at: now, cpu: cpuOf(id), origin: m.Origin, id: m.ID}
 	}
 	offerCPU := m.Offer.cpuUse(*m.Profile)
 	h.accept = Message{Kind: KindStealAccept, To: m.Origin, Origin: m.Origin, ID: m.ID, Rank: d.Rank, CPUUse: cpuOf(d.Rank),
@@ -113,15 +122,15 @@ func (n *Node) promiseExchange(now time.Time, m Message, d Decision, in Decision
 	case relayed:
 		n.stats.RotationsDecided++
 		h.relay, h.want = d.RelayNode, []RankID{d.Relay}
-		n.incoming[d.Relay] = pending{peer: d.RelayNode, at: now, cpu: m.Relay.cpuUse(*m.RelayProfile)}
+		n.incoming[d.Relay] = pending{peer: d.RelayNode, at: now, cpu: m.Relay.cpuUse(*m.RelayProfile), origin: m.Origin, id: m.ID}
 		n.send(Message{Kind: KindRelayAccept, To: d.RelayNode, Origin: m.Origin, ID: m.ID, Rank: d.Relay, Swap: d.Swap,
 			CPUUse: offerCPU, Gain: d.Gain, Reason: d.Reason})
 	default:
 		h.want = []RankID{d.Swap}
-		n.incoming[d.Swap] = pending{peer: m.Origin, at: now, cpu: offerCPU}
+		n.incoming[d.Swap] = pending{peer: m.Origin, at: now, cpu: offerCPU, origin: m.Origin, id: m.ID}
 		if paired {
 			h.want = append(h.want, d.SwapPair)
-			n.incoming[d.SwapPair] = pending{peer: m.Origin, at: now, cpu: m.OfferPartner.cpuUse(*m.Profile)}
+			n.incoming[d.SwapPair] = pending{peer: m.Origin, at: now, cpu: m.OfferPartner.cpuUse(*m.Profile), origin: m.Origin, id: m.ID}
 		}
 		n.send(h.accept)
 	}
@@ -179,14 +188,14 @@ func (n *Node) swapOut(now time.Time, m Message) bool {
 		to = m.SwapTo // a three-way exchange: the offer goes to the relay
 		n.send(Message{Kind: KindExchangeCommit, To: m.SwapTo, Origin: n.cfg.ID, ID: m.ID})
 	}
-	n.outgoing[m.Swap] = pending{peer: to, at: now, cpu: n.rankCPU(m.Swap)}
+	n.outgoing[m.Swap] = pending{peer: to, at: now, cpu: n.rankCPU(m.Swap), origin: n.cfg.ID, id: m.ID}
 	n.stats.RanksSwapped++
 	parties := exchangeParties(n.cfg.ID, m.From, m.SwapTo)
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.Swap, To: to, RequestID: m.ID, Gain: m.Gain,
 		Policy: n.rankPolicy(m.Swap), Reason: fmt.Sprintf("swapped for %s: %s", m.Rank, m.Reason), At: now,
 		Origin: n.cfg.ID, Parties: parties})
 	if m.SwapPair != (RankID{}) {
-		n.outgoing[m.SwapPair] = pending{peer: to, at: now, cpu: n.rankCPU(m.SwapPair)}
+		n.outgoing[m.SwapPair] = pending{peer: to, at: now, cpu: n.rankCPU(m.SwapPair), origin: n.cfg.ID, id: m.ID}
 		n.stats.RanksSwapped++
 		n.out.Migrations = append(n.out.Migrations, Migration{Rank: m.SwapPair, To: to, RequestID: m.ID, Gain: m.Gain,
 			Policy: n.rankPolicy(m.SwapPair), Reason: fmt.Sprintf("swapped with %s for %s and %s: %s", m.Swap, m.Rank, m.Pair, m.Reason), At: now,
@@ -225,8 +234,8 @@ func (n *Node) onRelayAccept(now time.Time, m Message) {
 		return
 	}
 	n.relay = nil
-	n.outgoing[m.Rank] = pending{peer: m.From, at: now, cpu: n.rankCPU(m.Rank)}
-	n.incoming[m.Swap] = pending{peer: m.Origin, at: now, cpu: m.CPUUse}
+	n.outgoing[m.Rank] = pending{peer: m.From, at: now, cpu: n.rankCPU(m.Rank), origin: m.Origin, id: m.ID}
+	n.incoming[m.Swap] = pending{peer: m.Origin, at: now, cpu: m.CPUUse, origin: m.Origin, id: m.ID}
 	n.holds = append(n.holds, &exchangeHold{origin: m.Origin, id: m.ID, give: []RankID{m.Rank}, to: m.From, want: []RankID{m.Swap},
 		confirmed: true, relayed: true, at: now,
 		mig: Migration{To: m.From, RequestID: m.ID, Gain: m.Gain, Policy: n.rankPolicy(m.Rank),
@@ -356,11 +365,26 @@ func (n *Node) expireHolds(now time.Time) {
 		if now.Sub(h.at) < limit {
 			continue
 		}
-		for _, p := range []string{h.to, h.relay} {
-			if p != "" && p != h.origin {
-				n.send(Message{Kind: KindExchangeCancel, To: p, Origin: h.origin, ID: h.id})
-			}
-		}
-		n.release(h)
+		n.abandon(h)
 	}
+}
+
+// abandon releases hold h and tells the other node holding a rank for its exchange.
+func (n *Node) abandon(h *exchangeHold) {
+	for _, p := range []string{h.to, h.relay} {
+		if p != "" && p != h.origin {
+			n.send(Message{Kind: KindExchangeCancel, To: p, Origin: h.origin, ID: h.id})
+		}
+	}
+	n.release(h)
+}
+
+// holdWanting is the hold waiting for rank, nil if none.
+func (n *Node) holdWanting(rank RankID) *exchangeHold {
+	for _, h := range n.holds {
+		if slices.Contains(h.want, rank) {
+			return h
+		}
+	}
+	return nil
 }

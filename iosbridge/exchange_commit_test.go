@@ -301,8 +301,8 @@ type exchangeOf struct {
 	before          [2]float64 // (Σk²/C, crossing links) where the decider decided
 	after           [2]float64 // the same with every move of the exchange made
 	why             string
-	// misled: a node of it counted a rank whose migration had failed (PCM told the giver
-	// only) where it was to go
+	// misled: a node of it counted a rank whose migration had failed where it was to go,
+	// its giver's KindMigrationFailed not delivered yet (on its way, or lost)
 	misled bool
 	// moving: decided while ranks were in flight
 	moving bool
@@ -318,9 +318,12 @@ type exchangeOf struct {
 // decided on: where every rank is heading, those in flight landed, even a plain steal's
 // rank whose accept has not reached its stealer yet (which judges no exchange meanwhile).
 // Only where a migration itself fails (PCM refuses, a node dies: the last seeds fail one in
-// ten) may an exchange stay half done, or be judged on a rank that stays where it was.
+// ten) may an exchange stay half done; and be judged on a rank that stays where it was
+// only while its giver's KindMigrationFailed has not reached the node that counted it (on
+// its way, or lost as one message in eight is: that node then counts the rank until
+// PendingTimeout). No protocol closes that window: the giver learns of the failure first.
 func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
-	var completed, moving0, misled, empty, refused, cancelled, rotations, pairs, halfByFailure int
+	var completed, moving0, misled, empty, refused, cancelled, rotations, pairs, halfByFailure, told int
 	for seed := uint64(1); seed <= 52; seed++ {
 		failing := seed > 40 // one migration in ten fails (PCM, or a node died)
 		rng := newRand(100 + seed)
@@ -356,7 +359,9 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 		var moving []chaosMove
 		exchanges := map[uint64]*exchangeOf{}
 		cpus := []int{2, 2, 2, 2}
-		failedMoves := map[RankID]bool{} // ranks whose migration PCM failed
+		// untold: ranks whose migration PCM failed, by the giver's KindMigrationFailed not
+		// delivered yet (in flight, or lost: its receiver counts the rank until PendingTimeout)
+		untold := map[RankID]int{}
 		// heading is the placement every node is heading for: ranks in flight where they
 		// land, the rest of every exchange committed (some of its moves made) made too.
 		heading := func() map[int]string {
@@ -391,12 +396,13 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 			}
 			return [2]float64{density(cpus, hs...), float64(g.cut(hs...))}
 		}
-		collect := func(name string) {
+		var collect func(name string)
+		collect = func(name string) {
 			r := p.nodes[name].Ready()
 			for _, m := range r.Messages {
 				m.From = name
 				switch m.Kind {
-				case KindStealRequest, KindStealAccept, KindStealFail, KindRelayAccept, KindRelayReady, KindExchangeCancel, KindExchangeCommit:
+				case KindStealRequest, KindStealAccept, KindStealFail, KindRelayAccept, KindRelayReady, KindExchangeCancel, KindExchangeCommit, KindMigrationFailed:
 					inFlight = append(inFlight, m)
 				default: // membership: on time
 					if err := p.nodes[m.To].Step(p.now, m); err != nil {
@@ -432,7 +438,7 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 					}
 					view := p.nodes[o].effectiveLocal()
 					for r, on := range at {
-						if id := (RankID{"g", r}); (on == o) != view.Hosts(id) && failedMoves[id] {
+						if id := (RankID{"g", r}); (on == o) != view.Hosts(id) && untold[id] > 0 {
 							x.misled = true
 						}
 					}
@@ -447,7 +453,7 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 				if failing && rng.IntN(10) == 0 {
 					// PCM fails it (the job refused, or a node died): the rank stays.
 					p.nodes[name].MigrationFailed(mg.Rank)
-					failedMoves[mg.Rank] = true
+					untold[mg.Rank]++
 					if x != nil {
 						x.failed = true
 					}
@@ -465,6 +471,9 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 					}
 					x.done[mg.Rank] = mg.To
 				}
+			}
+			if p.nodes[name].HasReady() {
+				collect(name) // a failed migration makes its giver tell the receiver
 			}
 		}
 		land := func(i int) {
@@ -504,6 +513,10 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 				}
 				if err := p.nodes[m.To].Step(p.now, m); err != nil {
 					t.Fatal(err)
+				}
+				if m.Kind == KindMigrationFailed {
+					untold[m.Rank]--
+					told++
 				}
 				collect(m.To)
 			}
@@ -545,7 +558,7 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 					moving0++
 				}
 				if x.misled {
-					misled++ // judged on a failed migration's rank where it was to go
+					misled++ // judged on a failed migration's rank before its receiver was told
 					continue
 				}
 				if !(x.after[0] < x.before[0]-1e-9 || x.after[0] < x.before[0]+1e-9 && x.after[1] < x.before[1]) {
@@ -561,9 +574,9 @@ func TestExchangesUnderLossAndDelayAreNeverHalfDone(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d exchanges made whole (%d rotations, %d pair swaps decided; %d decided while ranks were in flight, %d on a failed migration's rank), %d moved nothing, %d half done by a failed migration; %d answers refused, %d holds released",
-		completed, rotations, pairs, moving0, misled, empty, halfByFailure, refused, cancelled)
-	if completed-misled < 10 || moving0 < 10 || empty < 10 || refused == 0 || cancelled == 0 {
+	t.Logf("%d exchanges made whole (%d rotations, %d pair swaps decided; %d decided while ranks were in flight, %d on a failed migration's rank before its receiver was told), %d moved nothing, %d half done by a failed migration; %d answers refused, %d holds released; %d failed migrations told",
+		completed, rotations, pairs, moving0, misled, empty, halfByFailure, refused, cancelled, told)
+	if completed-misled < 10 || moving0 < 10 || empty < 10 || refused == 0 || cancelled == 0 || told == 0 {
 		t.Fatal("the property was hardly exercised")
 	}
 }
@@ -696,5 +709,86 @@ func TestStealLostToADeadNeighbourEndsWhenItIsFoundGone(t *testing.T) {
 				t.Fatalf("X gone at +%v: R answered L's exchange request with %+v; want a swap: %v", p.now.Sub(sent), acc, tc.swaps)
 			}
 		})
+	}
+}
+
+// A rank whose migration PCM failed is not counted as coming for PendingTimeout: its giver
+// tells the receiver (KindMigrationFailed), which drops the booking (only the giver's word
+// counts), and an accept the news overtook books nothing. The stealer is then no longer
+// unsure either: no rank comes for its steal, so it may take part in exchanges at once.
+func TestReceiverOfAFailedMigrationNoLongerCountsTheRank(t *testing.T) {
+	for _, overtaken := range []bool{false, true} {
+		a, b := idleNode(t, "A", "B"), busyNode(t, "B", "A")
+		a.Tick(t0)
+		req := oneOf(t, a.Ready(), KindStealRequest)
+		req.From = "A"
+		if err := b.Step(t0, req); err != nil {
+			t.Fatal(err)
+		}
+		r := b.Ready()
+		acc := oneOf(t, r, KindStealAccept)
+		acc.From = "B"
+		rank := r.Migrations[0].Rank
+		b.MigrationFailed(rank)
+		failed := oneOf(t, b.Ready(), KindMigrationFailed)
+		failed.From = "B"
+		if failed.To != "A" || failed.Rank != rank || failed.Origin != "A" || failed.ID != req.ID {
+			t.Fatalf("B tells %+v: want A told that %s of its request %d does not come", failed, rank, req.ID)
+		}
+		var msgs []Message
+		if overtaken {
+			msgs = []Message{failed, acc}
+		} else {
+			forged := failed
+			forged.From = "C" // a node that gave nothing
+			msgs = []Message{acc, forged}
+		}
+		for _, m := range msgs {
+			if err := a.Step(t0.Add(time.Second), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !overtaken {
+			if !a.Local().Hosts(rank) {
+				t.Fatalf("C's word made A forget %s, which B gives it", rank)
+			}
+			if err := a.Step(t0.Add(time.Second), failed); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l := a.Local(); l.Hosts(rank) || l.Availability != 1 || a.unsure() {
+			t.Fatalf("overtaken %v: A still counts %s, whose migration failed: %+v (unsure %v)", overtaken, rank, l, a.unsure())
+		}
+	}
+}
+
+// A node holding a promise for an exchange whose other part failed releases it at once:
+// L committed (its commit to R is late) but PCM failed L's migration, and L says so; R
+// drops its hold, tells no one it gives anything, and the late commit moves nothing. Before,
+// R counted L's rank and kept its own promised until PendingTimeout, and the late commit
+// sent R's rank alone.
+func TestHoldWaitingForAFailedMigrationIsReleased(t *testing.T) {
+	p := newExchangePair(t, PolicyATSRAS, 8, []int{0, 1, 2, 5}, []int{3, 4, 6, 7})
+	acc := oneOf(t, p.askExchange("L", "R"), KindStealAccept)
+	if acc.Swap == (RankID{}) || !p.nodes["R"].inExchange() {
+		t.Fatalf("R answered %+v: want a swap promised", acc)
+	}
+	acc.From = "R"
+	r := p.deliver(acc)
+	commit := oneOf(t, r, KindExchangeCommit)
+	commit.From = "L"
+	if len(r.Migrations) != 1 || r.Migrations[0].Rank != acc.Swap {
+		t.Fatalf("L moves %+v: want %s", r.Migrations, acc.Swap)
+	}
+	p.nodes["L"].MigrationFailed(acc.Swap)
+	failed := oneOf(t, p.nodes["L"].Ready(), KindMigrationFailed)
+	failed.From = "L"
+	p.deliver(failed)
+	rn := p.nodes["R"]
+	if rn.inExchange() || rn.Local().Hosts(acc.Swap) || !rn.Local().Hosts(acc.Rank) {
+		t.Fatalf("R after L's migration failed: in an exchange %v, counts %v", rn.inExchange(), rn.Local().Ranks)
+	}
+	if late := p.deliver(commit); len(late.Migrations) != 0 {
+		t.Fatalf("the late commit moved %+v", late.Migrations)
 	}
 }

@@ -50,6 +50,12 @@ const (
 	// KindExchangeCommit says Origin carried out its part of exchange ID: the receiver sends
 	// the ranks it promised for it now.
 	KindExchangeCommit Kind = "exchange_commit"
+	// KindMigrationFailed tells To that PCM failed the migration of Rank, which From had
+	// given it for request ID of Origin (0: a push): To no longer counts Rank as coming, and
+	// an exchange waiting for it is released (exchange_commit.go). Without it To counted
+	// the rank until PendingTimeout and could judge exchanges on a placement that was not
+	// going to be.
+	KindMigrationFailed Kind = "migration_failed"
 )
 
 // MaxTTL bounds the TTL accepted from the network so a forged packet cannot circulate long.
@@ -220,6 +226,10 @@ func (m Message) Validate() error {
 	case KindExchangeCancel, KindExchangeCommit:
 		if m.Origin == "" || m.ID == 0 {
 			return fmt.Errorf("iosbridge: %s from %s: needs the exchange's origin (%q) and request ID", m.Kind, m.From, m.Origin)
+		}
+	case KindMigrationFailed:
+		if m.Origin == "" || m.Rank.Job == "" || m.Rank.Rank < 0 {
+			return fmt.Errorf("iosbridge: migration failed from %s: needs the request's origin (%q) and a rank (%q)", m.From, m.Origin, m.Rank)
 		}
 	case KindRelayAccept, KindRelayReady:
 		if m.Origin == "" || m.Origin == m.To || m.Origin == m.From || m.ID == 0 || m.Rank.Job == "" || m.Rank.Rank < 0 || m.Swap == (RankID{}) {

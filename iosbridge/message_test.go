@@ -55,6 +55,8 @@ func TestMessageValidate(t *testing.T) {
 		{Kind: KindRelayReady, From: "C", To: "B", Origin: "A", ID: 1, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
 		{Kind: KindExchangeCancel, From: "A", To: "B", Origin: "A", ID: 1},
 		{Kind: KindExchangeCommit, From: "A", To: "B", Origin: "A", ID: 1},
+		{Kind: KindMigrationFailed, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}},
+		{Kind: KindMigrationFailed, From: "B", To: "A", Origin: "A", Rank: RankID{"j", 0}}, // a push's
 		{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, TTL: 2, Profile: &prof, Exchange: true, Offer: &offer, OfferPartner: &partner},
 		{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: 1, Rank: RankID{"j", 0}, Pair: RankID{"j", 1}, Swap: RankID{"j", 2}, SwapPair: RankID{"j", 3}},
 		{Kind: KindHeartbeat, From: "A", To: "B", Profile: &prof, Best: []Hint{{Node: "A", Rank: 2}}, Hosts: []Hint{{Node: "C", Rank: 1, Hops: MaxHintHops}}},
@@ -114,6 +116,8 @@ func TestMessageValidate(t *testing.T) {
 		"cancel no origin":       {Kind: KindExchangeCancel, From: "A", To: "B", ID: 1},
 		"cancel with a swap":     {Kind: KindExchangeCancel, From: "A", To: "B", Origin: "A", ID: 1, Swap: RankID{"j", 2}},
 		"commit no ID":           {Kind: KindExchangeCommit, From: "A", To: "B", Origin: "A"},
+		"failed with no rank":    {Kind: KindMigrationFailed, From: "B", To: "A", Origin: "A", ID: 1},
+		"failed with no origin":  {Kind: KindMigrationFailed, From: "B", To: "A", ID: 1, Rank: RankID{"j", 0}},
 		"partner without offer":  {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, OfferPartner: &partner},
 		"partner is the offer":   {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, OfferPartner: &offer},
 		"partner elsewhere":      {Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: 1, Profile: &prof, Exchange: true, Offer: &offer, OfferPartner: &partnerOfC},
@@ -227,6 +231,7 @@ func TestExchangeMessagesRoundTripMsgpack(t *testing.T) {
 		{Kind: KindRelayReady, From: "C", To: "B", Origin: "A", ID: 9, Rank: RankID{"j", 5}, Swap: RankID{"j", 2}},
 		{Kind: KindExchangeCancel, From: "C", To: "B", Origin: "A", ID: 9},
 		{Kind: KindExchangeCommit, From: "A", To: "B", Origin: "A", ID: 9},
+		{Kind: KindMigrationFailed, From: "C", To: "B", Origin: "A", ID: 9, Rank: RankID{"j", 5}},
 	} {
 		b, err := msgpack.Marshal(in)
 		if err != nil {

@@ -213,12 +213,23 @@ type pending struct {
 	peer string
 	at   time.Time
 	cpu  float64
+	// origin and id are the request the rank is given for (origin's numbering; 0 for a
+	// push): a giver whose migration PCM failed names it to peer (MigrationFailed).
+	origin string
+	id     uint64
 }
 
 // sentSteal is a steal request of this node's, sent to neighbour to at at.
 type sentSteal struct {
 	at time.Time
 	to string
+}
+
+// notComing is a rank node from said it would not send for request id, told at at.
+type notComing struct {
+	from string
+	id   uint64
+	at   time.Time
 }
 
 type steal struct {
@@ -274,7 +285,10 @@ type Node struct {
 	// kept until their accept or fail comes, PendingTimeout passes, or the neighbour they
 	// were sent to is found gone since before they were sent (peerGone; exchange_commit.go:
 	// no exchange is judged while one is).
-	unanswered    map[uint64]sentSteal
+	unanswered map[uint64]sentSteal
+	// notComing: ranks whose giver said their migration failed (KindMigrationFailed) before
+	// their accept came, kept for PendingTimeout: the accept then books nothing.
+	notComing     map[RankID]notComing
 	locale        Locale // NRS: the locale of the next steal
 	seq           uint64
 	backoff       time.Duration
@@ -320,6 +334,7 @@ func NewNode(cfg Config) (*Node, error) {
 		incoming:   map[RankID]pending{},
 		arrived:    map[RankID]time.Time{},
 		unanswered: map[uint64]sentSteal{},
+		notComing:  map[RankID]notComing{},
 	}, nil
 }
 
@@ -537,8 +552,33 @@ func (n *Node) Update(now time.Time, local NodeProfile, ranks []RankProfile) err
 }
 
 // MigrationFailed tells the node that PCM could not move rank, so it becomes a candidate
-// again instead of staying booked for PendingTimeout.
-func (n *Node) MigrationFailed(rank RankID) { delete(n.outgoing, rank) }
+// again instead of staying booked for PendingTimeout. The node it was given to is told
+// (KindMigrationFailed) and stops counting it as coming.
+func (n *Node) MigrationFailed(rank RankID) {
+	p, ok := n.outgoing[rank]
+	delete(n.outgoing, rank)
+	if ok && !n.left {
+		n.send(Message{Kind: KindMigrationFailed, To: p.peer, Origin: p.origin, ID: p.id, Rank: rank})
+	}
+}
+
+// onMigrationFailed: the node that gave Rank says it will not come. Only a booking of that
+// node's for that request is dropped. A plain steal's accept that has not come yet (lost, or overtaken by
+// this message) books nothing when it comes, and no rank comes for the steal (one rank per
+// request unless the policy gives in bulk).
+func (n *Node) onMigrationFailed(now time.Time, m Message) {
+	if p, ok := n.incoming[m.Rank]; ok && p.peer == m.From && p.origin == m.Origin && p.id == m.ID {
+		if h := n.holdWanting(m.Rank); h != nil {
+			n.abandon(h) // the exchange can no longer be made whole: nothing of ours moves
+		}
+		delete(n.incoming, m.Rank)
+	} else if m.Origin == n.cfg.ID && m.ID != 0 {
+		n.notComing[m.Rank] = notComing{from: m.From, id: m.ID, at: now}
+	}
+	if m.Origin == n.cfg.ID && m.ID != 0 && !n.proto.Bulk {
+		delete(n.unanswered, m.ID)
+	}
+}
 
 // Cooldown starts rank's stability cooldown at now, as if it had just arrived: it is not
 // given away again for Stability.Cooldown. pcmd calls it with MigrationFailed when a job
@@ -689,10 +729,12 @@ func (n *Node) Step(now time.Time, m Message) error {
 		if !n.proto.Bulk {
 			delete(n.unanswered, m.ID) // under Bulk more ranks may follow: kept until it expires
 		}
-		if m.Swap == (RankID{}) || n.swapOut(now, m) {
-			n.incoming[m.Rank] = pending{peer: m.From, at: now, cpu: m.CPUUse}
+		if nc, ok := n.notComing[m.Rank]; ok && nc.from == m.From && nc.id == m.ID && m.Swap == (RankID{}) {
+			delete(n.notComing, m.Rank) // its migration failed already: nothing comes
+		} else if m.Swap == (RankID{}) || n.swapOut(now, m) {
+			n.incoming[m.Rank] = pending{peer: m.From, at: now, cpu: m.CPUUse, origin: m.Origin, id: m.ID}
 			if m.Pair != (RankID{}) {
-				n.incoming[m.Pair] = pending{peer: m.From, at: now, cpu: m.CPUUse} // alike: the pair swap kept the CPU balance
+				n.incoming[m.Pair] = pending{peer: m.From, at: now, cpu: m.CPUUse, origin: m.Origin, id: m.ID} // alike: the pair swap kept the CPU balance
 			}
 		}
 		switch {
@@ -724,6 +766,8 @@ func (n *Node) Step(now time.Time, m Message) error {
 		n.onExchangeCancel(m)
 	case KindExchangeCommit:
 		n.onExchangeCommit(now, m)
+	case KindMigrationFailed:
+		n.onMigrationFailed(now, m)
 	case KindBalanceRequest:
 		n.onBalanceRequest(m)
 	case KindBalanceOffer:
@@ -977,13 +1021,13 @@ func (n *Node) give(now time.Time, to string, id uint64, d Decision, in Decision
 			}
 		}
 	}
-	n.outgoing[d.Rank] = pending{peer: to, at: now, cpu: cpu}
+	n.outgoing[d.Rank] = pending{peer: to, at: now, cpu: cpu, origin: to, id: id}
 	n.stats.RanksGiven++
 	n.send(Message{Kind: KindStealAccept, To: to, Origin: to, ID: id, Rank: d.Rank, CPUUse: book, Gain: d.Gain, Reason: d.Reason, Swap: d.Swap, SwapTo: d.RelayNode,
 		Pair: d.Pair, SwapPair: d.SwapPair})
 	n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Rank, To: to, RequestID: id, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
 	if d.Pair != (RankID{}) {
-		n.outgoing[d.Pair] = pending{peer: to, at: now, cpu: n.rankCPU(d.Pair)}
+		n.outgoing[d.Pair] = pending{peer: to, at: now, cpu: n.rankCPU(d.Pair), origin: to, id: id}
 		n.stats.RanksGiven++
 		n.out.Migrations = append(n.out.Migrations, Migration{Rank: d.Pair, To: to, RequestID: id, Gain: d.Gain, Policy: d.Policy, Reason: d.Reason, At: now})
 	}
@@ -1249,6 +1293,11 @@ func (n *Node) expire(now time.Time) {
 	for id, u := range n.unanswered {
 		if now.Sub(u.at) > n.cfg.PendingTimeout {
 			delete(n.unanswered, id)
+		}
+	}
+	for id, nc := range n.notComing {
+		if now.Sub(nc.at) > n.cfg.PendingTimeout {
+			delete(n.notComing, id)
 		}
 	}
 	for id, p := range n.outgoing {

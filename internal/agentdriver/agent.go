@@ -732,6 +732,9 @@ func (a *Agent) step(in inboxMsg) {
 	case m.Kind == iosbridge.KindStealFail:
 		a.event(false, job.IOSEvent{At: now, Kind: job.IOSStealFailed, Rank: -1, Peer: m.From,
 			Reason: fmt.Sprintf("steal request %d failed at %s: %s", m.ID, m.From, m.Reason)})
+	case m.Kind == iosbridge.KindMigrationFailed:
+		a.event(true, job.IOSEvent{At: now, Kind: job.IOSMigrateFailed, Job: m.Rank.Job, Rank: m.Rank.Rank, Peer: m.From,
+			Reason: fmt.Sprintf("%s's move of %s to this node failed: no longer counted as coming", m.From, m.Rank)})
 	}
 }
 
@@ -786,6 +789,9 @@ func (a *Agent) flush() {
 	}
 	for _, ms := range batches(rd.Migrations) {
 		a.migrate(ms)
+	}
+	if a.n.HasReady() {
+		a.flush() // a migration not sent (job policy none): its receiver is told at once
 	}
 }
 

@@ -266,7 +266,8 @@ func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 }
 
 // A job refuses the first migration: the giver calls MigrationFailed, the rank becomes a
-// candidate again and a later steal moves it (or another one).
+// candidate again and a later steal moves it (or another one). The stealer is told (a
+// signed KindMigrationFailed) and records it: it no longer counts the rank as coming.
 func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
@@ -287,6 +288,13 @@ func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	if f := eventsOf(st, job.IOSMigrateFailed); len(f) == 0 || f[0].Reason != "refused: rank 1 is checkpointing" {
 		t.Errorf("failed migrations %+v", f)
 	}
+	ctl.mu.Lock()
+	refused := ctl.reqs[0].Rank
+	ctl.mu.Unlock()
+	testbin.WaitFor(t, 5*time.Second, "A to be told that B's first move failed", func() bool {
+		f := eventsOf(iosState(t, nc, "A"), job.IOSMigrateFailed)
+		return len(f) > 0 && f[0].Peer == "B" && f[0].Job == "j" && f[0].Rank == refused
+	})
 	// The refused rank is in cooldown: the job is not asked about it again at every steal.
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()

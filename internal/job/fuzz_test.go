@@ -199,7 +199,8 @@ func FuzzDecodeIOSMessage(f *testing.F) {
 		iosbridge.Message{Kind: iosbridge.KindRelayReady, From: "n3", To: "n2", Origin: "n1", ID: 1,
 			Rank: iosbridge.RankID{Job: "j", Rank: 5}, Swap: iosbridge.RankID{Job: "j", Rank: 2}},
 		iosbridge.Message{Kind: iosbridge.KindExchangeCancel, From: "n1", To: "n2", Origin: "n1", ID: 1},
-		iosbridge.Message{Kind: iosbridge.KindExchangeCommit, From: "n1", To: "n2", Origin: "n1", ID: 1})
+		iosbridge.Message{Kind: iosbridge.KindExchangeCommit, From: "n1", To: "n2", Origin: "n1", ID: 1},
+		iosbridge.Message{Kind: iosbridge.KindMigrationFailed, From: "n2", To: "n1", Origin: "n1", ID: 1, Rank: iosbridge.RankID{Job: "j", Rank: 5}})
 }
 
 func FuzzDecodeIOSState(f *testing.F) {

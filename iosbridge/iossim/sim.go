@@ -339,7 +339,15 @@ func (s *sim) start(i int) {
 
 // collect carries out what a node's Ready asks: messages go out over the link model,
 // migrations take the rank off the giver now and land it after latency + state/bandwidth.
+// A refused migration makes the giver tell its receiver (KindMigrationFailed): that message
+// goes out in the next round.
 func (s *sim) collect(i int) {
+	for s.nodes[i].agent.HasReady() {
+		s.collectOnce(i)
+	}
+}
+
+func (s *sim) collectOnce(i int) {
 	n := s.nodes[i]
 	rd := n.agent.Ready()
 	for _, m := range rd.Messages {
