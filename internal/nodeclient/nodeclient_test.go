@@ -95,8 +95,10 @@ func TestPlace(t *testing.T) {
 // key card get it sealed, and relay the ranks' output and exit under the key it derives.
 var testSecret = job.EnvSecret + "=000102030405060708090a0b0c0d0e0f"
 
-// fastBeat is the heartbeat period of fake nodes.
-const fastBeat = 50 * time.Millisecond
+// fastBeat is the heartbeat period of fake nodes: a node is gone after job.MissedBeats of
+// them, and at 50 ms that window (150 ms) was shorter than the stalls of a loaded 2-core
+// machine running the race detector, which declared live fake nodes gone.
+const fastBeat = 150 * time.Millisecond
 
 // fakeNode speaks pcmd's side of the protocol without running anything: spawned ranks
 // print what the test says and exit when signalled or told to.
