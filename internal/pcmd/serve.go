@@ -204,12 +204,20 @@ func Serve(ctx context.Context, cfg Config) error {
 		s.store = st.Dir()
 	}
 	if cfg.CkptStore == StoreMem {
-		dir, err := openMemStore(cfg.Node)
+		mem, err := openMemStore(cfg.Node)
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		s.store = dir
+		defer mem.close()
+		s.store = mem.dir
+		// The memory of pcmds killed on this machine is held until someone frees it.
+		dirs, n, err := reclaimMemStores(memRoot, time.Now())
+		if len(dirs) > 0 {
+			s.log.Printf("reclaimed %d bytes of memory stores left by dead pcmds: %s", n, strings.Join(dirs, " "))
+		}
+		if err != nil {
+			s.log.Printf("could not reclaim all memory stores left by dead pcmds: %v", err)
+		}
 	}
 
 	var launchers *ctlauth.AuthorizedKeys

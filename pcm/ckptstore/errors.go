@@ -22,6 +22,8 @@ var (
 	ErrNoCheckpoint = errors.New("no valid checkpoint")
 	// ErrCorrupt is matched by every *CorruptError.
 	ErrCorrupt = errors.New("corrupt checkpoint")
+	// ErrLocked: TryLock found the file locked by another holder, alive.
+	ErrLocked = errors.New("locked by another holder")
 )
 
 // CorruptError reports a piece or manifest whose content does not match what was recorded.

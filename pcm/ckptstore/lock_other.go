@@ -3,6 +3,8 @@
 package ckptstore
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
 )
@@ -31,3 +33,11 @@ func (f countFile) writeAt(b []byte, off int64) error {
 }
 
 func (f countFile) close() { f.f.Close() }
+
+// TryLock cannot lock without flock: it fails with errors.ErrUnsupported.
+func TryLock(path string) (*FileLock, error) {
+	return nil, fmt.Errorf("ckptstore: lock %s: %w", path, errors.ErrUnsupported)
+}
+
+// Unlock does nothing: no FileLock is ever taken on this system.
+func (l *FileLock) Unlock() {}
