@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -389,6 +390,76 @@ func TestFrozenNode(t *testing.T) {
 		}
 	}
 	t.Logf("job failed %v after its node froze", took)
+}
+
+// TestKilledNodesMemoryIsReclaimed: the memory store of a pcmd killed with SIGKILL outlives
+// it; the next pcmd with a memory store started on the machine removes it and says so,
+// and leaves the store of a live pcmd alone.
+func TestKilledNodesMemoryIsReclaimed(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	// /dev/shm is the machine's: names of this run's own.
+	tag := fmt.Sprintf("reclaim%d-", os.Getpid())
+	storeOf := func(p *proc) string {
+		t.Helper()
+		m := waitLog(t, p, 20*time.Second, regexp.MustCompile(`checkpoints in memory \((\S+), cap`))
+		return m[1]
+	}
+	live := startNode(t, url, tag+"live", "--ckpt-store", "mem")
+	liveDir := storeOf(live)
+	killed := startNode(t, url, tag+"killed", "--ckpt-store", "mem")
+	killedDir := storeOf(killed)
+	if err := os.WriteFile(filepath.Join(killedDir, "piece"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := killed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed.wait(t, 10*time.Second)
+	if _, err := os.Stat(killedDir); err != nil {
+		t.Fatalf("store of the killed pcmd: %v; want it left behind", err)
+	}
+
+	next := startNode(t, url, tag+"next", "--ckpt-store", "mem")
+	nextDir := storeOf(next)
+	m := waitLog(t, next, 20*time.Second, regexp.MustCompile(`reclaimed (\d+) bytes of memory stores left by dead pcmds: (.*)`))
+	if n, _ := strconv.ParseInt(m[1], 10, 64); n < 1<<20 || !slices.Contains(strings.Fields(m[2]), killedDir) {
+		t.Fatalf("reclaimed %s bytes of %s; want at least the %d of %s", m[1], m[2], 1<<20, killedDir)
+	}
+	if _, err := os.Stat(killedDir); !os.IsNotExist(err) {
+		t.Fatalf("store of the killed pcmd after the next start: %v; want it gone", err)
+	}
+	for _, dir := range []string{liveDir, nextDir} {
+		if _, err := os.Stat(filepath.Join(dir, ".owner")); err != nil {
+			t.Errorf("store of a live pcmd: %v", err)
+		}
+	}
+	// A pcmd that stops removes its store itself.
+	for _, p := range []*proc{live, next} {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 20*time.Second); code != 0 {
+			t.Errorf("%v after SIGTERM: exit %d\n%s", p.cmd.Args, code, p.stderr.String())
+		}
+	}
+	for _, dir := range []string{liveDir, nextDir} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("store of a stopped pcmd: %v; want it gone", err)
+		}
+	}
+}
+
+// waitLog waits up to limit for a line of p's log that matches re and returns its
+// submatches.
+func waitLog(t *testing.T, p *proc, limit time.Duration, re *regexp.Regexp) []string {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
+			return m
+		}
+	}
+	t.Fatalf("%v logged no %q within %v:\n%s", p.cmd.Args, re, limit, p.stderr.String())
+	return nil
 }
 
 // TestMpirunHostsErrors: placement problems stop mpirun before anything starts.
