@@ -41,9 +41,9 @@ const (
 	ownerFile     = ".owner"
 )
 
-// reclaimAge is how long a store must have been left unmodified to be reclaimed without a
-// lock to take: one under its temporary name (its pcmd may still be creating it) or one
-// with no ownerFile (made by a pcmd from before the owner lock, which may still run).
+// reclaimAge is how long nothing in a store must have changed for it to be reclaimed
+// without a lock to take: one under its temporary name (its pcmd may still be creating it)
+// or one with no ownerFile (made by a pcmd from before the owner lock, which may still run).
 const reclaimAge = time.Minute
 
 // memStore is this pcmd's memory store, locked for as long as it runs.
@@ -105,9 +105,9 @@ func (m *memStore) close() error {
 
 // reclaimMemStores removes from root the memory stores of this user whose pcmd is gone:
 // those whose owner lock can be taken, and those without a lock (temporary or from an
-// older pcmd) left unmodified for reclaimAge before now. The stores of live pcmds (other
-// nodes emulated on this machine, a pcmd being started) stay. It returns the directories
-// removed and the bytes of memory they held, and what it could not remove.
+// older pcmd) in which nothing changed for reclaimAge before now. The stores of live pcmds
+// (other nodes emulated on this machine, a pcmd being started) stay. It returns the
+// directories removed and the bytes of memory they held, and what it could not remove.
 func reclaimMemStores(root string, now time.Time) (dirs []string, bytes int64, err error) {
 	ents, err := os.ReadDir(root)
 	if err != nil {
@@ -146,12 +146,15 @@ func reclaimMemStore(dir string, temp bool, now time.Time) (int64, bool, error) 
 	if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() || !info.IsDir() {
 		return 0, false, nil // another user's: not ours to judge
 	}
-	old := now.Sub(info.ModTime()) >= reclaimAge
-	if temp && !old {
-		return 0, false, nil // being created
-	}
 	lock := filepath.Join(dir, ownerFile)
-	if _, err := os.Lstat(lock); err == nil {
+	_, err = os.Lstat(lock)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, false, err
+	}
+	if (temp || err != nil) && !idle(dir, now) {
+		return 0, false, nil // being created, or an older pcmd's (no lock) maybe in use
+	}
+	if err == nil {
 		owner, err := ckptstore.TryLock(lock)
 		if errors.Is(err, ckptstore.ErrLocked) {
 			return 0, false, nil // its pcmd lives
@@ -163,10 +166,6 @@ func reclaimMemStore(dir string, temp bool, now time.Time) (int64, bool, error) 
 			return 0, false, err
 		}
 		defer owner.Unlock()
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return 0, false, err
-	} else if !old {
-		return 0, false, nil // no lock: an older pcmd's, maybe in use
 	}
 	n := allocatedUnder(dir)
 	if err := os.RemoveAll(dir); err != nil {
@@ -174,6 +173,24 @@ func reclaimMemStore(dir string, temp bool, now time.Time) (int64, bool, error) 
 	}
 	return n, true, nil
 }
+
+// idle reports whether nothing under dir, itself included, was modified for reclaimAge
+// before now.
+func idle(dir string, now time.Time) bool {
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // removed meanwhile, or unreadable: no sign of use
+		}
+		if info, err := d.Info(); err == nil && now.Sub(info.ModTime()) < reclaimAge {
+			return errInUse
+		}
+		return nil
+	})
+	return err == nil
+}
+
+// errInUse stops idle's walk at the first recent change.
+var errInUse = errors.New("modified recently")
 
 // allocatedUnder returns the bytes allocated to the files under dir: on a tmpfs, the memory
 // they hold (holes hold none).

@@ -3,6 +3,7 @@ package pcmd
 import (
 	"bufio"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,11 +77,17 @@ func exists(t *testing.T, path string) bool {
 	return err == nil
 }
 
-// age sets path's modification time d before now.
+// age sets the modification time of path and everything under it d before now.
 func age(t *testing.T, path string, d time.Duration) {
 	t.Helper()
 	old := time.Now().Add(-d)
-	if err := os.Chtimes(path, old, old); err != nil {
+	err := filepath.WalkDir(path, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(p, old, old)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -164,17 +171,23 @@ func TestMemStoreInCreationIsKept(t *testing.T) {
 }
 
 // TestMemStoreOfOlderPcmdIsReclaimedWhenIdle: a store without an owner lock (made by a
-// pcmd from before it) is reclaimed once unmodified for reclaimAge, not before. Nothing else
+// pcmd from before it) is reclaimed once nothing in it was modified for reclaimAge, not
+// before. Nothing else
 // under the root is touched, and links are not followed.
 func TestMemStoreOfOlderPcmdIsReclaimedWhenIdle(t *testing.T) {
 	root := t.TempDir()
 	recent := filepath.Join(root, memPrefix+"n1-1")
 	idle := filepath.Join(root, memPrefix+"n2-2")
+	busy := filepath.Join(root, memPrefix+"n3-3") // a piece written just now, deep inside
 	other := filepath.Join(root, "other-store")
-	for _, dir := range []string{recent, idle, other} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
+	for _, dir := range []string{recent, idle, filepath.Join(busy, "job", "1"), other} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
+	}
+	age(t, busy, 2*reclaimAge)
+	if err := os.WriteFile(filepath.Join(busy, "job", "1", "rank-0"), []byte("piece"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	link := filepath.Join(root, memPrefix+"link")
 	if err := os.Symlink(other, link); err != nil {
@@ -187,13 +200,13 @@ func TestMemStoreOfOlderPcmdIsReclaimedWhenIdle(t *testing.T) {
 	if err != nil || !slices.Equal(dirs, []string{idle}) {
 		t.Fatalf("reclaimed %v, %v; want only %s", dirs, err, idle)
 	}
-	for _, p := range []string{recent, other, link} {
+	for _, p := range []string{recent, busy, other, link} {
 		if !exists(t, p) {
 			t.Errorf("%s removed", p)
 		}
 	}
-	if dirs, _, err := reclaimMemStores(root, time.Now().Add(2*reclaimAge)); err != nil || !slices.Equal(dirs, []string{recent}) {
-		t.Fatalf("%v later: reclaimed %v, %v; want %s", 2*reclaimAge, dirs, err, recent)
+	if dirs, _, err := reclaimMemStores(root, time.Now().Add(2*reclaimAge)); err != nil || !slices.Equal(dirs, []string{recent, busy}) {
+		t.Fatalf("%v later: reclaimed %v, %v; want %s and %s", 2*reclaimAge, dirs, err, recent, busy)
 	}
 }
 
