@@ -142,11 +142,18 @@ func TestMemoryStoreRefusesCheckpointsBeyondItsCap(t *testing.T) {
 	}
 }
 
-// removeMemStores removes the memory stores a killed pcmd named node left behind.
+// removeMemStores removes the memory stores a killed pcmd named node left behind: only
+// those whose owner lock can be taken, since other tests running at the same time may have
+// live nodes of the same name.
 func removeMemStores(t *testing.T, node string) {
 	dirs, _ := filepath.Glob("/dev/shm/mpios-ckpt-" + node + "-*")
 	for _, d := range dirs {
+		owner, err := ckptstore.TryLock(filepath.Join(d, ".owner"))
+		if err != nil {
+			continue // a live pcmd's
+		}
 		os.RemoveAll(d)
+		owner.Unlock()
 	}
 }
 
