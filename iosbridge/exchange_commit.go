@@ -378,13 +378,3 @@ func (n *Node) abandon(h *exchangeHold) {
 	}
 	n.release(h)
 }
-
-// holdWanting is the hold waiting for rank, nil if none.
-func (n *Node) holdWanting(rank RankID) *exchangeHold {
-	for _, h := range n.holds {
-		if slices.Contains(h.want, rank) {
-			return h
-		}
-	}
-	return nil
-}

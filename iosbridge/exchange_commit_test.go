@@ -792,3 +792,25 @@ func TestHoldWaitingForAFailedMigrationIsReleased(t *testing.T) {
 		t.Fatalf("the late commit moved %+v", late.Migrations)
 	}
 }
+
+// Ranks said not to come for a steal are remembered only up to a bound: a peer cannot grow
+// a node by naming ranks without end for a bulk steal (the Sheriff's), which stays
+// unanswered while more ranks may follow.
+func TestMigrationFailuresForABulkStealAreRememberedUpToABound(t *testing.T) {
+	a := mustNode(t, Config{ID: "A", Policy: mustPolicy(t, PolicySheriff)})
+	if err := a.Update(t0, node("A", 2, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, t0, a, "B")
+	a.Tick(t0)
+	req := oneOf(t, a.Ready(), KindStealRequest)
+	for i := 0; i < 10*maxNotComing; i++ {
+		m := Message{Kind: KindMigrationFailed, From: "B", To: "A", Origin: "A", ID: req.ID, Rank: RankID{"j", i}}
+		if err := a.Step(t0, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(a.notComing) != maxNotComing {
+		t.Fatalf("%d ranks remembered as not coming, want the bound %d", len(a.notComing), maxNotComing)
+	}
+}

@@ -563,22 +563,28 @@ func (n *Node) MigrationFailed(rank RankID) {
 }
 
 // onMigrationFailed: the node that gave Rank says it will not come. Only a booking of that
-// node's for that request is dropped. A plain steal's accept that has not come yet (lost, or overtaken by
-// this message) books nothing when it comes, and no rank comes for the steal (one rank per
-// request unless the policy gives in bulk).
+// node's for that request is dropped. The accept of a steal still unanswered (lost, or
+// overtaken by this message) books nothing when it comes, and no rank comes for the steal
+// (one rank per request unless the policy gives in bulk).
 func (n *Node) onMigrationFailed(now time.Time, m Message) {
+	_, asked := n.unanswered[m.ID]
+	mine := asked && m.Origin == n.cfg.ID && m.ID != 0
 	if p, ok := n.incoming[m.Rank]; ok && p.peer == m.From && p.origin == m.Origin && p.id == m.ID {
-		if h := n.holdWanting(m.Rank); h != nil {
+		if h := n.holdFor(m.Origin, m.ID); h != nil && slices.Contains(h.want, m.Rank) {
 			n.abandon(h) // the exchange can no longer be made whole: nothing of ours moves
 		}
 		delete(n.incoming, m.Rank)
-	} else if m.Origin == n.cfg.ID && m.ID != 0 {
+	} else if mine && len(n.notComing) < maxNotComing {
 		n.notComing[m.Rank] = notComing{from: m.From, id: m.ID, at: now}
 	}
-	if m.Origin == n.cfg.ID && m.ID != 0 && !n.proto.Bulk {
+	if mine && !n.proto.Bulk {
 		delete(n.unanswered, m.ID)
 	}
 }
+
+// maxNotComing bounds Node.notComing, which a peer could otherwise fill with the ranks of a
+// bulk steal's request.
+const maxNotComing = 64
 
 // Cooldown starts rank's stability cooldown at now, as if it had just arrived: it is not
 // given away again for Stability.Cooldown. pcmd calls it with MigrationFailed when a job
