@@ -120,6 +120,15 @@ func TestCheckpointCostRecoversConstantCostDespiteSpikes(t *testing.T) {
 	if got := median(loop(b))/median(loop(a)) - 1; near(got, wantOverhead) {
 		t.Errorf("whole-loop medians recover the overhead (%g) too: the spikes are not spikes", got)
 	}
+	// The same cost as a share of a real run: the baseline's median loop carries its spikes,
+	// so the share is smaller than the overhead on the loop of minima.
+	c, err := checkpointCost(a, b, every, window, minOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sumCost / median(loop(a)); !near(c.excess, sumCost) || !near(c.ofRun, want) || c.ofRun >= c.overhead {
+		t.Errorf("excess %g s, of a run %g: want %g s and %g, below the overhead on minima %g", c.excess, c.ofRun, sumCost, want, c.overhead)
+	}
 }
 
 // A cost spread beyond the window is reported outside it, not lost; a wider window than the
