@@ -86,8 +86,11 @@ func ATSRASRemoteEstimate(f, p, t float64, total, sl, sr int64, u, a, net float6
 }
 
 // ATSRASNetworkPerMessage is ν of ATSRASRemoteEstimate, the seconds one message of r takes to
-// cross the link l: half its base round trip plus r's mean message size over its bandwidth
-// (the link's measured one, else bw). 0 (unknown) without a measured round trip.
+// cross the link l: half its base round trip plus r's mean message size over its bandwidth.
+// The bandwidth is the link's measured one (l.BandwidthBps: Node.ObserveTransfer, the bulk
+// transfers received from that node, in pcmd its buddy copies of checkpoint pieces), else
+// bw, the default (MPI-IOS's 12.5 MB/s), until a transfer was measured. 0 (unknown) without
+// a measured round trip.
 func ATSRASNetworkPerMessage(r RankProfile, l *LinkProfile, bw float64) float64 {
 	if l == nil || l.Samples <= 0 || l.Latency <= 0 {
 		return 0
@@ -119,8 +122,9 @@ func ATSRASGain(ml, mr float64) float64 { return ml - mr }
 //	F(A) = RankProfile.ComputePerMessage (seconds; filled by the profiler),
 //	S(A,L), S(A,R) = messages the rank sent to peer ranks hosted on Local / Remote,
 //	ν = ATSRASNetworkPerMessage: DecisionInput.Link's Latency (Node fills it with the base
-//	    round trip of its heartbeat pings to Remote, Node.BaseLatency) and bandwidth, else
-//	    MPI-IOS's default bandwidth (mpios does not measure one yet).
+//	    round trip of its heartbeat pings to Remote, Node.BaseLatency) and BandwidthBps
+//	    (the bulk transfers measured from Remote, Node.ObserveTransfer), else MPI-IOS's
+//	    default bandwidth until one was measured (the decision's reason says which).
 //
 // The round trip is measured on every run (pcmd's agents always ping, and a node whose
 // policy is ATS-RAS pings by itself: Protocol), over the agents' path rather than mpi's: an upper bound of the network's
@@ -151,6 +155,10 @@ func (ATSRAS) Decide(in DecisionInput) Decision {
 	if in.Exchange {
 		free = math.Max(free, rankShare(in.Remote, 1)) // a busy remote still shares its CPUs
 	}
+	bw, bwFrom := DefaultMPIIOSConfig().DefaultBandwidthBps, "default, none measured"
+	if in.Link != nil && in.Link.BandwidthBps > 0 && finite(in.Link.BandwidthBps) {
+		bw, bwFrom = in.Link.BandwidthBps, "measured"
+	}
 	for _, r := range in.Ranks {
 		_, sl := r.commTo(in.Local)
 		_, sr := r.commTo(in.Remote)
@@ -162,7 +170,7 @@ func (ATSRAS) Decide(in DecisionInput) Decision {
 		}
 		p, t, f := float64(r.MessagesProcessed), r.Window.Seconds(), r.ComputePerMessage.Seconds()
 		u := r.cpuUse(in.Local)
-		net := ATSRASNetworkPerMessage(r, in.Link, DefaultMPIIOSConfig().DefaultBandwidthBps)
+		net := ATSRASNetworkPerMessage(r, in.Link, bw)
 		ml, ok1 := ATSRASLocalRate(p, t)
 		mr, ok2 := ATSRASRemoteEstimate(f, p, t, total, sl, sr, u, free, net)
 		if !ok1 || !ok2 {
@@ -175,8 +183,8 @@ func (ATSRAS) Decide(in DecisionInput) Decision {
 		}
 		best = inc
 		d.Migrate, d.Rank, d.Gain = true, r.ID(), inc
-		d.Reason = fmt.Sprintf("eq.2.1 G=M(L)-M(R)=%.4g-%.4g=%.4g (F=%v/msg, CPU %.2f here, %.2f free there, sent %d here %d there of %d, network %v/msg): %s processes %.4g msg/s more at %s",
-			ml, mr, g, r.ComputePerMessage.Round(time.Microsecond), u, free, sl, sr, total, time.Duration(net*float64(time.Second)).Round(time.Microsecond), r.ID(), inc, in.Remote.Node)
+		d.Reason = fmt.Sprintf("eq.2.1 G=M(L)-M(R)=%.4g-%.4g=%.4g (F=%v/msg, CPU %.2f here, %.2f free there, sent %d here %d there of %d, network %v/msg at %.3g MB/s %s): %s processes %.4g msg/s more at %s",
+			ml, mr, g, r.ComputePerMessage.Round(time.Microsecond), u, free, sl, sr, total, time.Duration(net*float64(time.Second)).Round(time.Microsecond), bw/1e6, bwFrom, r.ID(), inc, in.Remote.Node)
 	}
 	return d
 }

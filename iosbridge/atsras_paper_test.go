@@ -1,6 +1,7 @@
 package iosbridge
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,137 @@ func TestATSRASNodeGivesAWaitingRankOnceTheRoundTripIsMeasured(t *testing.T) {
 	}
 	if m := gives(true); len(m) != 1 || m[0].To != "n4" {
 		t.Fatalf("with the round trip measured: gave %+v, want one rank to n4", m)
+	}
+}
+
+// Eq. 2.3 with the bandwidth measured rather than assumed: the joins experiment's waiting
+// rank, which MPI-IOS's default bandwidth (12.5 MB/s) moves to the joining node (the test
+// above), stays when the bulk transfers from that node were measured at 1.25 MB/s: a
+// 16 KB halo then takes 13 ms to cross, more than the rank's whole 6 ms in mpi calls, so all
+// of that time is network time and doubles with the crossing messages.
+func TestATSRASEquation2_3KeepsAChattyRankHomeAcrossAMeasuredSlowLink(t *testing.T) {
+	local := node("n1", 1, 0, ids("j", 0, 1, 2, 3)...)
+	joining := node("n4", 1, 0.5)
+	r := haloRank(3, 120, 2300*time.Microsecond, 0.25, 2, 4)
+	link := lan(400 * time.Microsecond)
+	in := DecisionInput{Local: local, Remote: joining, Ranks: []RankProfile{r}, Link: link, Now: t0}
+	d := ATSRAS{}.Decide(in)
+	if !d.Migrate {
+		t.Fatalf("with the default bandwidth the waiting rank should move: %+v", d)
+	}
+	if !strings.Contains(d.Reason, "12.5 MB/s default, none measured") {
+		t.Fatalf("reason should say the bandwidth is the default: %q", d.Reason)
+	}
+
+	slow := *link
+	slow.BandwidthBps = 1.25e6
+	approx(t, "ν at the measured bandwidth", ATSRASNetworkPerMessage(r, &slow, DefaultMPIIOSConfig().DefaultBandwidthBps), 0.0002+16384/1.25e6)
+	in.Link = &slow
+	if d := (ATSRAS{}).Decide(in); d.Migrate {
+		t.Fatalf("a chatty rank was moved across a link measured at 1.25 MB/s: %+v", d)
+	}
+
+	// And the other way: a node joining with 0.3 CPU free would save a rank with a quarter
+	// CPU here 0.38 ms of computing per message, less than the 0.76 ms its halo to a peer
+	// here would add crossing at 12.5 MB/s, but more than the 0.11 ms it adds at 1 GB/s: the
+	// default keeps it home, the fast measured link moves it.
+	f := 2300 * time.Microsecond
+	net := 0.0002 + 16384/12.5e6
+	chatty := haloRank(3, 1/(f.Seconds()+net/2+0.0002), f, 0.25, 2, 4)
+	in.Remote = node("n4", 1, 0.3)
+	in.Ranks, in.Link = []RankProfile{chatty}, link
+	if d := (ATSRAS{}).Decide(in); d.Migrate {
+		t.Fatalf("at the default bandwidth the chatty rank should stay: %+v", d)
+	}
+	fast := *link
+	fast.BandwidthBps = 1e9
+	in.Link = &fast
+	d = ATSRAS{}.Decide(in)
+	if !d.Migrate || !strings.Contains(d.Reason, "1e+03 MB/s measured") {
+		t.Fatalf("want the chatty rank moved across a link measured at 1 GB/s, the reason naming it: %+v", d)
+	}
+}
+
+// The node measures the link's bandwidth from the bulk transfers it is told of
+// (ObserveTransfer) and gives it to its policy with the round trip: the joins experiment's
+// crowded node gives a waiting rank to the joining node at the default bandwidth, keeps it
+// once 4 MB from that node took 3.2 s (1.25 MB/s), and ignores transfers too small to
+// measure. Bad measurements are refused.
+func TestATSRASNodePricesCrossingMessagesWithTheMeasuredBandwidth(t *testing.T) {
+	// Ranks 1-4 of a chain, each with a neighbour on another node (0, 5, or 9 for the
+	// middle two): a rank none of whose messages cross is priced without the network.
+	prof := node("n1", 1, 0, ids("j", 1, 2, 3, 4)...)
+	var ranks []RankProfile
+	for r := 1; r <= 4; r++ {
+		peers := []int{r - 1, r + 1}
+		if r == 2 || r == 3 {
+			peers = []int{r - 1, r + 1, 9}
+		}
+		ranks = append(ranks, haloRank(r, 120, 2300*time.Microsecond, 0.25, peers...))
+	}
+	joining := node("n4", 1, 0.5)
+	gives := func(observe func(n *Node)) []Migration {
+		t.Helper()
+		n := mustNode(t, Config{ID: "n1", Policy: mustPolicy(t, PolicyATSRAS)})
+		if err := n.Update(t0, prof, ranks); err != nil {
+			t.Fatal(err)
+		}
+		connect(t, t0, n, "n4")
+		pinged(t, n, map[string]time.Duration{"n4": 400 * time.Microsecond})
+		observe(n)
+		now := t0.Add(time.Second)
+		if err := n.Step(now, Message{Kind: KindStealRequest, From: "n4", To: "n1", Origin: "n4", ID: 1, TTL: 1, Profile: &joining}); err != nil {
+			t.Fatal(err)
+		}
+		return n.Ready().Migrations
+	}
+	if m := gives(func(*Node) {}); len(m) != 1 || !strings.Contains(m[0].Reason, "default, none measured") {
+		t.Fatalf("at the default bandwidth: gave %+v, want one rank, the reason saying so", m)
+	}
+	if m := gives(func(n *Node) {
+		if err := n.ObserveTransfer(t0, "n4", 4<<20, time.Duration(float64(4<<20)/1.25e6*1e9)); err != nil {
+			t.Fatal(err)
+		}
+		if bw, k, ok := n.Bandwidth("n4"); !ok || k != 1 {
+			t.Fatalf("bandwidth from n4: %v, %d samples", bw, k)
+		} else {
+			approx(t, "measured bandwidth", bw, 1.25e6)
+		}
+		if l := n.linkTo("n4"); l == nil || l.Latency != 400*time.Microsecond || l.BandwidthBps != n.peers["n4"].bw.BandwidthBps {
+			t.Fatalf("link to n4: %+v", l)
+		}
+	}); len(m) != 0 {
+		t.Fatalf("across a link measured at 1.25 MB/s: gave %+v", m)
+	}
+	if m := gives(func(n *Node) {
+		// A halo-sized transfer says nothing of the bandwidth: left out.
+		if err := n.ObserveTransfer(t0, "n4", 32<<10, 30*time.Millisecond); !errors.Is(err, ErrTransferTooSmall) {
+			t.Fatalf("32 KB transfer: %v, want ErrTransferTooSmall", err)
+		}
+		if _, _, ok := n.Bandwidth("n4"); ok {
+			t.Fatal("a too small transfer was measured")
+		}
+	}); len(m) != 1 {
+		t.Fatalf("after a transfer too small to measure: gave %+v, want one rank", m)
+	}
+
+	n := mustNode(t, Config{ID: "n1", Policy: mustPolicy(t, PolicyATSRAS)})
+	connect(t, t0, n, "n4")
+	for _, c := range []struct {
+		bytes int64
+		d     time.Duration
+	}{{0, time.Second}, {-1, time.Second}, {1 << 20, 0}, {1 << 20, -time.Second}, {1 << 40, time.Millisecond}} {
+		if err := n.ObserveTransfer(t0, "n4", c.bytes, c.d); err == nil || errors.Is(err, ErrTransferTooSmall) {
+			t.Errorf("%d bytes in %v: %v, want refused", c.bytes, c.d, err)
+		}
+	}
+	if err := n.ObserveTransfer(t0, "n9", 4<<20, time.Second); err != nil {
+		t.Fatalf("a transfer from a node that is no neighbour: %v, want ignored", err)
+	}
+	if _, _, ok := n.Bandwidth("n9"); ok {
+		t.Fatal("a node that is no neighbour has a bandwidth")
+	}
+	if _, _, ok := n.Bandwidth("n4"); ok {
+		t.Fatal("refused transfers were measured")
 	}
 }

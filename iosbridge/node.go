@@ -192,6 +192,9 @@ type peerState struct {
 	recentAt int
 	// The hint lists of its last heartbeat (Protocol.Hints), read-only.
 	best, hosts []Hint
+	// bw is the smoothed bandwidth of the bulk transfers measured from this neighbour
+	// (ObserveTransfer); bw.Samples 0: none yet.
+	bw LinkProfile
 }
 
 // rttWindow is how many recent round trips the base round trip is the minimum of: with the
@@ -455,14 +458,78 @@ func (n *Node) BaseLatency(peer string) (rtt time.Duration, ok bool) {
 }
 
 // linkTo is the measured path to a neighbour for DecisionInput.Link: its base round trip
-// (BaseLatency) as Latency, no bandwidth (none is measured); nil until a ping was answered
-// or when peer is no neighbour (a forwarded request's origin).
+// (BaseLatency) as Latency and the smoothed bandwidth of the bulk transfers received from it
+// (ObserveTransfer) as BandwidthBps, 0 until one was measured; nil until either was, or
+// when peer is no neighbour (a forwarded request's origin).
 func (n *Node) linkTo(peer string) *LinkProfile {
 	ps := n.peers[peer]
-	if ps == nil || ps.rttSamples == 0 {
+	if ps == nil || ps.rttSamples == 0 && ps.bw.Samples == 0 {
 		return nil
 	}
-	return &LinkProfile{From: n.cfg.ID, To: peer, Latency: ps.baseRTT(), Samples: ps.rttSamples, MeasuredAt: ps.lastSeen}
+	l := &LinkProfile{From: n.cfg.ID, To: peer, BandwidthBps: ps.bw.BandwidthBps, Samples: ps.rttSamples + ps.bw.Samples, MeasuredAt: ps.lastSeen}
+	if ps.rttSamples > 0 {
+		l.Latency = ps.baseRTT()
+	}
+	if ps.bw.MeasuredAt.After(l.MeasuredAt) {
+		l.MeasuredAt = ps.bw.MeasuredAt
+	}
+	return l
+}
+
+// Bounds of ObserveTransfer. A transfer below MinTransferBytes is over before TCP's window
+// has grown, so its rate says more about the round trip than the bandwidth (a 32 KB halo in
+// one window on a 1 ms link would read as 32 MB/s whatever the link); MinTransferTime
+// likewise keeps a timer's resolution out of the estimate. MaxBandwidthBps (100 GB/s, above
+// any NIC a node has) bounds what a caller passes on from the network.
+const (
+	MinTransferBytes = 256 << 10
+	MinTransferTime  = time.Millisecond
+	MaxBandwidthBps  = 100e9
+)
+
+// ErrTransferTooSmall is returned by ObserveTransfer for a transfer too small or short to
+// measure a bandwidth with (MinTransferBytes, MinTransferTime): it is left out, not an error
+// of the caller's.
+var ErrTransferTooSmall = errors.New("iosbridge: transfer too small to measure a bandwidth")
+
+// ObserveTransfer folds a bulk transfer of bytes received from neighbour peer, which took d
+// from its connection to its last byte, into the bandwidth of the link to peer (an EWMA,
+// DefaultLinkAlpha), which DecisionInput.Link carries to the policy: ATS-RAS prices the
+// messages a move makes cross with it (ATSRASNetworkPerMessage) and MPI-IOS a migration's
+// state. Until a transfer from peer was measured they use MPI-IOS's default bandwidth
+// (MPIIOSConfig.DefaultBandwidthBps). The bandwidth measured from peer is taken for both
+// directions of the link.
+//
+// pcmd measures the buddy copies of checkpoint pieces its pieceserver receives, the
+// simulator (iossim) the migrations a node receives. A peer that is no neighbour is ignored
+// (its link prices nothing), as is a transfer too small to measure (ErrTransferTooSmall);
+// non-positive sizes or durations, or a rate above MaxBandwidthBps, are refused.
+func (n *Node) ObserveTransfer(now time.Time, peer string, bytes int64, d time.Duration) error {
+	if bytes <= 0 || d <= 0 {
+		return fmt.Errorf("iosbridge: transfer from %.64q: need positive bytes and duration, got %d in %v", peer, bytes, d)
+	}
+	if bw := float64(bytes) / d.Seconds(); bw > MaxBandwidthBps {
+		return fmt.Errorf("iosbridge: transfer from %.64q: %d bytes in %v is %.3g B/s, above %.3g", peer, bytes, d, bw, MaxBandwidthBps)
+	}
+	if bytes < MinTransferBytes || d < MinTransferTime {
+		return ErrTransferTooSmall
+	}
+	ps := n.peers[peer]
+	if ps == nil || peer == n.cfg.ID {
+		return nil
+	}
+	ps.bw.From, ps.bw.To = n.cfg.ID, peer
+	return ps.bw.Observe(bytes, d, now, DefaultLinkAlpha)
+}
+
+// Bandwidth is the smoothed bandwidth of the bulk transfers measured from a neighbour
+// (ObserveTransfer), in bytes per second, and how many were; ok is false until one was.
+func (n *Node) Bandwidth(peer string) (bps float64, samples int, ok bool) {
+	ps := n.peers[peer]
+	if ps == nil || ps.bw.Samples == 0 {
+		return 0, 0, false
+	}
+	return ps.bw.BandwidthBps, ps.bw.Samples, true
 }
 
 // LocaleOf is the NRS locale of a neighbour, from its base round trip time (BaseLatency).

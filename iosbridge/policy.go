@@ -36,9 +36,10 @@ type DecisionInput struct {
 	Remote NodeProfile
 	// Link is the measured path to the stealer; nil when never measured. Node fills its
 	// Latency with the base round trip of its heartbeat pings (Node.BaseLatency, which
-	// ATS-RAS prices crossing messages with) and leaves BandwidthBps 0: mpios does not
-	// measure the bandwidth between nodes yet (a migration hands its state over rank to
-	// rank, out of the agents' sight), so policies price migrations with their default
+	// ATS-RAS prices crossing messages with) and its BandwidthBps with the smoothed
+	// bandwidth of the bulk transfers it received from the stealer (Node.ObserveTransfer:
+	// pcmd's buddy copies of checkpoint pieces, the simulator's migrations), 0 until one was
+	// measured: policies then price messages and migrations with MPI-IOS's default
 	// bandwidth (MPIIOSConfig.DefaultBandwidthBps). Callers that run a policy themselves
 	// (tests) may pass a bandwidth.
 	Link *LinkProfile

@@ -2,6 +2,7 @@ package iossim
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -120,6 +121,10 @@ type event struct {
 	kind evKind
 	node int // evStart, evTick, evLoad, evLand (destination), evDeliver (receiver)
 	rank int // evLand
+	// evLand: the giver and how long the state took over the link, which the receiver
+	// measures as pcmd's pieceserver does a buddy copy (Node.ObserveTransfer).
+	from int
+	took time.Duration
 	bg   float64
 	msg  iosbridge.Message
 }
@@ -305,6 +310,15 @@ func (s *sim) handle(e *event) {
 		s.res.LastMigration = s.now
 		s.moved = s.now
 		s.inFlight--
+		// The receiver measures the state's transfer as pcmd does a bulk transfer: its bytes
+		// over the time from the connection to the last byte (the latency is the
+		// connection's set-up, before the clock starts).
+		if r.spec.StateBytes > 0 && e.took > 0 {
+			err := n.agent.ObserveTransfer(s.wall(), s.nodes[e.from].spec.ID, r.spec.StateBytes, e.took)
+			if err != nil && !errors.Is(err, iosbridge.ErrTransferTooSmall) && s.res.FirstError == nil {
+				s.res.FirstError = fmt.Errorf("at %v, %s: %w", s.now, n.spec.ID, err)
+			}
+		}
 		s.rates(r.node)
 	case evLoad:
 		s.nodes[e.node].background = e.bg
@@ -378,8 +392,8 @@ func (s *sim) collectOnce(i int) {
 		s.moved = s.now
 		s.inFlight++
 		lat, bw := s.link(i, to)
-		cost := lat + time.Duration(float64(r.spec.StateBytes)/bw*float64(time.Second))
-		s.push(&event{at: s.now + cost, kind: evLand, node: to, rank: ri})
+		took := time.Duration(float64(r.spec.StateBytes) / bw * float64(time.Second))
+		s.push(&event{at: s.now + lat + took, kind: evLand, node: to, rank: ri, from: i, took: took})
 		s.rates(i)
 	}
 }
