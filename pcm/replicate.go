@@ -96,6 +96,7 @@ func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo
 	req := job.PieceCopyRequest{
 		PieceRequest: job.PieceRequest{Job: p.opts.JobID, Seq: seq, Rank: info.Rank},
 		Size:         info.Size, Checksum: info.Checksum, Sparse: src.sparse != nil,
+		From: p.opts.Node, // the buddy measures its link to this node with the copy
 	}
 	rep, err := p.askNode(job.PieceCopySubject(buddy, p.opts.JobID), req, copyTimeout)
 	if err != nil {

@@ -224,6 +224,7 @@ type Agent struct {
 	verifier *ctlauth.KeyVerifier // the protocol messages of the peers
 	results  chan migResult
 	stateReq chan chan job.IOSState
+	xfers    chan transfer
 	quit     chan struct{}
 	done     chan struct{}
 	subs     []*nats.Subscription
@@ -295,7 +296,7 @@ func Start(cfg Config, node string, nc *nats.Conn, logger *log.Logger, ranks fun
 	a := &Agent{
 		cfg: cfg, node: node, nc: nc, log: logger, ranks: ranks, peers: peers,
 		verifier: verifier, inbox: make(chan inboxMsg, agentInbox), results: make(chan migResult, 16),
-		stateReq: make(chan chan job.IOSState), quit: make(chan struct{}), done: make(chan struct{}),
+		stateReq: make(chan chan job.IOSState), xfers: make(chan transfer, 64), quit: make(chan struct{}), done: make(chan struct{}),
 		profiles: map[rankKey]*profEntry{}, warned: map[string]time.Time{}, suppressed: map[string]int{},
 		n: n, procs: map[int]procSample{}, tablePeers: map[string]bool{}, joinedAt: map[string]time.Time{},
 		jobPolicies: map[string]string{}, iters: map[rankKey]remoteIter{},
@@ -346,6 +347,26 @@ func (a *Agent) unsubscribe() {
 		_ = s.Unsubscribe()
 	}
 	a.subs = nil
+}
+
+// transfer is a bulk transfer received from node from (ObserveTransfer).
+type transfer struct {
+	from  string
+	bytes int64
+	d     time.Duration
+}
+
+// ObserveTransfer tells the agent of a bulk transfer of bytes received from node from,
+// which took d from its connection to its last byte (pcmd's pieceserver calls it for each
+// buddy copy of a checkpoint piece): the agent's node folds it into its bandwidth to that
+// peer (iosbridge.Node.ObserveTransfer), which its policies price the link with and pcmd
+// status shows (peer_bandwidth_bps). It never blocks: a transfer told while 64 others wait
+// for the agent is left out. Safe for concurrent use.
+func (a *Agent) ObserveTransfer(from string, bytes int64, d time.Duration) {
+	select {
+	case a.xfers <- transfer{from: from, bytes: bytes, d: d}:
+	default:
+	}
 }
 
 // Stop leaves the peer network (telling the neighbours) and stops the agent.
@@ -524,6 +545,11 @@ func (a *Agent) run() {
 			a.hierDone(r)
 		case ch := <-a.stateReq:
 			ch <- a.state()
+		case x := <-a.xfers:
+			err := a.n.ObserveTransfer(a.cfg.Clock(), x.from, x.bytes, x.d)
+			if err != nil && !errors.Is(err, iosbridge.ErrTransferTooSmall) {
+				a.warn("transfer", "transfer not measured: %v", err)
+			}
 		}
 		a.flush()
 	}
@@ -919,6 +945,12 @@ func (a *Agent) state() job.IOSState {
 				st.PeerBaseRTT = map[string]time.Duration{}
 			}
 			st.PeerBaseRTT[p] = rtt
+		}
+		if bw, _, ok := a.n.Bandwidth(p); ok {
+			if st.PeerBandwidth == nil {
+				st.PeerBandwidth = map[string]float64{}
+			}
+			st.PeerBandwidth[p] = bw
 		}
 	}
 	if len(a.jobPolicies) > 0 {

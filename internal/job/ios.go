@@ -69,6 +69,11 @@ type IOSState struct {
 	// PeerBaseRTT is the least of the last few round trips to each peer, the network's share
 	// without the agents' delays, which NRS classifies into latency locales.
 	PeerBaseRTT map[string]time.Duration `msgpack:"peer_base_rtt,omitempty" json:"peer_base_rtt_ns,omitempty"`
+	// PeerBandwidth is the smoothed bandwidth, in bytes per second, of the bulk transfers
+	// (buddy copies of checkpoint pieces) received from each peer that sent one large enough
+	// to measure, which ATS-RAS and MPI-IOS price the link with; a peer without one is
+	// priced at MPI-IOS's default 12.5 MB/s.
+	PeerBandwidth map[string]float64 `msgpack:"peer_bandwidth,omitempty" json:"peer_bandwidth_bps,omitempty"`
 	// Cluster is the node's cluster (pcmd serve --cluster); "" if none.
 	Cluster string `msgpack:"cluster,omitempty" json:"cluster,omitempty"`
 	// Counters of the protocol and of dropped input.
@@ -162,10 +167,19 @@ func (s IOSState) Validate() error {
 		return fmt.Errorf("job: ios state of %s: %d events, want at most %d", s.Node, len(s.Events), MaxIOSEvents)
 	case len(s.Profiles) > MaxIOSProfiles:
 		return fmt.Errorf("job: ios state of %s: %d profiles, want at most %d", s.Node, len(s.Profiles), MaxIOSProfiles)
-	case len(s.Peers) > MaxIOSPeers || len(s.PeerRTT) > MaxIOSPeers || len(s.PeerBaseRTT) > MaxIOSPeers || len(s.JobPolicies) > MaxIOSProfiles:
+	case len(s.Peers) > MaxIOSPeers || len(s.PeerRTT) > MaxIOSPeers || len(s.PeerBaseRTT) > MaxIOSPeers || len(s.PeerBandwidth) > MaxIOSPeers || len(s.JobPolicies) > MaxIOSProfiles:
 		return fmt.Errorf("job: ios state of %s: %d peers, %d job policies", s.Node, len(s.Peers), len(s.JobPolicies))
 	case !(s.Availability >= 0 && s.Availability <= 1) || !(s.EffectiveCPUs >= 0) || s.CPUs < 0:
 		return fmt.Errorf("job: ios state of %s: availability %v of %v CPUs", s.Node, s.Availability, s.EffectiveCPUs)
 	}
+	for p, bw := range s.PeerBandwidth {
+		if !(bw > 0 && bw <= MaxPeerBandwidth) {
+			return fmt.Errorf("job: ios state of %s: bandwidth %v B/s from %.64q, want in (0, %g]", s.Node, bw, p, MaxPeerBandwidth)
+		}
+	}
 	return nil
 }
+
+// MaxPeerBandwidth bounds IOSState.PeerBandwidth (bytes per second): above any NIC, as the
+// agents' own bound (iosbridge.MaxBandwidthBps).
+const MaxPeerBandwidth = 100e9

@@ -961,6 +961,23 @@ type PieceCopyRequest struct {
 	// Sparse offers to send the piece as a sparse stream; the reply says whether the node
 	// takes it.
 	Sparse bool `msgpack:"sparse,omitempty"`
+	// From is the node the copy comes from (the sending rank's pcmd node), whose link to
+	// this node the copy's bandwidth is measured for (the IOS agent's per-peer bandwidth);
+	// "" from an older process: the copy is not measured.
+	From string `msgpack:"from,omitempty"`
+}
+
+// Validate checks a PieceCopyRequest's form.
+func (p PieceCopyRequest) Validate() error {
+	if err := p.PieceRequest.Validate(); err != nil {
+		return err
+	}
+	if p.From != "" {
+		if err := ValidateNode(p.From); err != nil {
+			return fmt.Errorf("job: piece copy request from: %w", err)
+		}
+	}
+	return nil
 }
 
 // ManifestsSubject: request ManifestsRequest from a process of job requester; every pcmd

@@ -305,8 +305,14 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 
 	// Ranks restarting elsewhere read this node's checkpoint pieces through it.
+	// Its buddy copies are the bulk transfers between the nodes: the agent measures its
+	// links' bandwidth with them.
+	var transfer func(string, int64, time.Duration)
+	if s.agent != nil {
+		transfer = s.agent.ObserveTransfer
+	}
 	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf,
-		Cap: cfg.CkptMemCap, CopyNice: cfg.CopyNice, Keys: jobKeys})
+		Cap: cfg.CkptMemCap, CopyNice: cfg.CopyNice, Keys: jobKeys, Transfer: transfer})
 	if err != nil {
 		if s.agent != nil {
 			s.agent.Stop()

@@ -25,10 +25,16 @@ func offerCopy(t *testing.T, url string, want ckptstore.PieceInfo, data []byte) 
 // and failing unless the node takes the copy in the form offered.
 func offerCopyAs(t *testing.T, url string, want ckptstore.PieceInfo, sparse bool, data []byte) string {
 	t.Helper()
+	return offerCopyFrom(t, url, "", want, sparse, data)
+}
+
+// offerCopyFrom is offerCopyAs from a rank that names its node from.
+func offerCopyFrom(t *testing.T, url, from string, want ckptstore.PieceInfo, sparse bool, data []byte) string {
+	t.Helper()
 	nc := testbin.Connect(t, url)
 	as := channel(t, "j", 0)
 	subject := job.PieceCopySubject("n2", "j")
-	req, _ := as.Encode(subject, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum, Sparse: sparse}, time.Now())
+	req, _ := as.Encode(subject, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum, Sparse: sparse, From: from}, time.Now())
 	msg, err := nc.Request(subject, req, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -139,5 +145,63 @@ func TestSparseBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
 	}
 	if _, err := st.VerifyPiece("j", 2, 0); err != nil {
 		t.Errorf("the acknowledged sparse copy does not verify: %v", err)
+	}
+}
+
+// A buddy copy is the node's measurement of its link to the sender: a verified copy from a
+// rank that names its node is told to Config.Transfer with the bytes that came and the
+// time from the connection to the last byte; a damaged copy, or one from a process that
+// does not name its node (an older one), is not; a malformed node name is refused.
+func TestBuddyCopyMeasuresTheLinkFromItsSender(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	type seen struct {
+		from  string
+		bytes int64
+		d     time.Duration
+	}
+	got := make(chan seen, 8)
+	srv, err := Start(nc, Config{Node: "n2", Store: filepath.Join(t.TempDir(), "store"), Advertise: "127.0.0.1", Keys: keyring(t, "n2", "j"),
+		Transfer: func(from string, bytes int64, d time.Duration) { got <- seen{from, bytes, d} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	data := bytes.Repeat([]byte("piece"), 200_000)
+	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := src.PutPiece("j", 2, 0, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := bytes.Clone(data)
+	damaged[7] ^= 1
+	if ans := offerCopyFrom(t, url, "n1", want, false, damaged); !strings.Contains(ans, "checksum mismatch") {
+		t.Fatalf("a damaged copy: answer %q", ans)
+	}
+	if ans := offerCopyFrom(t, url, "", want, false, data); ans != "ok" {
+		t.Fatalf("a copy without its node: answer %q", ans)
+	}
+	if ans := offerCopyFrom(t, url, "n1/../x", want, false, data); !strings.Contains(ans, "from") {
+		t.Fatalf("a copy from a malformed node name: answer %q, want refused", ans)
+	}
+	if ans := offerCopyFrom(t, url, "n1", want, false, data); ans != "ok" {
+		t.Fatalf("a good copy: answer %q", ans)
+	}
+	// The transfer is told before the copy is acknowledged: only the good named copy is.
+	select {
+	case s := <-got:
+		if s.from != "n1" || s.bytes != int64(len(data)) || s.d <= 0 {
+			t.Fatalf("measured %+v, want %d bytes from n1 in a positive time", s, len(data))
+		}
+	default:
+		t.Fatal("the good copy from n1 was not measured")
+	}
+	select {
+	case s := <-got:
+		t.Fatalf("measured another copy: %+v", s)
+	default:
 	}
 }

@@ -52,6 +52,12 @@ type Config struct {
 	// needs little of it and has until the job's next agreement point to finish. 0: the
 	// process's priority.
 	CopyNice int
+	// Transfer, if not nil, is told of every buddy copy received whole from a node that
+	// named itself (PieceCopyRequest.From): the bytes that came over the connection and
+	// the time from accepting it to the last byte, the link's bandwidth as a bulk transfer
+	// sees it (pcmd's IOS agent keeps it per peer, iosbridge.Node.ObserveTransfer). Called
+	// from the copy's goroutine; it must not block.
+	Transfer func(from string, bytes int64, d time.Duration)
 }
 
 // Server answers the piece and manifest requests of one node.
@@ -61,6 +67,7 @@ type Server struct {
 	capacity             int64
 	copyNice             int
 	logf                 func(format string, args ...any)
+	transfer             func(from string, bytes int64, d time.Duration)
 	sub, msub, csub      *nats.Subscription
 	wg                   sync.WaitGroup
 	mu                   sync.Mutex
@@ -86,7 +93,7 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.Keys == nil {
 		return nil, errors.New("pcmd: piece server without a job keyring")
 	}
-	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, copyNice: cfg.CopyNice, logf: cfg.Logf, open: make(map[net.Listener]bool),
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, copyNice: cfg.CopyNice, logf: cfg.Logf, transfer: cfg.Transfer, open: make(map[net.Listener]bool),
 		offers: newOffers(cfg.MaxOffers, cfg.MaxOffersPerRequester)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -152,7 +159,7 @@ func (s *Server) onRequest(m *nats.Msg) {
 		return
 	}
 	s.offer(m, requester, fmt.Sprintf("piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), false,
-		func() (int64, func(net.Conn) error, func(), error) {
+		func() (int64, handler, func(), error) {
 			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
 			if err != nil {
 				return 0, nil, nil, err
@@ -161,7 +168,7 @@ func (s *Server) onRequest(m *nats.Msg) {
 			if err != nil {
 				return 0, nil, nil, err
 			}
-			send := func(c net.Conn) error {
+			send := func(c net.Conn, _ time.Time) error {
 				_, err := io.Copy(c, rc)
 				return err
 			}
@@ -196,7 +203,7 @@ func (s *Server) onCopy(m *nats.Msg) {
 	}
 	want := ckptstore.PieceInfo{Rank: req.Rank, Node: s.node, Size: req.Size, Checksum: req.Checksum}
 	s.offer(m, requester, fmt.Sprintf("copy of piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), req.Sparse,
-		func() (int64, func(net.Conn) error, func(), error) {
+		func() (int64, handler, func(), error) {
 			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
 			if err != nil {
 				return 0, nil, nil, err
@@ -204,13 +211,17 @@ func (s *Server) onCopy(m *nats.Msg) {
 			if err := store.Reserve(req.Size, s.capacity); err != nil {
 				return 0, nil, nil, err
 			}
-			take := func(c net.Conn) error {
+			take := func(c net.Conn, accepted time.Time) error {
 				lowerPriority(s.copyNice) // the rest of this offer's goroutine
+				in := &timedReader{r: c}
 				var err error
 				if req.Sparse {
-					err = store.PutSparseCopy(req.Job, req.Seq, want, c)
+					err = store.PutSparseCopy(req.Job, req.Seq, want, in)
 				} else {
-					err = store.PutCopy(req.Job, req.Seq, want, io.LimitReader(c, req.Size))
+					err = store.PutCopy(req.Job, req.Seq, want, io.LimitReader(in, req.Size))
+				}
+				if err == nil && s.transfer != nil && req.From != "" && req.From != s.node && in.n > 0 {
+					s.transfer(req.From, in.n, in.last.Sub(accepted))
 				}
 				answer := "ok\n"
 				if err != nil {
@@ -256,7 +267,7 @@ func (s *Server) refuse(m *nats.Msg, format string, args ...any) {
 // taken as a sparse stream if sparse): prepare opens what it is about (its size, the handler
 // of the connection that proves the token, and the release of what it opened), a listener
 // waits for that connection, and the reply names it (or says why the node makes no offer).
-func (s *Server) offer(m *nats.Msg, requester, what string, sparse bool, prepare func() (int64, func(net.Conn) error, func(), error)) {
+func (s *Server) offer(m *nats.Msg, requester, what string, sparse bool, prepare func() (int64, handler, func(), error)) {
 	refuse := func(format string, args ...any) { s.refuse(m, format, args...) }
 	if s.dir == "" {
 		refuse(" has no checkpoint store (--store)")
@@ -360,8 +371,27 @@ func (s *Server) onManifests(m *nats.Msg) {
 // proofWait bounds how long a connection to an offer may take to present its proof.
 const proofWait = 2 * time.Second
 
+// handler serves the connection that proved an offer, accepted at the time it is given.
+type handler func(c net.Conn, accepted time.Time) error
+
+// timedReader counts the bytes read through it and notes when the last of them came.
+type timedReader struct {
+	r    io.Reader
+	n    int64
+	last time.Time
+}
+
+func (t *timedReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 {
+		t.n += int64(n)
+		t.last = time.Now()
+	}
+	return n, err
+}
+
 // lend hands the first connection whose proof of the offer's token is proven to handle.
-func (s *Server) lend(ln net.Listener, proven func(proof []byte) bool, handle func(net.Conn) error) error {
+func (s *Server) lend(ln net.Listener, proven func(proof []byte) bool, handle handler) error {
 	defer func() {
 		s.mu.Lock()
 		delete(s.open, ln)
@@ -375,6 +405,9 @@ func (s *Server) lend(ln net.Listener, proven func(proof []byte) bool, handle fu
 		if err != nil {
 			return fmt.Errorf("nobody came for it: %w", err)
 		}
+		// A bulk transfer's clock starts here: the sender writes its proof and the bytes as
+		// soon as it is connected, so bytes already buffered when the proof is read count.
+		accepted := time.Now()
 		// A connection that does not prove the offer at once does not hold it up: the
 		// job's process sends its proof as soon as it connects.
 		proofBy := time.Now().Add(proofWait)
@@ -388,7 +421,7 @@ func (s *Server) lend(ln net.Listener, proven func(proof []byte) bool, handle fu
 			continue
 		}
 		c.SetDeadline(time.Time{})
-		err = handle(c)
+		err = handle(c, accepted)
 		if cerr := c.Close(); err == nil {
 			err = cerr
 		}
