@@ -619,6 +619,23 @@ func TestAgentATSRASGivesAWaitingRankToAJoiningNodeWithTheMeasuredRoundTrip(t *t
 	table := loadedRanks("j", 4)
 	b := startAgentT(t, url, "B", fastIOS(iosbridge.PolicyATSRAS), 0, table, "A")
 	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyATSRAS), 1, nil, "B")
+	publishWaitingChain(t, nc, table)
+	var req job.ControlRequest
+	select {
+	case req = <-ctl.got:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no migration request; B's state %+v\nB's log:\n%s", iosState(t, nc, "B"), b.log)
+	}
+	if req.Kind != job.ControlMigrate || req.To != "A" || !strings.HasPrefix(req.Reason, "ios atsras: ") ||
+		!strings.Contains(req.Reason, "network ") || strings.Contains(req.Reason, "network 0s/msg") {
+		t.Fatalf("control request %+v: want a rank given to A, priced with a measured round trip", req)
+	}
+}
+
+// publishWaitingChain publishes the profiles of table's ranks on node B: a bulk-synchronous
+// chain whose ranks spend 2.3 ms computing per message and ~6 ms in mpi calls.
+func publishWaitingChain(t *testing.T, nc *nats.Conn, table []job.RankInfo) {
+	t.Helper()
 	for _, r := range table {
 		p := profiler.RankProfile{Job: r.Job, Rank: r.Rank, Node: "B", PID: r.PID, At: time.Now(),
 			Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 7.24, CompSeconds: 2.76,
@@ -640,14 +657,47 @@ func TestAgentATSRASGivesAWaitingRankToAJoiningNodeWithTheMeasuredRoundTrip(t *t
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Eq. 2.3 through pcmd's agents with the bandwidth measured: B's agent is told of the bulk
+// transfers it received from A (pcmd's pieceserver tells it of each buddy copy), shows the
+// bandwidth in its status (peer_bandwidth_bps; a transfer too small to measure is left
+// out), and its ATS-RAS prices the messages a move makes cross at that bandwidth, which the
+// decision's reason names as measured, not MPI-IOS's default.
+func TestAgentATSRASPricesALinkWithTheBandwidthOfTheTransfersFromIt(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
+	table := loadedRanks("j", 4)
+	b := startAgentT(t, url, "B", fastIOS(iosbridge.PolicyATSRAS), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyATSRAS), 1, nil, "B")
+	waitState := func(what string, ok func(job.IOSState) bool) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for st := iosState(t, nc, "B"); !ok(st); st = iosState(t, nc, "B") {
+			if time.Now().After(deadline) {
+				t.Fatalf("B's state never showed %s: %+v\nB's log:\n%s", what, st, b.log)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitState("A as a peer", func(st job.IOSState) bool { return slices.Contains(st.Peers, "A") })
+	b.ObserveTransfer("A", 32<<10, time.Millisecond) // a halo's worth: says nothing of the bandwidth
+	b.ObserveTransfer("A", 8<<20, 80*time.Millisecond)
+	want := float64(8<<20) / 0.08
+	waitState("the bandwidth from A", func(st job.IOSState) bool { return st.PeerBandwidth["A"] != 0 })
+	if got := iosState(t, nc, "B").PeerBandwidth; len(got) != 1 || got["A"] != want {
+		t.Fatalf("B's bandwidths %v, want %v B/s from A (the 32 KB transfer left out)", got, want)
+	}
+	publishWaitingChain(t, nc, table)
 	var req job.ControlRequest
 	select {
 	case req = <-ctl.got:
 	case <-time.After(15 * time.Second):
 		t.Fatalf("no migration request; B's state %+v\nB's log:\n%s", iosState(t, nc, "B"), b.log)
 	}
-	if req.Kind != job.ControlMigrate || req.To != "A" || !strings.HasPrefix(req.Reason, "ios atsras: ") ||
-		!strings.Contains(req.Reason, "network ") || strings.Contains(req.Reason, "network 0s/msg") {
-		t.Fatalf("control request %+v: want a rank given to A, priced with a measured round trip", req)
+	if req.Kind != job.ControlMigrate || req.To != "A" || !strings.Contains(req.Reason, " 105 MB/s measured") {
+		t.Fatalf("control request %+v: want a rank given to A, priced at the bandwidth measured from it", req)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 func FuzzDecodePieceCopyRequest(f *testing.F) {
 	fuzzDecode(f, func(r job.PieceCopyRequest) error { return r.Validate() },
-		job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 1}, Size: 4096, Checksum: "crc32c:01020304", Sparse: true})
+		job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 1}, Size: 4096, Checksum: "crc32c:01020304", Sparse: true, From: "n1"})
 }
 
 func FuzzDecodeAlive(f *testing.F) {

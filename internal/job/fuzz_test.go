@@ -205,7 +205,7 @@ func FuzzDecodeIOSMessage(f *testing.F) {
 
 func FuzzDecodeIOSState(f *testing.F) {
 	fuzzDecode(f, job.IOSState.Validate, job.IOSState{Node: "n1", Policy: "mpiios", JobPolicies: map[string]string{"j": "none", "k": "sras"},
-		Availability: 0.5, EffectiveCPUs: 2, CPUs: 2, Peers: []string{"n2"},
+		Availability: 0.5, EffectiveCPUs: 2, CPUs: 2, Peers: []string{"n2"}, PeerBandwidth: map[string]float64{"n2": 12.5e6},
 		Events: []job.IOSEvent{{At: at, Kind: job.IOSGive, Job: "j", Rank: 1, Peer: "n2"}}, Profiles: [][]byte{[]byte("{}")}})
 }
 
