@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -100,4 +103,62 @@ func TestBuddiesAreChosenAgainAfterAMigrationAndAResize(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
 	}
 	j.sameDump(dump, want)
+}
+
+// pcmdStatus runs pcmd status --json against the cluster and decodes it.
+func (c *cluster) pcmdStatus() nodestatus.Status {
+	c.t.Helper()
+	cmd := exec.Command(prog("pcmd"), "status", "--json", "--nats", c.url, "--wait", "300ms")
+	cmd.Env = c.env
+	out, err := cmd.Output()
+	if err != nil {
+		c.t.Fatalf("pcmd status: %v\n%s", err, out)
+	}
+	var st nodestatus.Status
+	if err := json.Unmarshal(out, &st); err != nil {
+		c.t.Fatalf("pcmd status --json: %v\n%s", err, out)
+	}
+	return st
+}
+
+// TestBuddyCopiesMeasureTheBandwidthPcmdStatusShows: the buddy copies of a job's checkpoint
+// pieces are the bulk transfers between pcmd nodes, and each node's IOS agent measures its
+// link to the sender with them (issue 17: ATS-RAS from measured quantities). A job on n1
+// and n2, each the other's buddy, with pieces of about 650 KB: once a checkpoint is double,
+// pcmd status --json shows each node's bandwidth from the other (peer_bandwidth_bps), next
+// to the round trips of its pings.
+func TestBuddyCopiesMeasureTheBandwidthPcmdStatusShows(t *testing.T) {
+	c := newCluster(t, "n1", "n2")
+	j := c.start(t, "bw1", nil, "--hosts", "n1:1,n2:1", "--ckpt-every", "20",
+		prog("heat2d"), "-n", "400", "-init", "1", "-iters", "2000", "-pace", "2ms")
+	c.waitRunning(t, j.id)
+	c.waitBuddies(j, 0, 2, "n1", "n2")
+	from := map[string]string{"n1": "n2", "n2": "n1"}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var missing []string
+		st := c.pcmdStatus()
+		for _, n := range st.Nodes {
+			peer, ok := from[n.Name]
+			if !ok {
+				continue
+			}
+			switch {
+			case n.IOS == nil:
+				missing = append(missing, n.Name+": no ios")
+			case !(n.IOS.PeerBandwidth[peer] > 0):
+				missing = append(missing, fmt.Sprintf("%s: bandwidths %v, round trips %v", n.Name, n.IOS.PeerBandwidth, n.IOS.PeerBaseRTT))
+			}
+		}
+		if len(missing) == 0 && len(st.Nodes) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pcmd status never showed the buddies' bandwidths: %s (%d nodes)", strings.Join(missing, "; "), len(st.Nodes))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
 }

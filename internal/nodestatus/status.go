@@ -88,7 +88,13 @@ type IOSStatus struct {
 	// Steal is the outstanding steal request (null: none).
 	Steal *job.IOSSteal `json:"steal"`
 	Peers []string      `json:"peers"`
-	Stats job.IOSStats  `json:"stats"`
+	// PeerRTT and PeerBaseRTT are the smoothed and base round trips of the heartbeat pings
+	// to each peer that answered, PeerBandwidth the smoothed bandwidth (bytes per second) of
+	// the buddy copies received from each peer that sent one large enough to measure.
+	PeerRTT       map[string]time.Duration `json:"peer_rtt_ns,omitempty"`
+	PeerBaseRTT   map[string]time.Duration `json:"peer_base_rtt_ns,omitempty"`
+	PeerBandwidth map[string]float64       `json:"peer_bandwidth_bps,omitempty"`
+	Stats         job.IOSStats             `json:"stats"`
 	// Decisions are the agent's recent decisions and their outcomes, oldest first.
 	Decisions []job.IOSEvent `json:"decisions"`
 	// Profiles are the latest profiles of the node's ranks, as the ranks published them.
@@ -250,6 +256,7 @@ func (st *Status) AttachIOS(states []job.IOSState) {
 				EffectiveCPUs: s.EffectiveCPUs, Availability: s.Availability, FreeCPUs: s.EffectiveCPUs * s.Availability,
 				MemFreeBytes: s.MemFreeBytes, MemTotalBytes: s.MemTotalBytes, Load1: s.Load1, SampleError: s.SampleError, LoadSource: s.LoadSource,
 				Steal: s.Steal, Peers: s.Peers, Stats: s.Stats, Decisions: s.Events,
+				PeerRTT: s.PeerRTT, PeerBaseRTT: s.PeerBaseRTT, PeerBandwidth: s.PeerBandwidth,
 				Profiles: []profiler.RankProfile{}, ProfilesOmitted: s.ProfilesOmitted,
 			}
 			if is.Peers == nil {
