@@ -29,6 +29,9 @@ type agentState struct {
 	// PeerBaseRTT is the least of the last few round trips to each peer, which NRS
 	// classifies (agents from before it was reported have none).
 	PeerBaseRTT map[string]time.Duration `json:"peer_base_rtt,omitempty"`
+	// PeerBandwidth is the smoothed bandwidth (bytes per second) of the buddy copies the
+	// agent's node received from each peer, which ATS-RAS and MPI-IOS price the link with.
+	PeerBandwidth map[string]float64 `json:"peer_bandwidth,omitempty"`
 }
 
 // iosSnapshot asks every IOS agent on the server for its state, for up to wait.
@@ -71,7 +74,9 @@ func decodeAgent(m map[string]any) agentState {
 			st.Stats[k] = int64(num(v))
 		}
 	}
-	st.PeerRTT, st.PeerBaseRTT = durations(m["peer_rtt"]), durations(m["peer_base_rtt"])
+	ns := func(x float64) time.Duration { return time.Duration(x) }
+	st.PeerRTT, st.PeerBaseRTT = perPeer(m["peer_rtt"], ns), perPeer(m["peer_base_rtt"], ns)
+	st.PeerBandwidth = perPeer(m["peer_bandwidth"], func(x float64) float64 { return x })
 	if evs, ok := m["events"].([]any); ok {
 		for _, e := range evs {
 			em, ok := e.(map[string]any)
@@ -97,15 +102,15 @@ func decodeAgent(m map[string]any) agentState {
 	return st
 }
 
-// durations decodes a map of peer names to nanoseconds (nil if v is not one).
-func durations(v any) map[string]time.Duration {
+// perPeer decodes a map of peer names to numbers, each converted by conv (nil if v is not one).
+func perPeer[T any](v any, conv func(float64) T) map[string]T {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return nil
 	}
-	out := make(map[string]time.Duration, len(m))
+	out := make(map[string]T, len(m))
 	for p, d := range m {
-		out[p] = time.Duration(num(d))
+		out[p] = conv(num(d))
 	}
 	return out
 }
