@@ -2,6 +2,7 @@ package iosbridge
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -251,6 +252,22 @@ func TestATSRASNodePricesCrossingMessagesWithTheMeasuredBandwidth(t *testing.T) 
 	}); len(m) != 0 {
 		t.Fatalf("across a link measured at 1.25 MB/s: gave %+v", m)
 	}
+	// n4 measured the copies it received from n1 at 1.25 MB/s and says so in its heartbeats:
+	// that is the direction n1's ranks would take, and it wins over n1's own measurement of
+	// the other direction (here 1 GB/s).
+	if m := gives(func(n *Node) {
+		if err := n.ObserveTransfer(t0, "n4", 1<<30, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Step(t0, Message{Kind: KindHeartbeat, From: "n4", To: "n1", Bandwidth: 1.25e6}); err != nil {
+			t.Fatal(err)
+		}
+		if l := n.linkTo("n4"); l == nil || l.BandwidthBps != 1.25e6 {
+			t.Fatalf("link to n4 after its heartbeat: %+v", l)
+		}
+	}); len(m) != 0 {
+		t.Fatalf("across a link n4 measured at 1.25 MB/s: gave %+v", m)
+	}
 	if m := gives(func(n *Node) {
 		// A halo-sized transfer says nothing of the bandwidth: left out.
 		if err := n.ObserveTransfer(t0, "n4", 32<<10, 30*time.Millisecond); !errors.Is(err, ErrTransferTooSmall) {
@@ -281,5 +298,38 @@ func TestATSRASNodePricesCrossingMessagesWithTheMeasuredBandwidth(t *testing.T) 
 	}
 	if _, _, ok := n.Bandwidth("n4"); ok {
 		t.Fatal("refused transfers were measured")
+	}
+}
+
+// A node's heartbeats tell each neighbour the bandwidth it measured from it (and nothing
+// before it measured one); anything but a heartbeat carrying a bandwidth, or one that is
+// not a positive rate up to MaxBandwidthBps, is refused.
+func TestHeartbeatsTellEachNeighbourTheBandwidthMeasuredFromIt(t *testing.T) {
+	n := mustNode(t, Config{ID: "n1", Policy: mustPolicy(t, PolicyATSRAS)})
+	connect(t, t0, n, "n2", "n3")
+	if err := n.ObserveTransfer(t0, "n2", 8<<20, 80*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	n.Tick(t0)
+	told := map[string]float64{}
+	for _, hb := range ofKind(n.Ready(), KindHeartbeat) {
+		told[hb.To] = hb.Bandwidth
+	}
+	if len(told) != 2 || told["n2"] != float64(8<<20)/0.08 || told["n3"] != 0 {
+		t.Fatalf("heartbeats told %v, want n2 its measured bandwidth and n3 none", told)
+	}
+	for _, m := range []Message{
+		{Kind: KindHeartbeat, From: "n2", To: "n1", Bandwidth: -1},
+		{Kind: KindHeartbeat, From: "n2", To: "n1", Bandwidth: math.NaN()},
+		{Kind: KindHeartbeat, From: "n2", To: "n1", Bandwidth: math.Inf(1)},
+		{Kind: KindHeartbeat, From: "n2", To: "n1", Bandwidth: 2 * MaxBandwidthBps},
+		{Kind: KindStealRequest, From: "n2", To: "n1", Origin: "n2", ID: 1, TTL: 1, Bandwidth: 1e6},
+	} {
+		if err := m.Validate(); err == nil {
+			t.Errorf("%s with bandwidth %v accepted", m.Kind, m.Bandwidth)
+		}
+	}
+	if err := (Message{Kind: KindHeartbeat, From: "n2", To: "n1", Bandwidth: 1e6}).Validate(); err != nil {
+		t.Errorf("a heartbeat with a bandwidth refused: %v", err)
 	}
 }

@@ -117,6 +117,10 @@ type Message struct {
 	// From knows of, itself included (hints.go).
 	Best  []Hint `msgpack:"best,omitempty"`
 	Hosts []Hint `msgpack:"hosts,omitempty"`
+	// Bandwidth, in a heartbeat, is the smoothed bandwidth (bytes per second) of the bulk
+	// transfers From received from To (Node.ObserveTransfer): the rate at which To's state
+	// reaches From, which To prices its link to From with. 0: none measured.
+	Bandwidth float64 `msgpack:"bandwidth,omitempty"`
 }
 
 // MaxHints bounds the hint lists accepted from the network.
@@ -182,6 +186,9 @@ func (m Message) Validate() error {
 		m.Pair.Job == "" || m.Pair.Rank < 0 || m.SwapPair.Job == "" || m.SwapPair.Rank < 0 || m.Swap == (RankID{}) ||
 		m.Pair == m.Rank || m.SwapPair == m.Swap || m.Pair == m.Swap || m.SwapPair == m.Rank || m.Pair == m.SwapPair) {
 		return fmt.Errorf("iosbridge: %s message from %s: bad pair swap (%q, %q for %q, %q): only a steal accept with a swap and four distinct ranks", m.Kind, m.From, m.Rank, m.Pair, m.Swap, m.SwapPair)
+	}
+	if m.Bandwidth != 0 && (m.Kind != KindHeartbeat || !(m.Bandwidth > 0 && m.Bandwidth <= MaxBandwidthBps)) {
+		return fmt.Errorf("iosbridge: %s message from %s: bandwidth %v (only a heartbeat carries one, at most %g B/s)", m.Kind, m.From, m.Bandwidth, MaxBandwidthBps)
 	}
 	if len(m.Best)+len(m.Hosts) > 0 && m.Kind != KindHeartbeat {
 		return fmt.Errorf("iosbridge: %s message from %s: only heartbeats carry hints", m.Kind, m.From)

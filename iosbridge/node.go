@@ -193,8 +193,10 @@ type peerState struct {
 	// The hint lists of its last heartbeat (Protocol.Hints), read-only.
 	best, hosts []Hint
 	// bw is the smoothed bandwidth of the bulk transfers measured from this neighbour
-	// (ObserveTransfer); bw.Samples 0: none yet.
-	bw LinkProfile
+	// (ObserveTransfer); bw.Samples 0: none yet. told is the one the neighbour measured
+	// from this node, as its last heartbeat said (0: none).
+	bw   LinkProfile
+	told float64
 }
 
 // rttWindow is how many recent round trips the base round trip is the minimum of: with the
@@ -458,15 +460,21 @@ func (n *Node) BaseLatency(peer string) (rtt time.Duration, ok bool) {
 }
 
 // linkTo is the measured path to a neighbour for DecisionInput.Link: its base round trip
-// (BaseLatency) as Latency and the smoothed bandwidth of the bulk transfers received from it
-// (ObserveTransfer) as BandwidthBps, 0 until one was measured; nil until either was, or
-// when peer is no neighbour (a forwarded request's origin).
+// (BaseLatency) as Latency and, as BandwidthBps, the bandwidth of the bulk transfers the
+// neighbour received from this node (its heartbeats tell it: the direction a migration
+// to it takes), else of those received from it (ObserveTransfer), 0 until one of them was
+// measured; nil until a round trip or a bandwidth was, or when peer is no neighbour (a
+// forwarded request's origin).
 func (n *Node) linkTo(peer string) *LinkProfile {
 	ps := n.peers[peer]
-	if ps == nil || ps.rttSamples == 0 && ps.bw.Samples == 0 {
+	if ps == nil || ps.rttSamples == 0 && ps.bw.Samples == 0 && ps.told == 0 {
 		return nil
 	}
 	l := &LinkProfile{From: n.cfg.ID, To: peer, BandwidthBps: ps.bw.BandwidthBps, Samples: ps.rttSamples + ps.bw.Samples, MeasuredAt: ps.lastSeen}
+	if ps.told > 0 {
+		l.BandwidthBps = ps.told
+		l.Samples++
+	}
 	if ps.rttSamples > 0 {
 		l.Latency = ps.baseRTT()
 	}
@@ -496,9 +504,11 @@ var ErrTransferTooSmall = errors.New("iosbridge: transfer too small to measure a
 // from its connection to its last byte, into the bandwidth of the link to peer (an EWMA,
 // DefaultLinkAlpha), which DecisionInput.Link carries to the policy: ATS-RAS prices the
 // messages a move makes cross with it (ATSRASNetworkPerMessage) and MPI-IOS a migration's
-// state. Until a transfer from peer was measured they use MPI-IOS's default bandwidth
-// (MPIIOSConfig.DefaultBandwidthBps). The bandwidth measured from peer is taken for both
-// directions of the link.
+// state. Every heartbeat to peer tells it the bandwidth measured from it, the direction its
+// migrations here take, and peer prices its link to this node with that; a node told
+// nothing by peer uses its own measurement from peer for both directions, and until
+// neither was measured the policies use MPI-IOS's default bandwidth
+// (MPIIOSConfig.DefaultBandwidthBps).
 //
 // pcmd measures the buddy copies of checkpoint pieces its pieceserver receives, the
 // simulator (iossim) the migrations a node receives. A peer that is no neighbour is ignored
@@ -717,7 +727,7 @@ func (n *Node) Tick(now time.Time) {
 			n.refreshHints(now)
 		}
 		for _, p := range n.sortedPeers() {
-			m := Message{Kind: KindHeartbeat, To: p, Profile: prof, Best: n.best, Hosts: n.hosts}
+			m := Message{Kind: KindHeartbeat, To: p, Profile: prof, Best: n.best, Hosts: n.hosts, Bandwidth: n.peers[p].bw.BandwidthBps}
 			if n.proto.Ping {
 				// The heartbeat is the ping: its echo times the round trip. An unanswered
 				// ping is replaced by the next one.
@@ -1405,7 +1415,7 @@ func (n *Node) touch(now time.Time, m Message) {
 	}
 	ps.lastSeen = now
 	if m.Kind == KindHeartbeat {
-		ps.best, ps.hosts = m.Best, m.Hosts
+		ps.best, ps.hosts, ps.told = m.Best, m.Hosts, m.Bandwidth
 	}
 	if m.Profile != nil && m.Profile.Node == m.From {
 		p := *m.Profile

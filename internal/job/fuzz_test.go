@@ -196,6 +196,7 @@ func FuzzDecodeManifestsReply(f *testing.F) {
 func FuzzDecodeIOSMessage(f *testing.F) {
 	fuzzDecode(f, iosbridge.Message.Validate,
 		iosbridge.Message{Kind: iosbridge.KindStealRequest, From: "n1", To: "n2", Origin: "n1", ID: 1, TTL: 3},
+		iosbridge.Message{Kind: iosbridge.KindHeartbeat, From: "n1", To: "n2", ID: 4, Bandwidth: 12.5e6},
 		iosbridge.Message{Kind: iosbridge.KindRelayReady, From: "n3", To: "n2", Origin: "n1", ID: 1,
 			Rank: iosbridge.RankID{Job: "j", Rank: 5}, Swap: iosbridge.RankID{Job: "j", Rank: 2}},
 		iosbridge.Message{Kind: iosbridge.KindExchangeCancel, From: "n1", To: "n2", Origin: "n1", ID: 1},

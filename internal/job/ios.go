@@ -71,8 +71,9 @@ type IOSState struct {
 	PeerBaseRTT map[string]time.Duration `msgpack:"peer_base_rtt,omitempty" json:"peer_base_rtt_ns,omitempty"`
 	// PeerBandwidth is the smoothed bandwidth, in bytes per second, of the bulk transfers
 	// (buddy copies of checkpoint pieces) received from each peer that sent one large enough
-	// to measure, which ATS-RAS and MPI-IOS price the link with; a peer without one is
-	// priced at MPI-IOS's default 12.5 MB/s.
+	// to measure. The agent's heartbeats tell each peer its value, and ATS-RAS and MPI-IOS
+	// price a link with what the peer told, else with this, else with MPI-IOS's default
+	// 12.5 MB/s.
 	PeerBandwidth map[string]float64 `msgpack:"peer_bandwidth,omitempty" json:"peer_bandwidth_bps,omitempty"`
 	// Cluster is the node's cluster (pcmd serve --cluster); "" if none.
 	Cluster string `msgpack:"cluster,omitempty" json:"cluster,omitempty"`
