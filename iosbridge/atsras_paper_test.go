@@ -273,6 +273,10 @@ func TestATSRASNodePricesCrossingMessagesWithTheMeasuredBandwidth(t *testing.T) 
 		if err := n.ObserveTransfer(t0, "n4", 32<<10, 30*time.Millisecond); !errors.Is(err, ErrTransferTooSmall) {
 			t.Fatalf("32 KB transfer: %v, want ErrTransferTooSmall", err)
 		}
+		// Nor does one its socket buffers took in before it was timed.
+		if err := n.ObserveTransfer(t0, "n4", 4<<20, 50*time.Microsecond); !errors.Is(err, ErrTransferTooSmall) {
+			t.Fatalf("4 MB in 50 µs: %v, want ErrTransferTooSmall", err)
+		}
 		if _, _, ok := n.Bandwidth("n4"); ok {
 			t.Fatal("a too small transfer was measured")
 		}

@@ -124,13 +124,13 @@ func (c *cluster) pcmdStatus() nodestatus.Status {
 // TestBuddyCopiesMeasureTheBandwidthPcmdStatusShows: the buddy copies of a job's checkpoint
 // pieces are the bulk transfers between pcmd nodes, and each node's IOS agent measures its
 // link to the sender with them (issue 17: ATS-RAS from measured quantities). A job on n1
-// and n2, each the other's buddy, with pieces of about 650 KB: once a checkpoint is double,
+// and n2, each the other's buddy, with pieces of about 1.4 MB: once a checkpoint is double,
 // pcmd status --json shows each node's bandwidth from the other (peer_bandwidth_bps), next
 // to the round trips of its pings.
 func TestBuddyCopiesMeasureTheBandwidthPcmdStatusShows(t *testing.T) {
 	c := newCluster(t, "n1", "n2")
-	j := c.start(t, "bw1", nil, "--hosts", "n1:1,n2:1", "--ckpt-every", "20",
-		prog("heat2d"), "-n", "400", "-init", "1", "-iters", "2000", "-pace", "2ms")
+	j := c.start(t, "bw1", nil, "--hosts", "n1:1,n2:1", "--ckpt-every", "40",
+		prog("heat2d"), "-n", "600", "-init", "1", "-iters", "1000", "-pace", "2ms")
 	c.waitRunning(t, j.id)
 	c.waitBuddies(j, 0, 2, "n1", "n2")
 	from := map[string]string{"n1": "n2", "n2": "n1"}
