@@ -72,7 +72,11 @@ messages) leave; ranks report CPU use, iteration time, messages processed and se
 computation per message. Agents tick every 500 ms, profiles are sampled every second,
 protocol messages arrive after the link's latency, and a migration takes latency + state /
 bandwidth, during which the rank does nothing. ATS-RAS's agents time their heartbeats'
-echoes (pcmd's always do) and price the messages a move makes cross with that round trip. Every node joins through three random earlier
+echoes (pcmd's always do) and price the messages a move makes cross with that round trip
+and the link's bandwidth, which the node a migration lands on measures from its state
+(state / the transfer's time, as pcmd measures buddy copies) and tells the giver in its
+heartbeats; MPI-IOS prices migrations with it. Until a link carried a migration, MPI-IOS's
+default 12.5 MB/s stands in, which is also the LAN of Figs. 3.4–3.9. Every node joins through three random earlier
 nodes (a peer-server overlay, not pcmd's full heartbeat table). What the model leaves out:
 profiling and decision overhead (the thesis's explanation of the gaps between S-RAS, ATS-RAS
 and round robin), the CPU a waiting rank would leave to the others, and jitter.
