@@ -529,19 +529,39 @@ func must(data []byte, err error) []byte {
 	return data
 }
 
+// chainWindow is what each slice of a chain reports over a profile window of 10 s.
+type chainWindow struct {
+	commSeconds, compSeconds float64
+	iterations, planned      int64
+	meanIterSeconds          float64
+	received                 int64 // messages received
+	sent                     int64 // messages sent to each neighbour
+	bytes                    int64 // bytes sent to each neighbour
+}
+
+var (
+	// busyChain's slices compute 90% of the time.
+	busyChain = chainWindow{commSeconds: 1, compSeconds: 9, iterations: 10, planned: 1000, meanIterSeconds: 0.5,
+		received: 40, sent: 20, bytes: 20 << 16}
+	// waitingChain is bulk-synchronous: its slices spend 2.3 ms computing per message and
+	// ~6 ms in mpi calls.
+	waitingChain = chainWindow{commSeconds: 7.24, compSeconds: 2.76, iterations: 600, planned: 100000, meanIterSeconds: 0.0167,
+		received: 1200, sent: 600, bytes: 600 << 14}
+)
+
 // publishChain publishes, as the ranks would, the profiles of the ranks of job j in table,
 // running on node under the job's policy: slices of an n-slice chain, each sending a halo to
-// its two neighbours.
-func publishChain(t *testing.T, nc *nats.Conn, node, policy string, n int, table []job.RankInfo) {
+// its two neighbours, as w says.
+func publishChain(t *testing.T, nc *nats.Conn, node, policy string, n int, table []job.RankInfo, w chainWindow) {
 	t.Helper()
 	for _, r := range table {
 		p := profiler.RankProfile{Job: r.Job, Rank: r.Rank, Node: node, PID: r.PID, Policy: policy, At: time.Now(),
-			Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 1, CompSeconds: 9,
-			Iteration: 10, Iterations: 10, MeanIterSeconds: 0.5, PlannedIterations: 1000, StateBytes: 1 << 20,
-			ReceivedMessages: 40}
+			Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: w.commSeconds, CompSeconds: w.compSeconds,
+			Iteration: w.iterations, Iterations: w.iterations, MeanIterSeconds: w.meanIterSeconds, PlannedIterations: w.planned,
+			StateBytes: 1 << 20, ReceivedMessages: w.received}
 		for _, q := range []int{r.Rank - 1, r.Rank + 1} {
 			if q >= 0 && q < n {
-				p.Sent = append(p.Sent, profiler.PeerTraffic{Rank: q, Messages: 20, Bytes: 20 << 16})
+				p.Sent = append(p.Sent, profiler.PeerTraffic{Rank: q, Messages: w.sent, Bytes: w.bytes})
 			}
 		}
 		data, err := json.Marshal(p)
@@ -572,8 +592,8 @@ func TestAgentJobPolicyExchangesBetweenBusyNodesOfAnotherPolicy(t *testing.T) {
 	onA, onB := []job.RankInfo{all[0], all[2]}, []job.RankInfo{all[1], all[3]}
 	startAgentT(t, url, "A", fastIOS(""), 0, onA, "B")
 	startAgentT(t, url, "B", fastIOS(""), 0, onB, "A")
-	publishChain(t, nc, "A", iosbridge.PolicyATSRAS, 4, onA)
-	publishChain(t, nc, "B", iosbridge.PolicyATSRAS, 4, onB)
+	publishChain(t, nc, "A", iosbridge.PolicyATSRAS, 4, onA, busyChain)
+	publishChain(t, nc, "B", iosbridge.PolicyATSRAS, 4, onB, busyChain)
 
 	var reqs []job.ControlRequest
 	for len(reqs) < 2 {
@@ -619,7 +639,7 @@ func TestAgentATSRASGivesAWaitingRankToAJoiningNodeWithTheMeasuredRoundTrip(t *t
 	table := loadedRanks("j", 4)
 	b := startAgentT(t, url, "B", fastIOS(iosbridge.PolicyATSRAS), 0, table, "A")
 	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyATSRAS), 1, nil, "B")
-	publishWaitingChain(t, nc, table)
+	publishChain(t, nc, "B", "", len(table), table, waitingChain)
 	var req job.ControlRequest
 	select {
 	case req = <-ctl.got:
@@ -629,33 +649,6 @@ func TestAgentATSRASGivesAWaitingRankToAJoiningNodeWithTheMeasuredRoundTrip(t *t
 	if req.Kind != job.ControlMigrate || req.To != "A" || !strings.HasPrefix(req.Reason, "ios atsras: ") ||
 		!strings.Contains(req.Reason, "network ") || strings.Contains(req.Reason, "network 0s/msg") {
 		t.Fatalf("control request %+v: want a rank given to A, priced with a measured round trip", req)
-	}
-}
-
-// publishWaitingChain publishes the profiles of table's ranks on node B: a bulk-synchronous
-// chain whose ranks spend 2.3 ms computing per message and ~6 ms in mpi calls.
-func publishWaitingChain(t *testing.T, nc *nats.Conn, table []job.RankInfo) {
-	t.Helper()
-	for _, r := range table {
-		p := profiler.RankProfile{Job: r.Job, Rank: r.Rank, Node: "B", PID: r.PID, At: time.Now(),
-			Since: time.Now().Add(-10 * time.Second), ElapsedSeconds: 10, CommSeconds: 7.24, CompSeconds: 2.76,
-			Iteration: 600, Iterations: 600, MeanIterSeconds: 0.0167, PlannedIterations: 100000, StateBytes: 1 << 20,
-			ReceivedMessages: 1200}
-		for _, q := range []int{r.Rank - 1, r.Rank + 1} {
-			if q >= 0 && q < len(table) {
-				p.Sent = append(p.Sent, profiler.PeerTraffic{Rank: q, Messages: 600, Bytes: 600 << 14})
-			}
-		}
-		data, err := json.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Publish(job.ProfileSubject(r.Job), data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -690,7 +683,7 @@ func TestAgentATSRASPricesALinkWithTheBandwidthOfTheTransfersFromIt(t *testing.T
 	if got := iosState(t, nc, "B").PeerBandwidth; len(got) != 1 || got["A"] != want {
 		t.Fatalf("B's bandwidths %v, want %v B/s from A (the 32 KB transfer left out)", got, want)
 	}
-	publishWaitingChain(t, nc, table)
+	publishChain(t, nc, "B", "", len(table), table, waitingChain)
 	var req job.ControlRequest
 	select {
 	case req = <-ctl.got:

@@ -60,6 +60,23 @@ func offerCopyFrom(t *testing.T, url, from string, want ckptstore.PieceInfo, spa
 	return strings.TrimSpace(line)
 }
 
+// sourcePiece stores data as rank 0's piece of job j's checkpoint 2 on node n1, as the rank
+// that copies it would have, and returns the piece's record and data with one bit flipped.
+func sourcePiece(t *testing.T, data []byte) (ckptstore.PieceInfo, []byte) {
+	t.Helper()
+	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := src.PutPiece("j", 2, 0, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := bytes.Clone(data)
+	damaged[7] ^= 1
+	return info, damaged
+}
+
 // A buddy copy is acknowledged only once it is verified and durable; a damaged one is
 // refused; one beyond the node's cap is refused before any byte moves.
 func TestBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
@@ -72,16 +89,7 @@ func TestBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
 	}
 	defer srv.Stop()
 	data := bytes.Repeat([]byte("piece"), 1000)
-	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := src.PutPiece("j", 2, 0, bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	damaged := bytes.Clone(data)
-	damaged[7] ^= 1
+	want, damaged := sourcePiece(t, data)
 	if got := offerCopy(t, url, want, damaged); !strings.Contains(got, "checksum mismatch") {
 		t.Errorf("a damaged copy: answer %q, want a checksum mismatch", got)
 	}
@@ -168,16 +176,7 @@ func TestBuddyCopyMeasuresTheLinkFromItsSender(t *testing.T) {
 	}
 	defer srv.Stop()
 	data := bytes.Repeat([]byte("piece"), 200_000)
-	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := src.PutPiece("j", 2, 0, bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	damaged := bytes.Clone(data)
-	damaged[7] ^= 1
+	want, damaged := sourcePiece(t, data)
 	if ans := offerCopyFrom(t, url, "n1", want, false, damaged); !strings.Contains(ans, "checksum mismatch") {
 		t.Fatalf("a damaged copy: answer %q", ans)
 	}

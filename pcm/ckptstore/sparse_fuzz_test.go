@@ -7,28 +7,35 @@ import (
 	"testing"
 )
 
-// FuzzSparseCopy feeds a buddy's store arbitrary sparse streams (what a hostile or broken
-// sender may send) for a piece whose size and checksum are known: each is either refused
-// with a *CorruptError, leaving nothing behind, or stored as exactly the recorded piece.
-func FuzzSparseCopy(f *testing.F) {
-	data := make([]byte, 6*DirectAlign+10)
+// sparsePiece is the fuzz tests' piece: data with zero blocks, its sparse stream as a correct
+// sender sends it, and its record in the sender's store.
+func sparsePiece(f *testing.F) (data, good []byte, want PieceInfo) {
+	data = make([]byte, 6*DirectAlign+10)
 	copy(data[2*DirectAlign:], pieceData(1, 0))
 	data[len(data)-1] = 1
 	var pb PieceBuffer
 	pb.Write(data)
-	var good bytes.Buffer
-	pb.WriteSparseTo(&good)
-	f.Add(good.Bytes())
-	f.Add(good.Bytes()[:40])
-	f.Add([]byte{})
+	var stream bytes.Buffer
+	pb.WriteSparseTo(&stream)
 	src, err := Open(f.TempDir(), &Options{Node: "a", Checksum: CRC32C})
 	if err != nil {
 		f.Fatal(err)
 	}
-	want, err := src.PutPieceBuffer(testJob, 1, 0, &pb)
+	want, err = src.PutPieceBuffer(testJob, 1, 0, &pb)
 	if err != nil {
 		f.Fatal(err)
 	}
+	return data, stream.Bytes(), want
+}
+
+// FuzzSparseCopy feeds a buddy's store arbitrary sparse streams (what a hostile or broken
+// sender may send) for a piece whose size and checksum are known: each is either refused
+// with a *CorruptError, leaving nothing behind, or stored as exactly the recorded piece.
+func FuzzSparseCopy(f *testing.F) {
+	data, good, want := sparsePiece(f)
+	f.Add(good)
+	f.Add(good[:40])
+	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		s, err := Open(t.TempDir(), &Options{Node: "b", Checksum: CRC32C})
 		if err != nil {
@@ -56,24 +63,10 @@ func FuzzSparseCopy(f *testing.F) {
 // old file held, a copy is refused leaving nothing behind, or stored as exactly the piece,
 // and the good stream is always stored as exactly the piece.
 func FuzzSparseCopyOverASpareFile(f *testing.F) {
-	data := make([]byte, 6*DirectAlign+10)
-	copy(data[2*DirectAlign:], pieceData(1, 0))
-	data[len(data)-1] = 1
-	var pb PieceBuffer
-	pb.Write(data)
-	var good bytes.Buffer
-	pb.WriteSparseTo(&good)
-	f.Add([]byte{7}, uint16(8*DirectAlign), good.Bytes()[:40])
+	data, good, want := sparsePiece(f)
+	f.Add([]byte{7}, uint16(8*DirectAlign), good[:40])
 	f.Add([]byte{0, 0, 3}, uint16(3*DirectAlign+5), []byte{})
-	f.Add([]byte{1}, uint16(0), good.Bytes())
-	src, err := Open(f.TempDir(), &Options{Node: "a", Checksum: CRC32C})
-	if err != nil {
-		f.Fatal(err)
-	}
-	want, err := src.PutPieceBuffer(testJob, 1, 0, &pb)
-	if err != nil {
-		f.Fatal(err)
-	}
+	f.Add([]byte{1}, uint16(0), good)
 	f.Fuzz(func(t *testing.T, old []byte, oldLen uint16, stream []byte) {
 		dir, err := os.MkdirTemp("/dev/shm", "ckptstore-fuzz-")
 		if err != nil {
@@ -96,13 +89,13 @@ func FuzzSparseCopyOverASpareFile(f *testing.F) {
 		if err := os.MkdirAll(s.jobDir(testJob), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		for _, st := range [][]byte{stream, good.Bytes()} {
+		for _, st := range [][]byte{stream, good} {
 			if err := os.WriteFile(s.sparePath(testJob, 0), spare, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			err = s.PutSparseCopy(testJob, 1, want, bytes.NewReader(st))
 			if err != nil {
-				if !errors.As(err, new(*CorruptError)) || bytes.Equal(st, good.Bytes()) {
+				if !errors.As(err, new(*CorruptError)) || bytes.Equal(st, good) {
 					t.Fatalf("refused with %v", err)
 				}
 				if ents, _ := os.ReadDir(s.seqDir(testJob, 1)); len(ents) != 0 {
