@@ -230,8 +230,9 @@ func (r *report) gridMarkdown() string {
 	p("%s\n## Two emulated clusters: where the steals go, and an overloaded cluster\n\n", gridBegin)
 	p("**Date:** %s. **Command** (as root, from the module root):\n\n    %s\n\n", cfg.date, r.command())
 	p("**Machine load average** (1, 5, 15 min) at the start: %s; at the end: %s. This is a\n", orDash(r.loadStart), orDash(r.loadEnd))
-	p("measurement on a 2-core machine shared with other work (other test runs were going on),\n")
-	p("so times and rates are noisy; the steal counts and where the migrations went are the result.\n\n")
+	p("measurement on a 2-core machine whose load includes the run's own processes (the nodes' ranks and\n")
+	p("pcmds, the NATS servers, the competing load) and whatever else ran at the time; each policy runs\n")
+	p("once, so times and rates are noisy; the steal counts and where the migrations went are the result.\n\n")
 	p("Clusters a (%s) and b (%s), %d nodes each with a quota of %.2g CPUs and %d slots. ",
 		strings.Join(r.clusterNodes(sc, "a"), ", "), strings.Join(r.clusterNodes(sc, "b"), ", "), cfg.gridNodes, cfg.cpus, cfg.slots)
 	p("Every packet between the clusters is delayed by %v each way (`testbed.SetLink`; %s), ", sc.ClusterDelay, r.delayHow())

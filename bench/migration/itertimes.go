@@ -21,6 +21,7 @@ import (
 // 1038 ms over 11 repetitions, about 200 ms over 21), and it shrinks as repetitions are added.
 // The cost found is therefore also given as a share of a real run: the excess over the
 // baseline's median loop (ckptCost.ofRun), which does not depend on the number of repetitions.
+// With minima it is still a lower bound: each checkpoint is taken at its cheapest repetition.
 
 // ckptCost is what the checkpoints of variant b cost over variant a, estimated from the
 // per-iteration times of repeated runs of both.

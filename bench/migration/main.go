@@ -34,8 +34,9 @@
 // every iteration's duration (heat2d -iter-times), and the overhead is also estimated from
 // each iteration's minimum (and median) over the repetitions, which drops the noise that hits
 // single repetitions and keeps the checkpoints' cost, which hits the same iterations in every
-// one (checkpointCost); the 5% target is checked on the excess so estimated (with minima) as
-// a share of the baseline's median whole loop, a real run's length.
+// one (checkpointCost), which locates the cost. The 5% target is checked on the paired
+// whole-loop ratio (each repetition's variant over the baseline run next to it, median):
+// the minima take each checkpoint at its cheapest and fall below what a run pays.
 //
 // Part "migration": a nats-server (/usr/sbin/nats-server if installed, else an in-process one)
 // and two pcmd nodes n1 and n2 on loopback (pcmd serve --node nI --nats URL --allow BIN/*

@@ -238,10 +238,11 @@ func (b *bench) printOverhead(title string, results []overheadResult) {
 	for _, r := range results {
 		perIter = perIter || len(r.iters) > 0
 	}
-	targetOn := "on medians"
-	if perIter {
-		targetOn = "on the per-iteration minima's excess over the baseline's median loop where measured (table below), else on medians"
-	}
+	// The target is checked on the paired whole-loop ratio: it takes all of a run, as a user
+	// would time it, and cancels the machine's slow drifts. The per-iteration estimates below
+	// locate the cost; the one on minima takes each checkpoint at its cheapest and falls below
+	// the whole-loop figures (P=4, 61 repetitions: +2.4% of a run against +5.2% paired).
+	targetOn := "on the paired ratio"
 	fmt.Printf("| P | variant | sec_per_iter median | min – max | overhead vs baseline, medians | paired per repetition (median) | minima | wall s, median (overhead) | CPU s (mpirun + ranks), median | target (%s) |\n", targetOn)
 	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range results {
@@ -264,11 +265,7 @@ func (b *bench) printOverhead(title string, results []overheadResult) {
 				mins = fmt.Sprintf("%+.2f%%", 100*(minOf(xs)/minOf(a)-1))
 				wall = fmt.Sprintf("%.2f (%+.1f%%)", median(r.wall[v.key]), 100*(median(r.wall[v.key])/median(r.wall[v.base])-1))
 				if v.limit > 0 {
-					over := 100 * (median(xs)/median(a) - 1)
-					if c, err := b.iterCost(r, v, minOf); err == nil {
-						over = 100 * c.ofRun
-					}
-					target = targetCheck(over, v.limit)
+					target = targetCheck(100*median(rs), v.limit)
 				}
 			}
 			fmt.Printf("| %d | %s | %.4e | %.4e – %.4e | %s | %s | %s | %s | %.2f | %s |\n", r.np, v.name, median(xs), minOf(xs), maxOf(xs),
@@ -378,10 +375,10 @@ func (b *bench) printIterCost(results []overheadResult) {
 		"ms; by iteration of that window, ms (minima); in the windows: the excess of all checkpoints' windows, percent of the baseline's loop (minima); "+
 		"outside: the excess of all other iterations together, ms per run (what is left is noise, or cost spread beyond the window). "+
 		"The sum of per-iteration minima is a loop faster than any real one, and the faster the more repetitions there are, which inflates the first column; "+
-		"of a run: the excess of the minima (windows and outside together, ms) over the baseline's median whole loop, the share of a real run the variant costs, "+
-		"on which the target is checked.\n\n", w-1, b.ckptEvery, w)
-	fmt.Println("| P | variant | repetitions | overhead, per-iteration minima | per-iteration medians | per checkpoint, ms (minima / medians; n checkpoints averaged) | by iteration of the window, ms (minima) | in the windows (minima) | outside the windows, ms (minima / medians) | excess per run, ms (minima) | baseline loop, ms (median of runs) | of a run (minima) | target (of a run) |")
-	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+		"of a run: the excess of the minima (windows and outside together, ms) over the baseline's median whole loop; it takes each checkpoint at its cheapest, "+
+		"so it is a lower bound of what the checkpoints cost a real run (the target is checked on the paired whole-loop ratio above).\n\n", w-1, b.ckptEvery, w)
+	fmt.Println("| P | variant | repetitions | overhead, per-iteration minima | per-iteration medians | per checkpoint, ms (minima / medians; n checkpoints averaged) | by iteration of the window, ms (minima) | in the windows (minima) | outside the windows, ms (minima / medians) | excess per run, ms (minima) | baseline loop, ms (median of runs) | of a run (minima, a lower bound) |")
+	fmt.Println("| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range results {
 		for _, v := range r.variants {
 			if v.base == "" || !v.iterTimes {
@@ -389,26 +386,22 @@ func (b *bench) printIterCost(results []overheadResult) {
 			}
 			lo, err := b.iterCost(r, v, minOf)
 			if err != nil {
-				fmt.Printf("| %d | %s | %d / %d | %v | | | | | | | | | |\n", r.np, v.name, len(r.iters[v.key]), len(r.iters[v.base]), err)
+				fmt.Printf("| %d | %s | %d / %d | %v | | | | | | | | |\n", r.np, v.name, len(r.iters[v.key]), len(r.iters[v.base]), err)
 				continue
 			}
 			mid, err := b.iterCost(r, v, median)
 			if err != nil {
-				fmt.Printf("| %d | %s | %d / %d | %v | | | | | | | | | |\n", r.np, v.name, len(r.iters[v.key]), len(r.iters[v.base]), err)
+				fmt.Printf("| %d | %s | %d / %d | %v | | | | | | | | |\n", r.np, v.name, len(r.iters[v.key]), len(r.iters[v.base]), err)
 				continue
-			}
-			target := ""
-			if v.limit > 0 {
-				target = targetCheck(100*lo.ofRun, v.limit)
 			}
 			ms := make([]float64, len(lo.profile))
 			for o, x := range lo.profile {
 				ms[o] = 1e3 * x
 			}
-			fmt.Printf("| %d | %s | %d / %d | %+.2f%% | %+.2f%% | %.1f / %.1f (n = %d) | %s | %+.2f%% | %.1f / %.1f | %.1f | %.0f | %+.2f%% | %s |\n",
+			fmt.Printf("| %d | %s | %d / %d | %+.2f%% | %+.2f%% | %.1f / %.1f (n = %d) | %s | %+.2f%% | %.1f / %.1f | %.1f | %.0f | %+.2f%% |\n",
 				r.np, v.name, len(r.iters[v.key]), len(r.iters[v.base]), 100*lo.overhead, 100*mid.overhead,
 				1e3*lo.perCkpt, 1e3*mid.perCkpt, lo.ckpts, floats(ms, "%+.1f"), 100*lo.windows, 1e3*lo.outside, 1e3*mid.outside,
-				1e3*lo.excess, 1e3*lo.baseLoop, 100*lo.ofRun, target)
+				1e3*lo.excess, 1e3*lo.baseLoop, 100*lo.ofRun)
 		}
 	}
 }
