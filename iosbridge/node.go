@@ -1375,29 +1375,21 @@ func (n *Node) expire(now time.Time) {
 		n.relay = nil
 	}
 	n.expireHolds(now)
-	for id, u := range n.unanswered {
-		if now.Sub(u.at) > n.cfg.PendingTimeout {
-			delete(n.unanswered, id)
-		}
-	}
-	for id, nc := range n.notComing {
-		if now.Sub(nc.at) > n.cfg.PendingTimeout {
-			delete(n.notComing, id)
-		}
-	}
-	for id, p := range n.outgoing {
-		if now.Sub(p.at) > n.cfg.PendingTimeout {
-			delete(n.outgoing, id)
-		}
-	}
-	for id, p := range n.incoming {
-		if now.Sub(p.at) > n.cfg.PendingTimeout {
-			delete(n.incoming, id)
-		}
-	}
-	for id, t := range n.arrived {
-		if now.Sub(t) > n.cfg.Stability.Cooldown {
-			delete(n.arrived, id)
+	timeout := n.cfg.PendingTimeout
+	dropOlder(n.unanswered, now, timeout, func(u sentSteal) time.Time { return u.at })
+	dropOlder(n.notComing, now, timeout, func(nc notComing) time.Time { return nc.at })
+	dropOlder(n.outgoing, now, timeout, pendingAt)
+	dropOlder(n.incoming, now, timeout, pendingAt)
+	dropOlder(n.arrived, now, n.cfg.Stability.Cooldown, func(t time.Time) time.Time { return t })
+}
+
+func pendingAt(p pending) time.Time { return p.at }
+
+// dropOlder deletes the entries of m whose time (at) lies more than limit before now.
+func dropOlder[K comparable, V any](m map[K]V, now time.Time, limit time.Duration, at func(V) time.Time) {
+	for k, v := range m {
+		if now.Sub(at(v)) > limit {
+			delete(m, k)
 		}
 	}
 }
