@@ -7,13 +7,7 @@ import (
 
 // stealsSent drains n's output and counts its steal requests.
 func stealsSent(n *Node) int {
-	c := 0
-	for _, m := range n.Ready().Messages {
-		if m.Kind == KindStealRequest {
-			c++
-		}
-	}
-	return c
+	return len(ofKind(n.Ready(), KindStealRequest))
 }
 
 // backedOff returns an idle node A whose steals have all failed (B was not loaded) until

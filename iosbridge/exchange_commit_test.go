@@ -23,12 +23,7 @@ func (p *exchangePair) deliver(m Message) Ready {
 // oneOf returns the single message of kind k in r, failing otherwise.
 func oneOf(t *testing.T, r Ready, k Kind) Message {
 	t.Helper()
-	var got []Message
-	for _, m := range r.Messages {
-		if m.Kind == k {
-			got = append(got, m)
-		}
-	}
+	got := ofKind(r, k)
 	if len(got) != 1 {
 		t.Fatalf("want one %s, got messages %+v", k, r.Messages)
 	}
@@ -158,20 +153,11 @@ func rotationGroup(t *testing.T) (p *exchangePair, relayAccept Message) {
 	fwd.From = "B"
 	r := p.deliver(fwd)
 	relayAccept = oneOf(t, r, KindRelayAccept)
-	if len(r.Migrations) != 0 || relayAccept.To != "B" || len(stealAccepts(r)) != 0 {
+	if len(r.Migrations) != 0 || relayAccept.To != "B" || len(ofKind(r, KindStealAccept)) != 0 {
 		t.Fatalf("A answered %+v and moved %+v: want only a relay accept to B", r.Messages, r.Migrations)
 	}
 	relayAccept.From = "A"
 	return p, relayAccept
-}
-
-func stealAccepts(r Ready) (out []Message) {
-	for _, m := range r.Messages {
-		if m.Kind == KindStealAccept {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // A relay accept that reaches the relay after its hold expired is cancelled: the decider
@@ -202,7 +188,7 @@ func TestLateRelayReadyMovesNothing(t *testing.T) {
 	p.now = p.now.Add(p.nodes["A"].cfg.StealTimeout)
 	r := p.deliver(ready)
 	cancel := oneOf(t, r, KindExchangeCancel)
-	if len(stealAccepts(r)) != 0 || cancel.To != "B" {
+	if len(ofKind(r, KindStealAccept)) != 0 || cancel.To != "B" {
 		t.Fatalf("late relay ready: A sent %+v", r.Messages)
 	}
 	cancel.From = "A"
@@ -622,7 +608,7 @@ func TestStealerWithAnUnansweredStealJudgesNoExchange(t *testing.T) {
 			t.Fatalf("+%v: R offers a swap with a steal unanswered: %+v", after, r.Messages)
 		}
 		r := askR()
-		if len(r.Migrations) != 0 || len(stealAccepts(r)) != 0 || p.nodes["R"].inExchange() {
+		if len(r.Migrations) != 0 || len(ofKind(r, KindStealAccept)) != 0 || p.nodes["R"].inExchange() {
 			t.Fatalf("+%v: R judged an exchange with its steal unanswered: sent %+v, moved %+v", after, r.Messages, r.Migrations)
 		}
 	}
@@ -672,7 +658,7 @@ func TestStealLostToADeadNeighbourEndsWhenItIsFoundGone(t *testing.T) {
 			p.now = sent.Add(3 * time.Second)
 			connect(t, p.now, r, "L")
 			a := p.askExchange("L", "R")
-			if len(stealAccepts(a)) != 0 || r.inExchange() {
+			if len(ofKind(a, KindStealAccept)) != 0 || r.inExchange() {
 				t.Fatalf("R judged an exchange while X may still answer: sent %+v", a.Messages)
 			}
 			for _, m := range a.Messages {
@@ -704,7 +690,7 @@ func TestStealLostToADeadNeighbourEndsWhenItIsFoundGone(t *testing.T) {
 					p.deliver(fail)
 				}
 			}
-			acc := stealAccepts(p.askExchange("L", "R"))
+			acc := ofKind(p.askExchange("L", "R"), KindStealAccept)
 			if swapped := len(acc) == 1 && acc[0].Swap != (RankID{}); swapped != tc.swaps {
 				t.Fatalf("X gone at +%v: R answered L's exchange request with %+v; want a swap: %v", p.now.Sub(sent), acc, tc.swaps)
 			}

@@ -514,7 +514,7 @@ func TestExchangeOfferIsHeldAndOnlyItsAcceptMovesIt(t *testing.T) {
 	}
 	connect(t, t0, nd, "R")
 	nd.Tick(t0)
-	reqs := stealsIn(nd.Ready())
+	reqs := ofKind(nd.Ready(), KindStealRequest)
 	if len(reqs) != 1 {
 		t.Fatalf("busy node sent %d requests", len(reqs))
 	}
@@ -541,7 +541,7 @@ func TestExchangeOfferIsHeldAndOnlyItsAcceptMovesIt(t *testing.T) {
 	}
 	// The second one ended the steal (its ID matched); a new request, answered properly.
 	nd.Tick(t0.Add(time.Second))
-	if reqs = stealsIn(nd.Ready()); len(reqs) != 1 {
+	if reqs = ofKind(nd.Ready(), KindStealRequest); len(reqs) != 1 {
 		t.Fatalf("no new request: %+v", reqs)
 	}
 	req = reqs[0]
@@ -837,7 +837,7 @@ func TestExchangePartnerIsHeldAndOnlyItsPairSwapMovesIt(t *testing.T) {
 	}
 	connect(t, t0, nd, "R")
 	nd.Tick(t0)
-	reqs := stealsIn(nd.Ready())
+	reqs := ofKind(nd.Ready(), KindStealRequest)
 	if len(reqs) != 1 || reqs[0].Offer == nil || reqs[0].OfferPartner == nil {
 		t.Fatalf("busy node's requests: %+v", reqs)
 	}
@@ -859,7 +859,7 @@ func TestExchangePartnerIsHeldAndOnlyItsPairSwapMovesIt(t *testing.T) {
 		t.Fatalf("an accept with another partner moved %+v", r.Migrations)
 	}
 	nd.Tick(t0.Add(time.Second))
-	if reqs = stealsIn(nd.Ready()); len(reqs) != 1 || reqs[0].OfferPartner == nil {
+	if reqs = ofKind(nd.Ready(), KindStealRequest); len(reqs) != 1 || reqs[0].OfferPartner == nil {
 		t.Fatalf("no new request: %+v", reqs)
 	}
 	req = reqs[0]
@@ -965,7 +965,7 @@ func TestRanksOnTheirWayOutStillFillTheirSlots(t *testing.T) {
 		t.Fatalf("L gave %+v to an idle node, want one rank", r.Migrations)
 	}
 	nd.Tick(t0.Add(time.Second))
-	reqs := stealsIn(nd.Ready())
+	reqs := ofKind(nd.Ready(), KindStealRequest)
 	if len(reqs) != 1 || reqs[0].Offer == nil {
 		t.Fatalf("no exchange request from L: %+v", reqs)
 	}

@@ -10,6 +10,7 @@ import (
 // Tests of the grid strategies: the IO paper's RS, ARS and NRS (seed 003), Satin's CRS
 // (seed 002) and Bustos' Robin-Hood and Nottingham Sheriff (seed 001).
 
+// ofKind returns the messages of r of kind k, in order.
 func ofKind(r Ready, k Kind) (out []Message) {
 	for _, m := range r.Messages {
 		if m.Kind == k {
@@ -194,7 +195,7 @@ func TestNRSStealsLocalFirstThenRegionalAndSoOn(t *testing.T) {
 	}{{"B", LocaleLocal}, {"C", LocaleRegional}, {"D", LocaleInternational}}
 	for i, w := range want {
 		a.Tick(now)
-		s := stealsIn(a.Ready())
+		s := ofKind(a.Ready(), KindStealRequest)
 		if len(s) != 1 || s[0].To != w.to || s[0].Locale != w.locale {
 			t.Fatalf("steal %d: want one to %s in locale %v, got %+v", i, w.to, w.locale, s)
 		}
@@ -206,11 +207,11 @@ func TestNRSStealsLocalFirstThenRegionalAndSoOn(t *testing.T) {
 	}
 	// After the farthest locale failed the node backs off, then starts local again.
 	a.Tick(now)
-	if s := stealsIn(a.Ready()); len(s) != 0 {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 0 {
 		t.Fatalf("stole again without backing off: %+v", s)
 	}
 	a.Tick(now.Add(time.Second)) // BackoffMin, within the neighbours' timeout
-	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].Locale != LocaleLocal {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 1 || s[0].Locale != LocaleLocal {
 		t.Fatalf("after the back-off: %+v", s)
 	}
 }
@@ -229,7 +230,7 @@ func TestNRSPropagatesOnlyWithinTheSpecifiedLocale(t *testing.T) {
 		if err := b2.Step(t0.Add(time.Second), Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: uint64(i + 1), TTL: 2, Profile: &prof, Locale: LocaleLocal}); err != nil {
 			t.Fatal(err)
 		}
-		f := stealsIn(b2.Ready())
+		f := ofKind(b2.Ready(), KindStealRequest)
 		if len(f) != 1 || f[0].To != "C" || f[0].Locale != LocaleLocal {
 			t.Fatalf("local packet forwarded as %+v", f)
 		}
@@ -240,7 +241,7 @@ func TestNRSPropagatesOnlyWithinTheSpecifiedLocale(t *testing.T) {
 		if err := b2.Step(t0.Add(time.Second), Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: uint64(100 + i), TTL: 2, Profile: &prof, Locale: LocaleNational}); err != nil {
 			t.Fatal(err)
 		}
-		f := stealsIn(b2.Ready())
+		f := ofKind(b2.Ready(), KindStealRequest)
 		if len(f) != 1 || f[0].To != "C" || f[0].Locale != LocaleNational {
 			t.Fatalf("national packet forwarded as %+v", f)
 		}
@@ -270,7 +271,7 @@ func TestNRSStealPacketTravelsInItsOriginsLocale(t *testing.T) {
 		if err := a1.Step(t0.Add(time.Second), Message{Kind: KindStealRequest, From: "b3", To: "a1", Origin: "b3", ID: uint64(i + 1), TTL: 3, Profile: &prof, Locale: LocaleRegional}); err != nil {
 			t.Fatal(err)
 		}
-		f := stealsIn(a1.Ready())
+		f := ofKind(a1.Ready(), KindStealRequest)
 		if len(f) != 1 || (f[0].To != "a2" && f[0].To != "a3") {
 			t.Fatalf("b3's regional packet forwarded by a1 as %+v: want it to stay in cluster a", f)
 		}
@@ -280,7 +281,7 @@ func TestNRSStealPacketTravelsInItsOriginsLocale(t *testing.T) {
 func TestCRSAtMostOneAsynchronousWideAreaSteal(t *testing.T) {
 	a := gridNode(t, "A", PolicyCRS, "x", 1, nil, map[string]string{"B": "x", "C": "y", "D": "y"})
 	a.Tick(t0)
-	s := stealsIn(a.Ready())
+	s := ofKind(a.Ready(), KindStealRequest)
 	if len(s) != 2 {
 		t.Fatalf("want a wide-area and a local steal, got %+v", s)
 	}
@@ -298,7 +299,7 @@ func TestCRSAtMostOneAsynchronousWideAreaSteal(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.Tick(t0.Add(at))
-		s = stealsIn(a.Ready())
+		s = ofKind(a.Ready(), KindStealRequest)
 		if len(s) != 1 || s[0].Wide || s[0].To != "B" {
 			t.Fatalf("round %d: want one local steal, got %+v", i, s)
 		}
@@ -328,7 +329,7 @@ func TestCRSLocalStealsStayInTheCluster(t *testing.T) {
 		if err := b.Step(t0, Message{Kind: KindStealRequest, From: "A", To: "B", Origin: "A", ID: uint64(i + 1), TTL: 2, Profile: &prof, InCluster: true, Cluster: "x"}); err != nil {
 			t.Fatal(err)
 		}
-		if f := stealsIn(b.Ready()); len(f) != 1 || f[0].To != "E" {
+		if f := ofKind(b.Ready(), KindStealRequest); len(f) != 1 || f[0].To != "E" {
 			t.Fatalf("local packet left the cluster: %+v", f)
 		}
 	}
@@ -344,7 +345,7 @@ func TestRSStealRequestsCrossClustersAndAreCounted(t *testing.T) {
 	now := t0
 	for i := 0; i < 60; i++ {
 		a.Tick(now)
-		s := stealsIn(a.Ready())
+		s := ofKind(a.Ready(), KindStealRequest)
 		if len(s) != 1 {
 			t.Fatalf("round %d: want one steal, got %+v", i, s)
 		}
@@ -369,7 +370,7 @@ func TestRSStealRequestsCrossClustersAndAreCounted(t *testing.T) {
 func TestCRSWithoutClustersIsRandomStealing(t *testing.T) {
 	a := gridNode(t, "A", PolicyCRS, "", 1, nil, map[string]string{"B": "", "C": ""})
 	a.Tick(t0)
-	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].Wide {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 1 || s[0].Wide {
 		t.Fatalf("one cluster: want one ordinary steal, got %+v", s)
 	}
 }
@@ -395,7 +396,7 @@ func TestRobinHoodOverloadedNodeAsksNAcquaintances(t *testing.T) {
 		}
 		seen[m.To] = true
 	}
-	if len(stealsIn(r)) != 0 {
+	if len(ofKind(r, KindStealRequest)) != 0 {
 		t.Fatal("Robin-Hood alone does not steal")
 	}
 	// Not overloaded: no request.
@@ -536,7 +537,7 @@ func TestSheriffStealsFromLowerRankedAcquaintancesHostingRanks(t *testing.T) {
 		}
 		a.Ready()
 		a.Tick(t0)
-		if s := stealsIn(a.Ready()); len(s) != 1 || s[0].To != "B" {
+		if s := ofKind(a.Ready(), KindStealRequest); len(s) != 1 || s[0].To != "B" {
 			t.Fatalf("seed %d: steal %+v, want one to B", seed, s)
 		}
 		// Forwarding another stealer's request: the same preference, by that stealer's rank.
@@ -544,14 +545,14 @@ func TestSheriffStealsFromLowerRankedAcquaintancesHostingRanks(t *testing.T) {
 		if err := a.Step(t0, Message{Kind: KindStealRequest, From: "E", To: "A", Origin: "E", ID: seed, TTL: 2, Profile: &e}); err != nil {
 			t.Fatal(err)
 		}
-		if f := stealsIn(a.Ready()); len(f) != 1 || f[0].To != "B" {
+		if f := ofKind(a.Ready(), KindStealRequest); len(f) != 1 || f[0].To != "B" {
 			t.Fatalf("seed %d: forwarded %+v, want to B", seed, f)
 		}
 	}
 	// No fitting neighbour: a random one, as in Bustos' algorithm.
 	a := gridNode(t, "A", PolicySheriff, "", 1, nil, map[string]string{"D": ""})
 	a.Tick(t0)
-	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].To != "D" {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 1 || s[0].To != "D" {
 		t.Fatalf("fallback steal %+v", s)
 	}
 }
@@ -637,7 +638,7 @@ func TestSheriffStealsFromALowerRankedHostTheHeartbeatsName(t *testing.T) {
 		heartbeat(t, t0, a, node("B", 2, 1), nil, []Hint{{Node: "F", Rank: 2, Hops: 2}, {Node: "G", Rank: 12, Hops: 1}})
 		a.Ready()
 		a.Tick(t0)
-		s := stealsIn(a.Ready())
+		s := ofKind(a.Ready(), KindStealRequest)
 		if len(s) != 1 || s[0].To != "F" || s[0].Profile.Node != "A" || a.Stats().HintedSteals != 1 {
 			t.Fatalf("seed %d: steals %+v, want one to F", seed, s)
 		}
@@ -647,7 +648,7 @@ func TestSheriffStealsFromALowerRankedHostTheHeartbeatsName(t *testing.T) {
 	heartbeat(t, t0, a, node("B", 2, 1), nil, []Hint{{Node: "G", Rank: 12, Hops: 1}})
 	a.Ready()
 	a.Tick(t0)
-	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].To != "B" {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 1 || s[0].To != "B" {
 		t.Fatalf("steals %+v, want one to B", s)
 	}
 }
@@ -704,7 +705,7 @@ func TestSheriffOfHighRankStealsSeveralObjectsUpToItsCapacity(t *testing.T) {
 	a := sheriffNode(t, "A", PolicySheriff, 5, 0.8, 9)
 	heartbeat(t, t0, a, node("B", 2, 0, ids("j", 0, 1, 2, 3, 4, 5)...), nil, nil)
 	a.Tick(t0)
-	req := stealsIn(a.Ready())[0]
+	req := ofKind(a.Ready(), KindStealRequest)[0]
 	for _, acc := range ofKind(r, KindStealAccept) {
 		acc.ID = req.ID
 		if err := a.Step(t0, acc); err != nil {
@@ -853,7 +854,7 @@ func TestCRSWideAreaStealTakesTheStarvedRankOfAnOverloadedCluster(t *testing.T) 
 	}
 	idle.Tick(t0)
 	var wide Message
-	for _, m := range stealsIn(idle.Ready()) {
+	for _, m := range ofKind(idle.Ready(), KindStealRequest) {
 		if m.Wide {
 			wide = m
 		}

@@ -125,7 +125,7 @@ func TestDecisionModuleAnswersAreRecorded(t *testing.T) {
 	// A node's own request coming back is not a decision.
 	a := idleNode(t, "A", "B")
 	a.Tick(t0)
-	s := stealsIn(a.Ready())[0]
+	s := ofKind(a.Ready(), KindStealRequest)[0]
 	s.From, s.To, s.TTL = "B", "A", 1
 	if err := a.Step(t0, s); err != nil {
 		t.Fatal(err)

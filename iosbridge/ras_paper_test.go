@@ -53,19 +53,10 @@ func only(t *testing.T, r Ready, kind Kind) Message {
 	return r.Messages[0]
 }
 
-func stealsIn(r Ready) (out []Message) {
-	for _, m := range r.Messages {
-		if m.Kind == KindStealRequest {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 func TestRASStealRequestWhenCPUUsageBelowThreshold(t *testing.T) {
 	a := idleNode(t, "A", "B")
 	a.Tick(t0)
-	s := stealsIn(a.Ready())
+	s := ofKind(a.Ready(), KindStealRequest)
 	// "a neighbor is chosen at random and this steal request message will be sent", carrying
 	// "a snapshot of the local profiling information" and "a time to live value".
 	if len(s) != 1 || s[0].To != "B" || s[0].Origin != "A" || s[0].TTL != 3 || s[0].Profile == nil || s[0].Profile.Node != "A" {
@@ -73,7 +64,7 @@ func TestRASStealRequestWhenCPUUsageBelowThreshold(t *testing.T) {
 	}
 	b := busyNode(t, "B", "A") // availability 0 < 0.25: never steals
 	b.Tick(t0)
-	if s := stealsIn(b.Ready()); len(s) != 0 {
+	if s := ofKind(b.Ready(), KindStealRequest); len(s) != 0 {
 		t.Fatalf("loaded node stole: %+v", s)
 	}
 }
@@ -83,17 +74,17 @@ func TestRASAtMostOneOutstandingSteal(t *testing.T) {
 	for i := 0; i < 4; i++ { // StealTimeout is 5 s
 		a.Tick(t0.Add(time.Duration(i) * time.Second))
 	}
-	if s := stealsIn(a.Ready()); len(s) != 1 {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 1 {
 		t.Fatalf("want exactly one steal in flight, got %d", len(s))
 	}
 	// After the timeout the steal is abandoned and the node backs off (1 s, jitter ≥ 0.5 s):
 	// no new request at the timeout instant, one within the next second.
 	a.Tick(t0.Add(5 * time.Second))
-	if s := stealsIn(a.Ready()); len(s) != 0 || a.Stats().StealsTimedOut != 1 {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 0 || a.Stats().StealsTimedOut != 1 {
 		t.Fatalf("steal at timeout: %+v %+v", s, a.Stats())
 	}
 	a.Tick(t0.Add(6 * time.Second))
-	if s := stealsIn(a.Ready()); len(s) != 1 || s[0].ID != 2 {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 1 || s[0].ID != 2 {
 		t.Fatalf("second steal after backoff: %+v", s)
 	}
 }
@@ -142,7 +133,7 @@ func TestRASFailureFreesStealAndBacksOffExponentially(t *testing.T) {
 	var waits []time.Duration
 	for i := 0; i < 6; i++ {
 		a.Tick(now)
-		s := stealsIn(a.Ready())
+		s := ofKind(a.Ready(), KindStealRequest)
 		if len(s) != 1 {
 			t.Fatalf("round %d: %+v", i, s)
 		}
@@ -150,7 +141,7 @@ func TestRASFailureFreesStealAndBacksOffExponentially(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := now
-		for a.Tick(now); len(stealsIn(a.Ready())) == 0; a.Tick(now) {
+		for a.Tick(now); len(ofKind(a.Ready(), KindStealRequest)) == 0; a.Tick(now) {
 			now = now.Add(100 * time.Millisecond)
 			connect(t, now, a, "B") // B stays alive
 			if now.Sub(start) > time.Minute {
@@ -211,7 +202,7 @@ func TestRASAcceptWhenDecisionModuleDecides(t *testing.T) {
 func TestRASAcceptEndsStealAndBooksIncomingCapacity(t *testing.T) {
 	a := idleNode(t, "A", "B") // 2 free CPUs
 	a.Tick(t0)
-	s := stealsIn(a.Ready())[0]
+	s := ofKind(a.Ready(), KindStealRequest)[0]
 	if err := a.Step(t0, Message{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: s.ID, Rank: RankID{"j", 0}, CPUUse: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -220,13 +211,13 @@ func TestRASAcceptEndsStealAndBooksIncomingCapacity(t *testing.T) {
 	}
 	// One CPU booked: availability 0.5 ≥ 0.25, so A immediately steals again...
 	a.Tick(t0.Add(time.Second))
-	s = stealsIn(a.Ready())[0]
+	s = ofKind(a.Ready(), KindStealRequest)[0]
 	if err := a.Step(t0, Message{Kind: KindStealAccept, From: "B", To: "A", Origin: "A", ID: s.ID, Rank: RankID{"j", 1}, CPUUse: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// ...but with both CPUs booked it stops, before any profile shows the new ranks.
 	a.Tick(t0.Add(2 * time.Second))
-	if s := stealsIn(a.Ready()); len(s) != 0 || a.Local().Availability != 0 {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 0 || a.Local().Availability != 0 {
 		t.Fatalf("over-stealing: %+v, local %+v", s, a.Local())
 	}
 	// When the ranks arrive they start their cooldown at A.
@@ -243,7 +234,7 @@ func TestRASAcceptEndsStealAndBooksIncomingCapacity(t *testing.T) {
 func TestRASLateAnswersAreHarmless(t *testing.T) {
 	a := idleNode(t, "A", "B")
 	a.Tick(t0)
-	s := stealsIn(a.Ready())[0]
+	s := ofKind(a.Ready(), KindStealRequest)[0]
 	if err := a.Step(t0, Message{Kind: KindStealFail, From: "B", To: "A", Origin: "A", ID: s.ID + 10}); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +253,7 @@ func TestRASLateAnswersAreHarmless(t *testing.T) {
 func TestRASOwnRequestReturningAtTTLZeroFailsLocally(t *testing.T) {
 	a := idleNode(t, "A", "B")
 	a.Tick(t0)
-	s := stealsIn(a.Ready())[0]
+	s := ofKind(a.Ready(), KindStealRequest)[0]
 	back := s
 	back.From, back.To, back.TTL = "B", "A", 0
 	if err := a.Step(t0, back); err != nil {
@@ -363,13 +354,7 @@ func TestRASHeartbeatExpiryRemovesPeer(t *testing.T) {
 		t.Fatalf("after B's silence: %v", got)
 	}
 	// Heartbeats go to the remaining neighbour every HeartbeatInterval (2 s).
-	hb := 0
-	for _, m := range a.Ready().Messages {
-		if m.Kind == KindHeartbeat {
-			hb++
-		}
-	}
-	if hb != 1 {
+	if hb := len(ofKind(a.Ready(), KindHeartbeat)); hb != 1 {
 		t.Fatalf("heartbeats %d", hb)
 	}
 	a.Tick(t0.Add(12 * time.Second))
@@ -443,7 +428,7 @@ func TestRASStealOnlyWithAFreeSlot(t *testing.T) {
 	}
 	connect(t, t0, a, "B")
 	a.Tick(t0)
-	s := stealsIn(a.Ready())
+	s := ofKind(a.Ready(), KindStealRequest)
 	if len(s) != 1 || s[0].Profile.Slots != 2 || len(s[0].Profile.Ranks) != 1 {
 		t.Fatalf("idle node with a free slot: %+v", s)
 	}
@@ -453,7 +438,7 @@ func TestRASStealOnlyWithAFreeSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Tick(t0.Add(time.Second))
-	if s := stealsIn(a.Ready()); len(s) != 0 || a.Local().Availability < 0.25 {
+	if s := ofKind(a.Ready(), KindStealRequest); len(s) != 0 || a.Local().Availability < 0.25 {
 		t.Fatalf("node with full slots stole: %+v, local %+v", s, a.Local())
 	}
 
