@@ -146,6 +146,20 @@ type controller struct {
 	got     chan job.ControlRequest
 }
 
+// busyAndIdle starts a NATS server, a controller for job j answering replies, and two
+// neighbour agents: B, fully used and running j's four ranks (table) under policy busy, and
+// A, idle, under policy idle. It returns a connection to the server and B.
+func busyAndIdle(t *testing.T, busy, idle string, replies ...job.ControlReply) (*nats.Conn, *controller, []job.RankInfo, *testAgent) {
+	t.Helper()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	ctl := newController(t, nc, "j", replies...)
+	table := loadedRanks("j", 4)
+	b := startAgentT(t, url, "B", fastIOS(busy), 0, table, "A")
+	startAgentT(t, url, "A", fastIOS(idle), 1, nil, "B")
+	return nc, ctl, table, b
+}
+
 func newController(t *testing.T, nc *nats.Conn, jobID string, replies ...job.ControlReply) *controller {
 	t.Helper()
 	c := &controller{replies: replies, got: make(chan job.ControlRequest, 100)}
@@ -215,12 +229,7 @@ func eventsOf(st job.IOSState, kind string) []job.IOSEvent {
 // asks the rank's job to move it to A on the job's ctl subject.
 func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 	t.Parallel()
-	url := testbin.NATSServer(t, "", "")
-	nc := testbin.Connect(t, url)
-	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving at iteration 12"})
-	table := loadedRanks("j", 4)
-	b := startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
-	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
+	nc, ctl, table, b := busyAndIdle(t, "", "", job.ControlReply{OK: true, Message: "moving at iteration 12"})
 	publishProfiles(t, nc, "B", "", table)
 
 	var req job.ControlRequest
@@ -270,14 +279,8 @@ func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 // signed KindMigrationFailed) and records it: it no longer counts the rank as coming.
 func TestAgentRefusedMigrationIsRetried(t *testing.T) {
 	t.Parallel()
-	url := testbin.NATSServer(t, "", "")
-	nc := testbin.Connect(t, url)
-	ctl := newController(t, nc, "j",
-		job.ControlReply{Error: "rank 1 is checkpointing"},
+	nc, ctl, table, _ := busyAndIdle(t, "", "", job.ControlReply{Error: "rank 1 is checkpointing"},
 		job.ControlReply{OK: true, Message: "moving"})
-	table := loadedRanks("j", 4)
-	startAgentT(t, url, "B", fastIOS(""), 0, table, "A")
-	startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
 	publishProfiles(t, nc, "B", "", table)
 	testbin.WaitFor(t, 15*time.Second, "two migration requests", func() bool { return ctl.count() >= 2 })
 	var st job.IOSState
@@ -361,12 +364,7 @@ func TestAgentPolicyNoneNeverMigrates(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			url := testbin.NATSServer(t, "", "")
-			nc := testbin.Connect(t, url)
-			ctl := newController(t, nc, "j", job.ControlReply{OK: true})
-			table := loadedRanks("j", 4)
-			startAgentT(t, url, "B", fastIOS(c.node), 0, table, "A")
-			startAgentT(t, url, "A", fastIOS(""), 1, nil, "B")
+			nc, ctl, table, _ := busyAndIdle(t, c.node, "", job.ControlReply{OK: true})
 			publishProfiles(t, nc, "B", c.job, table)
 			var st job.IOSState
 			testbin.WaitFor(t, 10*time.Second, "B to decline several steal requests", func() bool {
@@ -633,12 +631,7 @@ func TestAgentJobPolicyExchangesBetweenBusyNodesOfAnotherPolicy(t *testing.T) {
 // the whole wait, as before, made every rank look slower on A and none moved.
 func TestAgentATSRASGivesAWaitingRankToAJoiningNodeWithTheMeasuredRoundTrip(t *testing.T) {
 	t.Parallel()
-	url := testbin.NATSServer(t, "", "")
-	nc := testbin.Connect(t, url)
-	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
-	table := loadedRanks("j", 4)
-	b := startAgentT(t, url, "B", fastIOS(iosbridge.PolicyATSRAS), 0, table, "A")
-	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyATSRAS), 1, nil, "B")
+	nc, ctl, table, b := busyAndIdle(t, iosbridge.PolicyATSRAS, iosbridge.PolicyATSRAS, job.ControlReply{OK: true})
 	publishChain(t, nc, "B", "", len(table), table, waitingChain)
 	var req job.ControlRequest
 	select {
@@ -659,12 +652,7 @@ func TestAgentATSRASGivesAWaitingRankToAJoiningNodeWithTheMeasuredRoundTrip(t *t
 // decision's reason names as measured, not MPI-IOS's default.
 func TestAgentATSRASPricesALinkWithTheBandwidthOfTheTransfersFromIt(t *testing.T) {
 	t.Parallel()
-	url := testbin.NATSServer(t, "", "")
-	nc := testbin.Connect(t, url)
-	ctl := newController(t, nc, "j", job.ControlReply{OK: true})
-	table := loadedRanks("j", 4)
-	b := startAgentT(t, url, "B", fastIOS(iosbridge.PolicyATSRAS), 0, table, "A")
-	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyATSRAS), 1, nil, "B")
+	nc, ctl, table, b := busyAndIdle(t, iosbridge.PolicyATSRAS, iosbridge.PolicyATSRAS, job.ControlReply{OK: true})
 	waitState := func(what string, ok func(job.IOSState) bool) {
 		t.Helper()
 		deadline := time.Now().Add(15 * time.Second)

@@ -19,12 +19,7 @@ import (
 // server is on this machine), and both report the round trip in their state.
 func TestAgentNRSStealsAfterTimingItsPeer(t *testing.T) {
 	t.Parallel()
-	url := testbin.NATSServer(t, "", "")
-	nc := testbin.Connect(t, url)
-	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving"})
-	table := loadedRanks("j", 4)
-	startAgentT(t, url, "B", fastIOS(iosbridge.PolicyNRS), 0, table, "A")
-	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyNRS), 1, nil, "B")
+	nc, ctl, table, _ := busyAndIdle(t, iosbridge.PolicyNRS, iosbridge.PolicyNRS, job.ControlReply{OK: true, Message: "moving"})
 	publishProfiles(t, nc, "B", "", table)
 
 	select {
@@ -56,12 +51,7 @@ func TestAgentNRSStealsAfterTimingItsPeer(t *testing.T) {
 // steals (robinhood alone only pushes).
 func TestAgentRobinHoodPushesFromAnOverloadedNode(t *testing.T) {
 	t.Parallel()
-	url := testbin.NATSServer(t, "", "")
-	nc := testbin.Connect(t, url)
-	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "moving"})
-	table := loadedRanks("j", 4)
-	startAgentT(t, url, "B", fastIOS(iosbridge.PolicyRobinHood), 0, table, "A")
-	startAgentT(t, url, "A", fastIOS(iosbridge.PolicyRobinHood), 1, nil, "B")
+	nc, ctl, table, _ := busyAndIdle(t, iosbridge.PolicyRobinHood, iosbridge.PolicyRobinHood, job.ControlReply{OK: true, Message: "moving"})
 	publishProfiles(t, nc, "B", "", table)
 
 	select {
