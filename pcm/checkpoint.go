@@ -21,7 +21,8 @@ const (
 	pollBudget = 0.002
 	// maxPollDelay bounds the time between two adaptive agreements.
 	maxPollDelay = 500 * time.Millisecond
-	// flightPollDelay bounds the time between agreements while a checkpoint is in flight.
+	// flightPollDelay bounds the time between agreements while a checkpoint's pieces are
+	// being written: the first agreement after they are durable commits it.
 	flightPollDelay = 50 * time.Millisecond
 	// defaultPollCost is the assumed cost of one agreement before one was measured.
 	defaultPollCost = 100 * time.Microsecond
@@ -34,6 +35,7 @@ const (
 	agreeIter                // the iteration
 	agreeNegIter             // minus the iteration: its Max is minus the minimum
 	agreePoll                // proposed poll interval
+	agreeFlightPoll          // proposed poll interval while a checkpoint's pieces are written
 	agreeNegHave             // minus the number of reconfiguration entries known: its Max is minus the minimum
 	agreeBusy                // some rank is still busy with the checkpoint in flight
 	agreeCommitFailed        // 1 + the highest rank whose commit of the checkpoint in flight failed, or 0
@@ -42,7 +44,7 @@ const (
 
 // sync is an agreement point: the ranks exchange their requests and checks in one Allreduce,
 // then checkpoint if it is due or requested.
-func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, error) {
+func (p *Process) sync(iter int, scheduled bool, pending int) (Action, error) {
 	start := time.Now()
 	want := p.want.Swap(false)
 	v := make([]int64, agreeLen)
@@ -53,7 +55,8 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 		v[agreePending] = int64(p.world.Rank()) + 1
 	}
 	v[agreeIter], v[agreeNegIter] = int64(iter), -int64(iter)
-	v[agreePoll] = p.proposePoll(start)
+	v[agreePoll] = p.proposePoll(start, maxPollDelay)
+	v[agreeFlightPoll] = p.proposePoll(start, flightPollDelay)
 	if p.ctl != nil {
 		v[agreeNegHave] = -int64(p.ctl.have())
 	}
@@ -67,10 +70,7 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 		return Continue, fmt.Errorf("pcm: Reconfigure(%d): agree: %w", iter, err)
 	}
 	p.lastSyncCost = time.Since(start)
-	if poll {
-		p.pollEvery = out[agreePoll]
-		p.nextPoll = p.calls - 1 + p.pollEvery // p.calls already counts this call
-	}
+	p.schedulePolls(out)
 	defer func() { p.lastSyncEnd, p.callsAtSync = time.Now(), p.calls }()
 	if lo, hi := -out[agreeNegIter], out[agreeIter]; lo != hi {
 		p.keepRequest(want)
@@ -123,6 +123,9 @@ func (p *Process) sync(iter int, scheduled, poll bool, pending int) (Action, err
 			}
 		}
 	}
+	// The checkpoint steps above may have changed the schedule; a successor or joiner
+	// inherits it from here.
+	p.schedulePolls(out)
 	if len(plan.Moves) > 0 {
 		act, err := p.migrate(iter, plan.Moves)
 		if act == Leave || err != nil || plan.Resize == nil {
@@ -143,10 +146,27 @@ func (p *Process) keepRequest(want bool) {
 	}
 }
 
+// schedulePolls sets the number of calls until the next agreement after one that gave out:
+// the agreed proposal for a checkpoint whose pieces are being written if one is, else the
+// ordinary one. Every rank is in the same checkpoint step at the same point of an agreement,
+// so all follow the same schedule. A checkpoint started at a scheduled boundary thus commits within about
+// flightPollDelay of its pieces being durable, whenever the last agreement was; a checkpoint
+// whose manifest is being committed waits for an ordinary agreement to report it (its
+// manifest is durable in the store once written, which is what recovery reads).
+func (p *Process) schedulePolls(out []int64) {
+	every := out[agreePoll]
+	if f := p.flight; f != nil && !f.committing {
+		every = out[agreeFlightPoll]
+	}
+	p.pollEvery = max(every, 1)
+	p.nextPoll = p.calls - 1 + p.pollEvery // p.calls already counts this call
+}
+
 // proposePoll returns this rank's proposal for the number of calls until the next on-demand
 // agreement: fixed, or such that one agreement costs pollBudget of the time spent between
-// agreements. The ranks take the largest proposal, so all follow the same schedule.
-func (p *Process) proposePoll(now time.Time) int64 {
+// agreements, and at most delay apart. The ranks take the largest proposal, so all follow the
+// same schedule.
+func (p *Process) proposePoll(now time.Time, delay time.Duration) int64 {
 	if p.opts.PollEvery > 0 {
 		return int64(p.opts.PollEvery)
 	}
@@ -164,12 +184,7 @@ func (p *Process) proposePoll(now time.Time) int64 {
 	}
 	m := math.Ceil(float64(cost) / (pollBudget * float64(perCall)))
 	// Requests (migrations above all) must not wait long, even when an agreement is
-	// expensive (a loaded machine): at least one agreement per maxPollDelay.
-	delay := maxPollDelay
-	if p.flight != nil {
-		// A checkpoint in flight commits at the first agreement after its pieces are durable.
-		delay = flightPollDelay
-	}
+	// expensive (a loaded machine): at least one agreement per delay.
 	m = min(m, math.Ceil(float64(delay)/float64(perCall)))
 	return int64(min(max(m, 1), MaxPollEvery))
 }

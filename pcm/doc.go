@@ -46,6 +46,8 @@
 // durable, the ranks exchange the results and one rank per store commits the manifest and
 // prunes old checkpoints (Options.Keep), again in the background; a checkpoint is therefore
 // committed a few agreement points after its boundary, and only if every piece is durable.
+// While pieces are being written the ranks agree at least every 50 ms, so the commit follows
+// the last durable piece closely, whatever the ordinary schedule below.
 // At most one checkpoint is in flight: the next one, a migration, and Close first finish it.
 // Close is collective when a checkpoint is in flight (typically after the last iteration);
 // on an error path, where the other ranks may not reach Close, call Abandon first.

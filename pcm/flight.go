@@ -24,8 +24,12 @@ import (
 //     committed, or reported failed on every rank.
 //
 // A checkpoint is thus committed a few agreement points after it was taken, and only once
-// every piece is durable. At most one is in flight: a checkpoint due while the previous one
-// is still in flight, a migration, and Close first finish it (settle), waiting if need be.
+// every piece is durable. While its pieces are being written the ranks agree at least every
+// flightPollDelay, so that step 2 follows soon after the last piece is durable (the manifest
+// is then in the stores, where recovery finds it: the work a failure loses stays within one
+// checkpoint interval); step 3 only reports the commit and waits for an ordinary agreement.
+// At most one is in flight: a checkpoint due while the previous one is still in flight, a
+// migration, and Close first finish it (settle), waiting if need be.
 // With Options.SyncCheckpoints all three steps happen at the boundary itself.
 
 // flight is the checkpoint in flight; nil when there is none.

@@ -27,14 +27,21 @@ func TestProposePoll(t *testing.T) {
 		{0, 10 * time.Millisecond, 1, 5},                       // nothing measured yet: defaultPollCost
 		{100 * time.Microsecond, 0, 7, MaxPollEvery},           // no time between calls
 		{time.Millisecond, time.Nanosecond, 5, MaxPollEvery},   // capped
+		{time.Millisecond, 4 * time.Millisecond, 10, 125},      // 1ms per 500ms: 0.2%, and maxPollDelay
 	} {
 		p := &Process{lastSyncCost: c.cost, calls: c.calls, lastSyncEnd: now.Add(-c.perCall * time.Duration(c.calls))}
-		if got := p.proposePoll(now); got != c.want {
+		if got := p.proposePoll(now, maxPollDelay); got != c.want {
 			t.Errorf("cost %v, %v per call: M = %d, want %d", c.cost, c.perCall, got, c.want)
 		}
 	}
-	p := &Process{opts: Options{PollEvery: 7}}
-	if got := p.proposePoll(now); got != 7 {
+	// While pieces are written the agreements come at least every flightPollDelay, whatever
+	// the budget allows: 50ms at 4ms per call is 13 calls, not 125.
+	p := &Process{lastSyncCost: time.Millisecond, calls: 10, lastSyncEnd: now.Add(-40 * time.Millisecond)}
+	if got := p.proposePoll(now, flightPollDelay); got != 13 {
+		t.Errorf("while pieces are written: M = %d, want 13", got)
+	}
+	p = &Process{opts: Options{PollEvery: 7}}
+	if got := p.proposePoll(now, maxPollDelay); got != 7 {
 		t.Errorf("fixed: M = %d, want 7", got)
 	}
 }
@@ -118,4 +125,49 @@ func TestACopyThatFailedMakesEveryRankChooseItsBuddyAgain(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A checkpoint taken at a scheduled boundary commits within about flightPollDelay of its
+// pieces being durable, even when the agreement before it, expensive on a loaded machine,
+// set the next one far off: the scheduled agreement that starts the checkpoint sets the
+// next agreement by the checkpoint, not by the budget. (Before, the checkpoint of
+// iteration 100 waited for the next poll, 500 calls on, or the next checkpoint: a failure
+// in between lost two checkpoint intervals of work, not one.)
+func TestScheduledCheckpointCommitsBeforeTheNextIsDue(t *testing.T) {
+	const every, iters, checkAt = 100, 199, 195
+	dir := t.TempDir()
+	mpitest.Run(t, mpitest.InProc, 3, func(c *mpi.Comm) error {
+		p, err := InitWith(c, Options{JobID: "prompt", Dir: dir, Every: every, OnDemand: true, Node: "nodeA", Log: io.Discard})
+		if err != nil {
+			return err
+		}
+		iter := 0
+		if err := p.Register("iter", &iter); err != nil {
+			return err
+		}
+		if err := p.Load(); err != nil {
+			return err
+		}
+		for iter < iters {
+			time.Sleep(time.Millisecond) // the iteration's work: the schedule is in calls per time
+			iter++
+			if _, err := p.Reconfigure(iter); err != nil {
+				return err
+			}
+			// Every agreement looks expensive: the budget alone would agree every
+			// maxPollDelay, 500 calls or more at a millisecond per call.
+			p.lastSyncCost = 50 * time.Millisecond
+			if iter == checkAt {
+				ms, err := p.store.Checkpoints("prompt")
+				if err != nil {
+					return err
+				}
+				if len(ms) == 0 || ms[0].Iteration != every {
+					return fmt.Errorf("rank %d at iteration %d: committed checkpoints %v, want the one of iteration %d (agreements every %d calls, next at call %d)",
+						c.Rank(), iter, ms, every, p.pollEvery, p.nextPoll)
+				}
+			}
+		}
+		return p.Close()
+	})
 }

@@ -472,7 +472,7 @@ func (p *Process) Reconfigure(iter int) (Action, error) {
 		}
 		return Continue, nil
 	}
-	return p.sync(iter, scheduled, poll, pending)
+	return p.sync(iter, scheduled, pending)
 }
 
 func (p *Process) pendingError(iter, rank, n int) error {
