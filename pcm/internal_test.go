@@ -141,33 +141,40 @@ func TestScheduledCheckpointCommitsBeforeTheNextIsDue(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		iter := 0
-		if err := p.Register("iter", &iter); err != nil {
+		iter, err := loadCounting(p)
+		if err != nil {
 			return err
 		}
-		if err := p.Load(); err != nil {
-			return err
-		}
-		for iter < iters {
+		for *iter < iters {
 			time.Sleep(time.Millisecond) // the iteration's work: the schedule is in calls per time
-			iter++
-			if _, err := p.Reconfigure(iter); err != nil {
+			*iter++
+			if _, err := p.Reconfigure(*iter); err != nil {
 				return err
 			}
 			// Every agreement looks expensive: the budget alone would agree every
 			// maxPollDelay, 500 calls or more at a millisecond per call.
 			p.lastSyncCost = 50 * time.Millisecond
-			if iter == checkAt {
+			if *iter == checkAt {
 				ms, err := p.store.Checkpoints("prompt")
 				if err != nil {
 					return err
 				}
 				if len(ms) == 0 || ms[0].Iteration != every {
 					return fmt.Errorf("rank %d at iteration %d: committed checkpoints %v, want the one of iteration %d (agreements every %d calls, next at call %d)",
-						c.Rank(), iter, ms, every, p.pollEvery, p.nextPoll)
+						c.Rank(), *iter, ms, every, p.pollEvery, p.nextPoll)
 				}
 			}
 		}
 		return p.Close()
 	})
+}
+
+// loadCounting registers an iteration counter as "iter" with p and loads p, as every test
+// solver does once its data is registered; the counter holds the restored iteration.
+func loadCounting(p *Process) (*int, error) {
+	iter := new(int)
+	if err := p.Register("iter", iter); err != nil {
+		return nil, err
+	}
+	return iter, p.Load()
 }

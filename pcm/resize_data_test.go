@@ -80,16 +80,13 @@ func TestResizeDataSplitThenMerge(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		iter := 0
-		if err := p.Register("iter", &iter); err != nil {
-			return err
-		}
-		if err := p.Load(); err != nil {
+		iter, err := loadCounting(p)
+		if err != nil {
 			return err
 		}
 		if me < 4 {
 			fillRows(b)
-			iter = 17
+			*iter = 17
 		}
 		if p.hasDistributed() != true {
 			return errors.New("hasDistributed is false")
@@ -103,8 +100,8 @@ func TestResizeDataSplitThenMerge(t *testing.T) {
 		if err := checkRows(b, six[me]); err != nil {
 			return fmt.Errorf("after the split: %w", err)
 		}
-		if iter != 17 {
-			return fmt.Errorf("after the split iter is %d, want 17", iter)
+		if *iter != 17 {
+			return fmt.Errorf("after the split iter is %d, want 17", *iter)
 		}
 		if len(b.Scratch()) != len(b.Padded()) {
 			return fmt.Errorf("scratch of %d elements, padded %d", len(b.Scratch()), len(b.Padded()))

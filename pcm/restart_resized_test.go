@@ -23,15 +23,12 @@ func blockJob(c *mpi.Comm, opts Options, weights []float64, check func(p *Proces
 	if err != nil {
 		return err
 	}
-	iter := 0
-	if err := p.Register("iter", &iter); err != nil {
-		return err
-	}
-	if err := p.Load(); err != nil {
+	iter, err := loadCounting(p)
+	if err != nil {
 		return err
 	}
 	if check != nil {
-		if err := check(p, b, iter); err != nil {
+		if err := check(p, b, *iter); err != nil {
 			return err
 		}
 		return p.Close()
@@ -46,8 +43,8 @@ func blockJob(c *mpi.Comm, opts Options, weights []float64, check func(p *Proces
 		}
 		fillRows(b) // the same values: fillRows writes each row's own
 	}
-	for iter = 1; iter <= 5; iter++ {
-		if _, err := p.Reconfigure(iter); err != nil {
+	for *iter = 1; *iter <= 5; *iter++ {
+		if _, err := p.Reconfigure(*iter); err != nil {
 			return err
 		}
 	}
