@@ -36,7 +36,9 @@
 // single repetitions and keeps the checkpoints' cost, which hits the same iterations in every
 // one (checkpointCost), which locates the cost. The 5% target is checked on the paired
 // whole-loop ratio (each repetition's variant over the baseline run next to it, median):
-// the minima take each checkpoint at its cheapest and fall below what a run pays.
+// the minima take each checkpoint at its cheapest and fall below what a run pays. Variant (c)
+// is pcm without checkpoints; with --replicated-dense, (d) and (e) repeat (a) and (b) with a
+// state that has no zero blocks (heat2d -init 1), which the checkpoints cannot skip.
 //
 // Part "migration": a nats-server (/usr/sbin/nats-server if installed, else an in-process one)
 // and two pcmd nodes n1 and n2 on loopback (pcmd serve --node nI --nats URL --allow BIN/*
@@ -111,10 +113,13 @@ type bench struct {
 	drainMiB     float64
 	diskEvery    time.Duration
 	stopRestart  bool
-	keep         bool
-	pcmdArgs     []string // part replicated: further options of the nodes' pcmd serve
-	resizeSizes  []float64
-	changes      []resizeChange
+	// replicatedDense adds to part replicated the same pair with heat2d's interior started
+	// at 1, so that no block of the state is zeros.
+	replicatedDense bool
+	keep            bool
+	pcmdArgs        []string // part replicated: further options of the nodes' pcmd serve
+	resizeSizes     []float64
+	changes         []resizeChange
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -149,6 +154,7 @@ func main() {
 	flag.Float64Var(&b.diskMiB, "disk-mib", 2, "part disk: MiB the background writer writes per round (heat2d's checkpoints average about 2 MiB of non-zero data at P=2)")
 	flag.DurationVar(&b.diskEvery, "disk-every", 100*time.Millisecond, "part disk: one round of the background writer every this (heat2d's checkpoint interval at --ckpt-every 50)")
 	flag.BoolVar(&b.stopRestart, "stop-restart", true, "also measure stop-and-restart (part migration)")
+	flag.BoolVar(&b.replicatedDense, "replicated-dense", false, "part replicated: also (d) and (e), the baseline and --ckpt-every with a state that has no zero blocks (heat2d -init 1)")
 	flag.BoolVar(&b.keep, "keep", false, "keep the temporary directory (binaries, logs, stores)")
 	flag.Func("pcmd-arg", "part replicated: give the nodes' pcmd serve this further `OPTION` (repeat for more; e.g. --pcmd-arg=--copy-nice=10)", func(v string) error {
 		b.pcmdArgs = append(b.pcmdArgs, v)

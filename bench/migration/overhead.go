@@ -338,6 +338,14 @@ func (b *bench) runReplicated(np int) overheadResult {
 		// that can migrate, checkpointing or not.
 		{key: "c", name: "(c) pcm without checkpoints", mpirun: on, base: "a"},
 	}
+	if b.replicatedDense {
+		// The heat front leaves most of (b)'s state zeros for its first few hundred
+		// iterations, which the checkpoints skip; a solver's state is rarely so sparse.
+		dense := []string{"-" + solverkit.InitFlag, "1"}
+		vs = append(vs,
+			variant{key: "d", name: "(d) dense state: -no-pcm -init 1 on two pcmd nodes (baseline)", mpirun: on, app: append([]string{"-no-pcm"}, dense...)},
+			variant{key: "e", name: "(e) dense state: (b) with -init 1", mpirun: vs[1].mpirun, app: dense, base: "d", limit: 5})
+	}
 	for i := range vs {
 		vs[i].iterTimes = true
 	}
