@@ -131,10 +131,10 @@ func TestACopyThatFailedMakesEveryRankChooseItsBuddyAgain(t *testing.T) {
 // pieces being durable, even when the agreement before it, expensive on a loaded machine,
 // set the next one far off: the scheduled agreement that starts the checkpoint sets the
 // next agreement by the checkpoint, not by the budget. (Before, the checkpoint of
-// iteration 100 waited for the next poll, 500 calls on, or the next checkpoint: a failure
+// iteration 200 waited for the next poll, 500 calls on, or the next checkpoint: a failure
 // in between lost two checkpoint intervals of work, not one.)
 func TestScheduledCheckpointCommitsBeforeTheNextIsDue(t *testing.T) {
-	const every, iters, checkAt = 100, 199, 195
+	const every, iters, checkAt = 200, 399, 395
 	dir := t.TempDir()
 	mpitest.Run(t, mpitest.InProc, 3, func(c *mpi.Comm) error {
 		p, err := InitWith(c, Options{JobID: "prompt", Dir: dir, Every: every, OnDemand: true, Node: "nodeA", Log: io.Discard})
