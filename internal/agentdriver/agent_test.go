@@ -146,6 +146,19 @@ type controller struct {
 	got     chan job.ControlRequest
 }
 
+// awaitRequest returns the next control request the controller gets, and fails the test
+// with why() if none comes within 15 s.
+func (c *controller) awaitRequest(t *testing.T, why func() string) job.ControlRequest {
+	t.Helper()
+	select {
+	case req := <-c.got:
+		return req
+	case <-time.After(15 * time.Second):
+		t.Fatal(why())
+		return job.ControlRequest{}
+	}
+}
+
 // busyAndIdle starts a NATS server, a controller for job j answering replies, and two
 // neighbour agents: B, fully used and running j's four ranks (table) under policy busy, and
 // A, idle, under policy idle. It returns a connection to the server and B.
@@ -232,12 +245,7 @@ func TestAgentIdleNodeStealsFromLoadedNode(t *testing.T) {
 	nc, ctl, table, b := busyAndIdle(t, "", "", job.ControlReply{OK: true, Message: "moving at iteration 12"})
 	publishProfiles(t, nc, "B", "", table)
 
-	var req job.ControlRequest
-	select {
-	case req = <-ctl.got:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no migration request; B's state %+v", iosState(t, nc, "B"))
-	}
+	req := ctl.awaitRequest(t, func() string { return fmt.Sprintf("no migration request; B's state %+v", iosState(t, nc, "B")) })
 	if req.Kind != job.ControlMigrate || req.To != "A" || req.Rank < 0 || req.Rank > 3 ||
 		!strings.HasPrefix(req.Reason, "ios mpiios: node A steals, gain ") || !strings.Contains(req.Reason, "ln(L=") {
 		t.Fatalf("control request %+v", req)
@@ -344,13 +352,9 @@ func TestAgentMigratedRanksAreInCooldown(t *testing.T) {
 func TestAgentFreshRanksMoveAtOnce(t *testing.T) {
 	t.Parallel()
 	nc, ctl := startLoadedPair(t, false)
-	select {
-	case req := <-ctl.got:
-		if req.Kind != job.ControlMigrate || req.To != "A" {
-			t.Fatalf("control request %+v", req)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("fresh ranks not moved; B's state %+v", iosState(t, nc, "B"))
+	req := ctl.awaitRequest(t, func() string { return fmt.Sprintf("fresh ranks not moved; B's state %+v", iosState(t, nc, "B")) })
+	if req.Kind != job.ControlMigrate || req.To != "A" {
+		t.Fatalf("control request %+v", req)
 	}
 }
 
@@ -633,12 +637,9 @@ func TestAgentATSRASGivesAWaitingRankToAJoiningNodeWithTheMeasuredRoundTrip(t *t
 	t.Parallel()
 	nc, ctl, table, b := busyAndIdle(t, iosbridge.PolicyATSRAS, iosbridge.PolicyATSRAS, job.ControlReply{OK: true})
 	publishChain(t, nc, "B", "", len(table), table, waitingChain)
-	var req job.ControlRequest
-	select {
-	case req = <-ctl.got:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no migration request; B's state %+v\nB's log:\n%s", iosState(t, nc, "B"), b.log)
-	}
+	req := ctl.awaitRequest(t, func() string {
+		return fmt.Sprintf("no migration request; B's state %+v\nB's log:\n%s", iosState(t, nc, "B"), b.log)
+	})
 	if req.Kind != job.ControlMigrate || req.To != "A" || !strings.HasPrefix(req.Reason, "ios atsras: ") ||
 		!strings.Contains(req.Reason, "network ") || strings.Contains(req.Reason, "network 0s/msg") {
 		t.Fatalf("control request %+v: want a rank given to A, priced with a measured round trip", req)
@@ -672,12 +673,9 @@ func TestAgentATSRASPricesALinkWithTheBandwidthOfTheTransfersFromIt(t *testing.T
 		t.Fatalf("B's bandwidths %v, want %v B/s from A (the 32 KB transfer left out)", got, want)
 	}
 	publishChain(t, nc, "B", "", len(table), table, waitingChain)
-	var req job.ControlRequest
-	select {
-	case req = <-ctl.got:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no migration request; B's state %+v\nB's log:\n%s", iosState(t, nc, "B"), b.log)
-	}
+	req := ctl.awaitRequest(t, func() string {
+		return fmt.Sprintf("no migration request; B's state %+v\nB's log:\n%s", iosState(t, nc, "B"), b.log)
+	})
 	if req.Kind != job.ControlMigrate || req.To != "A" || !strings.Contains(req.Reason, " 105 MB/s measured") {
 		t.Fatalf("control request %+v: want a rank given to A, priced at the bandwidth measured from it", req)
 	}

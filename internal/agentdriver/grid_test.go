@@ -1,6 +1,7 @@
 package agentdriver
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,13 +23,9 @@ func TestAgentNRSStealsAfterTimingItsPeer(t *testing.T) {
 	nc, ctl, table, _ := busyAndIdle(t, iosbridge.PolicyNRS, iosbridge.PolicyNRS, job.ControlReply{OK: true, Message: "moving"})
 	publishProfiles(t, nc, "B", "", table)
 
-	select {
-	case req := <-ctl.got:
-		if req.To != "A" || !strings.HasPrefix(req.Reason, "ios nrs: ") {
-			t.Fatalf("control request %+v", req)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no migration request; A's state %+v", iosState(t, nc, "A"))
+	req := ctl.awaitRequest(t, func() string { return fmt.Sprintf("no migration request; A's state %+v", iosState(t, nc, "A")) })
+	if req.To != "A" || !strings.HasPrefix(req.Reason, "ios nrs: ") {
+		t.Fatalf("control request %+v", req)
 	}
 	// NRS classifies a peer by its round trip, so the stealer (A) timed B before stealing.
 	if rtt, ok := iosState(t, nc, "A").PeerRTT["B"]; !ok || rtt <= 0 || rtt > 10*time.Second {
@@ -54,13 +51,9 @@ func TestAgentRobinHoodPushesFromAnOverloadedNode(t *testing.T) {
 	nc, ctl, table, _ := busyAndIdle(t, iosbridge.PolicyRobinHood, iosbridge.PolicyRobinHood, job.ControlReply{OK: true, Message: "moving"})
 	publishProfiles(t, nc, "B", "", table)
 
-	select {
-	case req := <-ctl.got:
-		if req.To != "A" || !strings.Contains(req.Reason, "robin-hood: overloaded") {
-			t.Fatalf("control request %+v", req)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no migration request; B's state %+v", iosState(t, nc, "B"))
+	req := ctl.awaitRequest(t, func() string { return fmt.Sprintf("no migration request; B's state %+v", iosState(t, nc, "B")) })
+	if req.To != "A" || !strings.Contains(req.Reason, "robin-hood: overloaded") {
+		t.Fatalf("control request %+v", req)
 	}
 	testbin.WaitFor(t, 5*time.Second, "B to count its push", func() bool {
 		return iosState(t, nc, "B").Stats.RanksPushed > 0
@@ -105,14 +98,10 @@ func TestAgentHierarchicalManagerMovesRanksToAnIdleNode(t *testing.T) {
 	startAgentT(t, url, "A", cfg, 1, nil, "B")
 	publishProfiles(t, nc, "B", "", table)
 
-	select {
-	case req := <-ctl.got:
-		if req.Kind != job.ControlMigrate || req.To != "A" || len(req.Ranks) != 2 || req.Ranks[0] != 2 || req.Ranks[1] != 3 ||
-			!strings.HasPrefix(req.Reason, "ios hierarchical: manager B: ") || !strings.Contains(req.Reason, "available and idle") {
-			t.Fatalf("control request %+v", req)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no request; B's state %+v", iosState(t, nc, "B"))
+	req := ctl.awaitRequest(t, func() string { return fmt.Sprintf("no request; B's state %+v", iosState(t, nc, "B")) })
+	if req.Kind != job.ControlMigrate || req.To != "A" || len(req.Ranks) != 2 || req.Ranks[0] != 2 || req.Ranks[1] != 3 ||
+		!strings.HasPrefix(req.Reason, "ios hierarchical: manager B: ") || !strings.Contains(req.Reason, "available and idle") {
+		t.Fatalf("control request %+v", req)
 	}
 	testbin.WaitFor(t, 5*time.Second, "B to record the accepted request", func() bool {
 		return iosState(t, nc, "B").Stats.MigrationsOK > 0
@@ -141,14 +130,10 @@ func TestAgentHierarchicalManagerGrowsAMalleableJobOntoAJoinedNode(t *testing.T)
 	}
 	startManagerOfJobJ(t, url, nc, secret)
 
-	select {
-	case req := <-ctl.got:
-		if req.Kind != job.ControlResize || req.NP != 6 || len(req.On) != 1 || req.On[0] != (job.NodeSlots{Node: "A", Slots: 2}) ||
-			req.Weights != nil || !strings.HasPrefix(req.Reason, "ios hierarchical: manager B: ") || !strings.Contains(req.Reason, "grow 4 -> 6") {
-			t.Fatalf("control request %+v", req)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no request; B's state %+v", iosState(t, nc, "B"))
+	req := ctl.awaitRequest(t, func() string { return fmt.Sprintf("no request; B's state %+v", iosState(t, nc, "B")) })
+	if req.Kind != job.ControlResize || req.NP != 6 || len(req.On) != 1 || req.On[0] != (job.NodeSlots{Node: "A", Slots: 2}) ||
+		req.Weights != nil || !strings.HasPrefix(req.Reason, "ios hierarchical: manager B: ") || !strings.Contains(req.Reason, "grow 4 -> 6") {
+		t.Fatalf("control request %+v", req)
 	}
 	testbin.WaitFor(t, 5*time.Second, "B to record the accepted resize", func() bool {
 		for _, e := range iosState(t, nc, "B").Events {
@@ -188,13 +173,9 @@ func TestAgentHierarchicalManagerIgnoresAForgedJobInfo(t *testing.T) {
 	}
 	b := startManagerOfJobJ(t, url, nc, secret)
 
-	select {
-	case req := <-ctl.got:
-		if req.Kind != job.ControlMigrate || req.To != "A" {
-			t.Fatalf("control request %+v: the forged info was believed", req)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no request; B's state %+v", iosState(t, nc, "B"))
+	req := ctl.awaitRequest(t, func() string { return fmt.Sprintf("no request; B's state %+v", iosState(t, nc, "B")) })
+	if req.Kind != job.ControlMigrate || req.To != "A" {
+		t.Fatalf("control request %+v: the forged info was believed", req)
 	}
 	if asked.Load() == 0 || !strings.Contains(b.log.String(), "ignoring job j's info (taken as rigid)") {
 		t.Fatalf("%d info requests; B's log:\n%s", asked.Load(), b.log)
