@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,7 +60,7 @@ func BenchmarkCopyCPU(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					t := cpuNow()
+					t := testbin.CPUTime()
 					subject := job.PieceCopySubject("n2", "j")
 					req, _ := as.Encode(subject, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: seq, Rank: 0}, Size: want.Size, Checksum: want.Checksum, Sparse: true}, time.Now())
 					msg, err := nc.Request(subject, req, 5*time.Second)
@@ -82,7 +81,7 @@ func BenchmarkCopyCPU(b *testing.B) {
 					w.Flush()
 					line, _ := bufio.NewReader(c).ReadString('\n')
 					c.Close()
-					cpu += cpuNow() - t
+					cpu += testbin.CPUTime() - t
 					if strings.TrimSpace(line) != "ok" {
 						b.Fatalf("copy: %q", line)
 					}
@@ -106,11 +105,4 @@ func BenchmarkCopyCPU(b *testing.B) {
 			})
 		}
 	}
-}
-
-// cpuNow is the process's CPU time so far, user and system.
-func cpuNow() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

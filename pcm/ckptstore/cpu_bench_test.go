@@ -6,10 +6,10 @@ import (
 	"io"
 	"net"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mpios/mpios/internal/testbin"
 	"github.com/mpios/mpios/pcm/ckptstore"
 	"github.com/mpios/mpios/pcm/state"
 )
@@ -39,11 +39,11 @@ func BenchmarkCheckpointCPU(b *testing.B) {
 			var cpu time.Duration
 			for b.Loop() {
 				c.seq++
-				t := cpuTime()
+				t := testbin.CPUTime()
 				for _, s := range steps {
 					s.run(b)
 				}
-				cpu += cpuTime() - t
+				cpu += testbin.CPUTime() - t
 			}
 			b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/ckpt")
 		})
@@ -55,9 +55,9 @@ func BenchmarkCheckpointCPU(b *testing.B) {
 					for _, before := range steps[:k] {
 						before.run(b)
 					}
-					t := cpuTime()
+					t := testbin.CPUTime()
 					step.run(b)
-					cpu += cpuTime() - t
+					cpu += testbin.CPUTime() - t
 					for _, after := range steps[k+1:] {
 						after.run(b)
 					}
@@ -66,13 +66,6 @@ func BenchmarkCheckpointCPU(b *testing.B) {
 			})
 		}
 	}
-}
-
-// cpuTime is the process's CPU time so far, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ckptCluster is BenchmarkCheckpointCPU's two nodes and four ranks.
