@@ -16,6 +16,18 @@ import (
 // the agents sample every 250 ms, and a moved rank stays for the rest of the test.
 var exchangeNode = []string{"--slots", "2", "--ios-period", "250ms", "--ios-cooldown", "10m"}
 
+// fullNodes starts the exchange tests' nodes n1 and n2 (exchangeNode) and returns them with
+// the dump of an undisturbed run of args.
+func fullNodes(t *testing.T, args []string) (*cluster, []byte) {
+	t.Helper()
+	want := referenceDump(t, args...)
+	c := newCluster(t)
+	for _, n := range []string{"n1", "n2"} {
+		c.startNode(n, append([]string{"--allow", bin + "/*"}, exchangeNode...)...)
+	}
+	return c, want
+}
+
 // TestFullNodesSwapRanksAsOneJointMove is ATS-RAS's exchange between busy nodes (thesis
 // §2.2.1.2) on real pcmd nodes whose slots are all in use: heat2d's 4-slice chain placed
 // round robin (n1: 0, 2; n2: 1, 3), every halo crossing nodes. No rank can move alone (no
@@ -27,11 +39,7 @@ var exchangeNode = []string{"--slots", "2", "--ios-period", "250ms", "--ios-cool
 // slot") and the agents did not even try. Through mpirun, pcmd and a real nats-server.
 func TestFullNodesSwapRanksAsOneJointMove(t *testing.T) {
 	args := []string{"heat2d", "-n", "96", "-iters", "4000"}
-	want := referenceDump(t, args...)
-	c := newCluster(t)
-	for _, n := range []string{"n1", "n2"} {
-		c.startNode(n, append([]string{"--allow", bin + "/*"}, exchangeNode...)...)
-	}
+	c, want := fullNodes(t, args)
 	const id = "fullswap"
 	dump := filepath.Join(t.TempDir(), "out.bin")
 	run := append(append([]string{"--policy", "atsras", "--hosts", "n1:2,n2:2", prog(args[0])}, args[1:]...), "-dump", dump, "-pace", "2ms")
@@ -83,11 +91,7 @@ func TestFullNodesSwapRanksAsOneJointMove(t *testing.T) {
 // undisturbed run.
 func TestAJointMoveWithAFailingHalfLeavesBothRanksWhereTheyWere(t *testing.T) {
 	args := []string{"heat2d", "-n", "96", "-iters", "4000"}
-	want := referenceDump(t, args...)
-	c := newCluster(t)
-	for _, n := range []string{"n1", "n2"} {
-		c.startNode(n, append([]string{"--allow", bin + "/*"}, exchangeNode...)...)
-	}
+	c, want := fullNodes(t, args)
 	const id = "fullswap-fail"
 	dump := filepath.Join(t.TempDir(), "out.bin")
 	run := append(append([]string{"--policy", "atsras", "--hosts", "n1:2,n2:2", prog("failsucc"), "exit-at-start-rank=1", prog(args[0])}, args[1:]...),

@@ -161,10 +161,7 @@ func TestMemStoreInCreationIsKept(t *testing.T) {
 	age(t, locked, 2*reclaimAge)
 	age(t, left, 2*reclaimAge)
 
-	dirs, _, err := reclaimMemStores(root, time.Now())
-	if err != nil || !slices.Equal(dirs, []string{left}) {
-		t.Fatalf("reclaimed %v, %v; want only %s", dirs, err, left)
-	}
+	reclaimsOnly(t, root, left)
 	if !exists(t, fresh) || !exists(t, locked) {
 		t.Fatalf("store in creation removed: %s %v, %s %v", fresh, exists(t, fresh), locked, exists(t, locked))
 	}
@@ -196,10 +193,7 @@ func TestMemStoreOfOlderPcmdIsReclaimedWhenIdle(t *testing.T) {
 	age(t, idle, 2*reclaimAge)
 	age(t, other, 2*reclaimAge)
 
-	dirs, _, err := reclaimMemStores(root, time.Now())
-	if err != nil || !slices.Equal(dirs, []string{idle}) {
-		t.Fatalf("reclaimed %v, %v; want only %s", dirs, err, idle)
-	}
+	reclaimsOnly(t, root, idle)
 	for _, p := range []string{recent, busy, other, link} {
 		if !exists(t, p) {
 			t.Errorf("%s removed", p)
@@ -222,5 +216,14 @@ func TestMemStoreClose(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(root); err != nil || len(ents) != 0 {
 		t.Fatalf("after close: %v in %s, %v; want nothing", ents, root, err)
+	}
+}
+
+// reclaimsOnly reclaims the memory stores under root and checks that exactly dir went.
+func reclaimsOnly(t *testing.T, root, dir string) {
+	t.Helper()
+	dirs, _, err := reclaimMemStores(root, time.Now())
+	if err != nil || !slices.Equal(dirs, []string{dir}) {
+		t.Fatalf("reclaimed %v, %v; want only %s", dirs, err, dir)
 	}
 }
