@@ -653,7 +653,7 @@ func (r *runner) startJoiner(a supervisor.StartRank, env job.Env) supervisor.Eve
 // started registers a started process and waits for its exit.
 func (r *runner) started(id supervisor.ProcID, proc rankproc.Process, err error) supervisor.Event {
 	if err != nil {
-		return supervisor.Started{Proc: id, Err: trimLaunch(err)}
+		return supervisor.Started{Proc: id, Err: trimLaunch(err), NodeGone: errors.Is(err, rankproc.ErrHostGone)}
 	}
 	r.procs[id] = proc
 	go func() {

@@ -136,7 +136,13 @@ type SpawnError struct {
 	Rank    int
 	Refusal job.SpawnRefusal // "" if the node did not answer
 	Reason  string
+	// Gone says the node is gone (declared so before, or nobody listens for it any more):
+	// the rank's program is not at fault.
+	Gone bool
 }
+
+// Is makes errors.Is(err, ErrNodeGone) true when the node is gone.
+func (e *SpawnError) Is(target error) bool { return e.Gone && target == ErrNodeGone }
 
 // Error returns the reason (the node's own message for a refusal), prefixed with "nodeclient: ".
 func (e *SpawnError) Error() string { return "nodeclient: " + e.Reason }
@@ -438,6 +444,14 @@ func (r *Remote) CheckNode(name string, leaving int) error {
 		return node.gone
 	}
 	info, err := r.nodeInfo(name)
+	if err != nil && node != nil && errors.Is(err, ErrUnknownNode) && r.provenGone(name) {
+		// A node this job used that nobody answers for any more is gone, not unknown.
+		r.nodeGone(name, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeInfoSubject(name)))
+		r.mu.Lock()
+		gone := node.gone
+		r.mu.Unlock()
+		return gone
+	}
 	if err != nil {
 		return err
 	}
@@ -487,7 +501,7 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 	node := r.nodes[name]
 	if node.gone != nil {
 		r.mu.Unlock()
-		return nil, &SpawnError{Node: name, Rank: spec.Rank, Reason: node.gone.Reason}
+		return nil, &SpawnError{Node: name, Rank: spec.Rank, Reason: node.gone.Reason, Gone: true}
 	}
 	auth, err := r.jobAuthLocked(jobID, env)
 	if err != nil {
@@ -540,11 +554,12 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 	}
 	msg, err := r.nc.Request(job.NodeSpawnSubject(name), data, r.cfg.RequestTimeout)
 	if err != nil {
-		reason := fmt.Sprintf("node %s did not answer the spawn request for rank %d: %v", name, spec.Rank, err)
+		reason, gone := fmt.Sprintf("node %s did not answer the spawn request for rank %d: %v", name, spec.Rank, err), false
 		if errors.Is(err, nats.ErrNoResponders) {
 			reason = fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeSpawnSubject(name))
+			gone = r.provenGone(name)
 		}
-		return fail(&SpawnError{Node: name, Rank: spec.Rank, Reason: reason})
+		return fail(&SpawnError{Node: name, Rank: spec.Rank, Reason: reason, Gone: gone})
 	}
 	var rep job.SpawnReply
 	if err := job.Decode(msg.Data, &rep); err != nil {

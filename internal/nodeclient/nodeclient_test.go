@@ -494,8 +494,34 @@ func TestRemoteNodeGone(t *testing.T) {
 		t.Error("the rank on the live node was failed too")
 	default:
 	}
-	if _, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}}); err == nil {
-		t.Error("Start on a gone node succeeded")
+	if _, err := r.StartOn("n1", rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}}); !errors.Is(err, nodeclient.ErrNodeGone) {
+		t.Errorf("Start on a gone node: %v, want nodeclient.ErrNodeGone", err)
+	}
+}
+
+// TestRemoteSpawnOnDeadNode: starting a rank on a node of the job that nobody answers for any
+// more says the node is gone (a recovery then restarts the job without it), not that the node
+// is unknown or the program cannot start.
+func TestRemoteSpawnOnDeadNode(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n1 := startFakeNode(t, url, "n1", 1, time.Hour) // no help from missed heartbeats
+	r, _, err := newRemote(t, url, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.die()
+	_, err = r.StartOn("n1", rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=spawn", testSecret}, Output: func(rankproc.Stream, []byte) {}})
+	if !errors.Is(err, nodeclient.ErrNodeGone) || !strings.Contains(err.Error(), "node n1 stopped responding (no pcmd listens on") {
+		t.Errorf("spawn on a dead node: %v, want nodeclient.ErrNodeGone", err)
+	}
+	select {
+	case ev := <-r.Events():
+		if g := ev.Gone; g == nil || g.Node != "n1" {
+			t.Errorf("Events delivered %+v, want n1 gone", ev)
+		}
+	default:
+		t.Error("Events did not deliver the lost node")
 	}
 }
 

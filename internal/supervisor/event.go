@@ -24,6 +24,9 @@ type Started struct {
 	PID  int
 	Node string
 	Err  error
+	// NodeGone says the process could not be started because its node is gone: the node is
+	// lost, not the program at fault.
+	NodeGone bool
 }
 
 // Exited reports that a started process ended.

@@ -316,3 +316,83 @@ func TestRecoveryGivesUpTheResizeUnderWay(t *testing.T) {
 		t.Errorf("resize after the recovery refused: %+v", j.lastReply(to))
 	}
 }
+
+// The race CI met: the ranks of n1 fail first (they lost their peers on n2), the recovery is
+// decided while n2 still counts as alive, and n2 is found dead only when asked to kill its
+// ranks. The restart must not go to n2: the placement is decided again, and the malleable job
+// shrinks onto n1 as if n2's loss had been known from the start.
+func TestNodeFoundLostWhileTheFailedRunStopsGetsNoRankOfTheRestart(t *testing.T) {
+	j := fourOnTwoNodes(t)
+	j.beatAll(14)
+	j.exit(j.proc[0], 1)
+	acts := j.advance(DefaultFailureWindow)
+	j.wantLog(`rank 0 .*; recovering \(1 of 3\): every rank restarts from checkpoint 1 \(iteration 10\), 4 iterations lost`)
+	if got := signalled(acts, syscall.SIGKILL); !slices.Equal(got, []ProcID{j.proc[1], j.proc[2], j.proc[3]}) {
+		t.Fatalf("SIGKILL to %v, want ranks 1-3", got)
+	}
+	j.exit(j.proc[1], 137)
+	for _, r := range []int{2, 3} {
+		j.step(Exited{Proc: j.proc[r], Err: errors.New("node n2 stopped responding"), NodeGone: true, At: j.now})
+	}
+	if f := j.m.Failure(); f != nil {
+		t.Fatalf("failure %+v", f)
+	}
+	j.wantLog(`node n2 was lost while the failed run was being stopped; recovering \(1 of 3\): the job shrinks from 4 to 2 ranks \(2 slot\(s\) missing\) and every rank restarts from checkpoint 1 \(iteration 10\), 4 iterations lost`)
+	if e := j.m.Log().Entries[0]; e.Kind != reconf.Recover || e.NP != 2 || e.OldNP != 4 {
+		t.Errorf("entry %+v, want a recovery from 4 to 2 ranks", e)
+	}
+	j.restarted("n1", "n1")
+	j.step(Restored{Data: enc(t, job.Restored{From: "j", Seq: 1, Iteration: 10})})
+	j.wantLog(`recovered from the failure of rank 0: .*; the job shrank from 4 to 2 ranks`)
+}
+
+// The same race when no rank can go on without the lost node: the job ends, saying which node
+// was found lost and why the recovery cannot restart without it; nothing is started.
+func TestNodeFoundLostWhileTheFailedRunStopsEndsAJobThatCannotGoOnWithoutIt(t *testing.T) {
+	j := recoveringJob(t, Config{Slots: map[string]int{"n1": 1, "n2": 1}}, "n1", "n2")
+	j.committed(1, 10)
+	j.exit(j.proc[0], 1)
+	j.advance(DefaultFailureWindow)
+	j.step(Exited{Proc: j.proc[1], Err: errors.New("node n2 stopped responding"), NodeGone: true, At: j.now})
+	f := j.wantFailure(RankFailed, 0, StatusFailed)
+	if !strings.HasSuffix(f.Reason, "; node n2 was lost while the failed run was being stopped; cannot recover: no surviving node has room for rank 1 (1 slot(s) missing; lost: n2; surviving: n1); the job cannot shrink: its ranks registered no distributed data (pcm.NewBlock)") {
+		t.Errorf("reason %q", f.Reason)
+	}
+	if len(j.pend) != 0 {
+		t.Error("a rank was restarted")
+	}
+	if e := j.m.Log().Entries[0]; e.Kind != reconf.Recover || e.State != reconf.Aborted {
+		t.Errorf("entry %+v, want an aborted recovery", e)
+	}
+	if !j.m.Done() {
+		t.Error("the job is not done: nothing runs and it failed")
+	}
+}
+
+// A node lost between the placement of a restart and the spawn request: the start fails
+// because the node is gone, which is the loss of a node, not a program that cannot start:
+// the job is recovered again without it.
+func TestRestartOnANodeGoneMeanwhileIsRecoveredWithoutIt(t *testing.T) {
+	j := fourOnTwoNodes(t)
+	j.beatAll(14)
+	j.killRank(0)
+	j.advance(DefaultFailureWindow)
+	for _, want := range []string{"n1", "n1", "n2"} {
+		s := j.takeStart()
+		if s.Node != want {
+			t.Fatalf("restart %+v, want on %s", s, want)
+		}
+		if want == "n1" {
+			j.pid[s.Proc] = 3000 + s.Rank
+			j.step(Started{Proc: s.Proc, PID: 3000 + s.Rank, Node: "n1"})
+			continue
+		}
+		acts := j.step(Started{Proc: s.Proc, Err: errors.New("node n2 stopped responding (no pcmd listens on mpios.node.n2.spawn)"), NodeGone: true})
+		if f := j.m.Failure(); f != nil {
+			t.Fatalf("failure %+v", f)
+		}
+		j.wantLog(`cannot start rank 2: node n2 stopped responding \(no pcmd listens on mpios\.node\.n2\.spawn\); recovering \(2 of 3\): the job shrinks from 4 to 2 ranks \(2 slot\(s\) missing\) and every rank restarts from checkpoint 1 \(iteration 10\)`)
+		j.killSurvivors(acts)
+	}
+	j.restarted("n1", "n1")
+}

@@ -196,10 +196,7 @@ func (m *Machine) checkHangs(now time.Time) {
 // noteExit remembers when the first failed exit of a run was observed, and the nodes lost.
 func (m *Machine) noteExit(p *proc, e Exited) {
 	if e.NodeGone && p.node != "" {
-		if m.rec.lost == nil {
-			m.rec.lost = make(map[string]bool)
-		}
-		m.rec.lost[p.node] = true
+		m.noteNodeLost(p.node)
 	}
 	if e.failed() && m.rec.firstBad.IsZero() {
 		m.rec.firstBad = e.At
@@ -207,6 +204,14 @@ func (m *Machine) noteExit(p *proc, e Exited) {
 			m.rec.firstBad = m.now
 		}
 	}
+}
+
+// noteNodeLost remembers that node was lost: no rank restarts there.
+func (m *Machine) noteNodeLost(node string) {
+	if m.rec.lost == nil {
+		m.rec.lost = make(map[string]bool)
+	}
+	m.rec.lost[node] = true
 }
 
 // recoverable reports whether f is a failure recovery is for: a rank died or hung while the
@@ -240,14 +245,10 @@ func (m *Machine) recover(now time.Time, f *Failure) bool {
 		return false
 	}
 	old := m.cfg.NP
-	np, placement, err := old, []string(nil), ""
-	if placement, err = m.place(old); err != "" {
-		// Too few slots survive: a malleable job goes on with fewer ranks, restarted from
-		// the checkpoint into the slots there are.
-		if np, placement, err = m.shrunkPlacement(err); err != "" {
-			f.Reason += "; cannot recover: " + err
-			return false
-		}
+	np, placement, err := m.recoveryPlacement()
+	if err != "" {
+		f.Reason += "; cannot recover: " + err
+		return false
 	}
 	m.dropResize()
 	m.rec.used++
@@ -265,12 +266,8 @@ func (m *Machine) recover(now time.Time, f *Failure) bool {
 	entry := reconf.Reconfiguration{Kind: reconf.Recover, Reason: f.Reason, Iteration: int(ck.Iteration)}
 	if np < old {
 		entry.NP, entry.OldNP = np, old
-		m.logf("%s; recovering (%d of %d): the job shrinks from %d to %d ranks (%d slot(s) missing) and every rank restarts from checkpoint %d (iteration %d)%s",
-			f.Reason, m.rec.used, m.maxRecoveries(), old, np, old-np, ck.Seq, ck.Iteration, lostText(lost))
-	} else {
-		m.logf("%s; recovering (%d of %d): every rank restarts from checkpoint %d (iteration %d)%s",
-			f.Reason, m.rec.used, m.maxRecoveries(), ck.Seq, ck.Iteration, lostText(lost))
 	}
+	m.logRecovering(f.Reason)
 	m.propose(entry)
 	// Whatever still runs belongs to the failed run: it computes nothing useful any more,
 	// and its state is in the checkpoint.
@@ -281,6 +278,70 @@ func (m *Machine) recover(now time.Time, f *Failure) bool {
 		m.emit(SignalProc{Proc: id, Sig: syscall.SIGKILL})
 	}
 	m.respawnIfClear()
+	return true
+}
+
+// recoveryPlacement decides where the ranks of a recovery restart: the job's ranks on the
+// nodes that survive or, if too few slots survive, a malleable job's fewer ranks restarted
+// from the checkpoint into the slots there are. It returns why not if no rank can go on.
+func (m *Machine) recoveryPlacement() (np int, placement []string, why string) {
+	if placement, why = m.place(m.cfg.NP); why == "" {
+		return m.cfg.NP, placement, ""
+	}
+	return m.shrunkPlacement(why)
+}
+
+// logRecovering logs the decision of the recovery under way, after cause.
+func (m *Machine) logRecovering(cause string) {
+	a := m.rec.active
+	if a.np < a.oldNP {
+		m.logf("%s; recovering (%d of %d): the job shrinks from %d to %d ranks (%d slot(s) missing) and every rank restarts from checkpoint %d (iteration %d)%s",
+			cause, m.rec.used, m.maxRecoveries(), a.oldNP, a.np, a.oldNP-a.np, a.ckpt.Seq, a.ckpt.Iteration, lostText(a.lost))
+		return
+	}
+	m.logf("%s; recovering (%d of %d): every rank restarts from checkpoint %d (iteration %d)%s",
+		cause, m.rec.used, m.maxRecoveries(), a.ckpt.Seq, a.ckpt.Iteration, lostText(a.lost))
+}
+
+// placeAgain decides the recovery's placement again when a node it names was found lost
+// while the failed run was being stopped (asked to kill the ranks there, the node's pcmd did
+// not answer): the first decision could not know, and starting a rank there would fail. It
+// returns false, having failed the job, if no rank can go on.
+func (m *Machine) placeAgain() bool {
+	a := m.rec.active
+	if a == nil {
+		return true
+	}
+	var lost []string
+	for _, n := range m.rec.placement {
+		if n != "" && m.nodeLost(n) && !slices.Contains(lost, n) {
+			lost = append(lost, n)
+		}
+	}
+	if len(lost) == 0 {
+		return true
+	}
+	slices.Sort(lost)
+	cause := fmt.Sprintf("node %s was lost while the failed run was being stopped", strings.Join(lost, ", "))
+	np, placement, why := m.recoveryPlacement()
+	if why != "" {
+		m.rec.active = nil
+		reason := a.cause + "; " + cause + "; cannot recover: " + why
+		if e := m.lastRecoverEntry(); e != nil {
+			_ = e.Advance(reconf.Aborted, errors.New(cause))
+		}
+		m.giveUp(m.now, &Failure{Kind: RankFailed, Rank: a.rank, Code: StatusFailed, Reason: reason},
+			&job.Event{Kind: job.EventAbort, Rank: a.rank, Reason: reason})
+		return false
+	}
+	a.np, m.rec.placement = np, placement
+	if e := m.lastRecoverEntry(); e != nil {
+		e.NP, e.OldNP = 0, 0
+		if np < a.oldNP {
+			e.NP, e.OldNP = np, a.oldNP
+		}
+	}
+	m.logRecovering(cause)
 	return true
 }
 
@@ -295,6 +356,9 @@ func lostText(lost int64) string {
 // initial rank, a migration's successor): it belongs to the failed run too.
 func (m *Machine) onStartedWhileKilling(id ProcID, p *proc, e Started) {
 	if e.Err != nil {
+		if e.NodeGone && p.node != "" {
+			m.noteNodeLost(p.node)
+		}
 		delete(m.procs, id)
 		m.respawnIfClear()
 		return
@@ -323,6 +387,9 @@ func (m *Machine) respawnIfClear() {
 		return
 	}
 	m.rec.killing = false
+	if !m.placeAgain() {
+		return
+	}
 	m.rec.beats = make(map[ProcID]beat)
 	m.rec.lastIter, m.rec.firstBad = -1, time.Time{}
 	// A new rendezvous: the restarted ranks say hello again.
@@ -348,6 +415,7 @@ func (m *Machine) initialStart(r int) StartRank {
 		s.Node, s.Incarnation, s.Restart = m.rec.placement[r], m.ranks[r].incarnation, m.cfg.JobID
 		s.Size = m.cfg.NP // the job's size now: a resize or a shrinking recovery changed it
 		s.ReconfBase = uint64(len(m.log.Entries))
+		m.procs[s.Proc].node = s.Node // where it was asked to start, should its node be gone
 	}
 	return s
 }

@@ -459,7 +459,14 @@ func (m *Machine) onStarted(now time.Time, e Started) {
 	}
 	if e.Err != nil {
 		delete(m.procs, e.Proc)
-		m.fail(now, &Failure{Kind: StartFailed, Rank: p.rank, Code: StatusFailed,
+		kind := StartFailed
+		if e.NodeGone && p.node != "" {
+			// Its node was lost, as a rank is lost with its node: a recovery restarts the
+			// job on the nodes that are left.
+			m.noteNodeLost(p.node)
+			kind = RankFailed
+		}
+		m.fail(now, &Failure{Kind: kind, Rank: p.rank, Code: StatusFailed,
 			Reason: fmt.Sprintf("cannot start rank %d: %v", p.rank, e.Err)},
 			&job.Event{Kind: job.EventAbort, Rank: p.rank, Reason: "rank failed to start"})
 		return
@@ -785,6 +792,11 @@ func (m *Machine) fail(now time.Time, f *Failure, ev *job.Event) {
 	if m.failure != nil || m.recover(now, f) {
 		return
 	}
+	m.giveUp(now, f, ev)
+}
+
+// giveUp ends the job with failure f: no recovery for it.
+func (m *Machine) giveUp(now time.Time, f *Failure, ev *job.Event) {
 	m.failing = nil
 	m.failure = f
 	m.logf("%s", f.Reason)
