@@ -19,11 +19,12 @@ import (
 // (pcm's copyToBuddy): the signed request over NATS, the one-time offer, the connection with
 // its proof, the sparse stream, the node's verification and write, its acknowledgement; then
 // the commit and prune that let the next copy reuse the piece's file. The pieces are 8 MiB,
-// as heat2d N=2048 at P=4 (its first rows non-zero: 0 is a rank the heat has not reached).
+// as heat2d N=2048 at P=4 (its first rows non-zero: 0 is a rank the heat has not reached;
+// all but the first block non-zero is a dense state, as heat2d -init 1 has).
 func BenchmarkCopyCPU(b *testing.B) {
 	const size = 8 << 20
 	for _, nice := range []int{0, 10} {
-		for _, hot := range []int{0, 150 * 2050 * 8} {
+		for _, hot := range []int{0, 150 * 2050 * 8, size - 4096} {
 			b.Run(fmt.Sprintf("nice-%d/nonzero-%dKiB", nice, hot>>10), func(b *testing.B) {
 				dir, err := os.MkdirTemp("/dev/shm", "pieceserver-bench-")
 				if err != nil {
