@@ -263,6 +263,7 @@ func (h Hello) Validate(size int) error {
 //	mpios.node.<node>.info          request: that pcmd replies with its NodeInfo
 //	mpios.node.<node>.spawn         request SpawnRequest, reply SpawnReply
 //	mpios.node.<node>.signal        request SignalRequest, reply SignalReply
+//	mpios.node.<node>.replay        request ReplayRequest, reply ReplayReply
 //	mpios.job.<id>.rank.<r>.out     RankOutput: one line of rank r's stdout or stderr
 //	mpios.job.<id>.rank.<r>.exit    RankExit: rank r ended; published after its last output line
 //	mpios.job.<id>.keepalive        empty messages from the launcher; see SpawnRequest.KeepAlive
@@ -290,6 +291,9 @@ func NodeSpawnSubject(node string) string { return "mpios.node." + node + ".spaw
 
 // NodeSignalSubject: request/reply, SignalRequest to SignalReply.
 func NodeSignalSubject(node string) string { return "mpios.node." + node + ".signal" }
+
+// NodeReplaySubject: request/reply, ReplayRequest to ReplayReply.
+func NodeReplaySubject(node string) string { return "mpios.node." + node + ".replay" }
 
 // RankOutSubject carries the RankOutput messages of one rank.
 func RankOutSubject(jobID string, rank int) string {
@@ -651,6 +655,41 @@ func (s SignalRequest) Validate() error {
 		return fmt.Errorf("job: signal: %d is not a signal number", s.Signal)
 	}
 	return nil
+}
+
+// ReplayRequest asks a node again for what one rank's process published on its output and
+// exit subjects: its launcher missed some of it (NATS delivers nothing to a subscriber whose
+// connection is down, and a node that reconnects first publishes into the void).
+type ReplayRequest struct {
+	Job  string `msgpack:"job"`
+	Rank int    `msgpack:"rank"`
+	// Out names the process: the output subject its spawn request gave (SpawnRequest.Out,
+	// RankOutSubject if that was "").
+	Out   string `msgpack:"out"`
+	After uint64 `msgpack:"after"` // the output messages wanted are those with a greater Seq
+}
+
+// Validate checks a ReplayRequest's form.
+func (r ReplayRequest) Validate() error {
+	if err := ValidateID(r.Job); err != nil {
+		return err
+	}
+	if r.Rank < 0 {
+		return fmt.Errorf("job: replay: rank %d is negative", r.Rank)
+	}
+	if r.Out == "" {
+		return errors.New("job: replay: no output subject")
+	}
+	return nil
+}
+
+// ReplayReply answers a ReplayRequest. A node keeps the latest output messages of each rank
+// (a bounded number) and, for a while after a rank ended, its exit.
+type ReplayReply struct {
+	Output   []RankOutput `msgpack:"output,omitempty"`    // Seq > After, ascending; the oldest may be gone
+	Exit     *RankExit    `msgpack:"exit,omitempty"`      // nil: the process still runs
+	NotFound bool         `msgpack:"not_found,omitempty"` // the node knows no such process (any more)
+	Error    string       `msgpack:"error,omitempty"`
 }
 
 // SignalReply answers a SignalRequest.

@@ -111,12 +111,14 @@ type Manager struct {
 	spawnc  chan spawnOp
 	spawnSb *nats.Subscription
 	sigSb   *nats.Subscription
+	replSb  *nats.Subscription
 	wg      sync.WaitGroup // one per admitted rank, until its exit is published
 
 	mu     sync.Mutex
 	table  *Table
 	ranks  map[RankKey]*rank
 	leases map[string]*nats.Subscription // keepalive subscriptions of the jobs with a lease
+	ended  []*rank                       // ranks that ended, oldest first, kept for replays
 }
 
 // rank is a rank the node runs, or is starting (proc nil). proc is guarded by Manager.mu.
@@ -130,6 +132,7 @@ type rank struct {
 
 	sent   atomic.Uint64 // output messages published
 	warned atomic.Bool   // a publish error was logged
+	ledger ledger        // what it published, for its launcher to ask again (replay.go)
 }
 
 type spawnOp struct {
@@ -166,6 +169,9 @@ func Start(nc *nats.Conn, cfg Config) (*Manager, error) {
 	if m.spawnSb, err = nc.Subscribe(job.NodeSpawnSubject(cfg.Node), m.onSpawn); err == nil {
 		m.sigSb, err = nc.Subscribe(job.NodeSignalSubject(cfg.Node), m.onSignal)
 	}
+	if err == nil {
+		m.replSb, err = nc.Subscribe(job.NodeReplaySubject(cfg.Node), m.onReplay)
+	}
 	if err != nil {
 		m.unsubscribe()
 		close(m.spawnc)
@@ -175,7 +181,7 @@ func Start(nc *nats.Conn, cfg Config) (*Manager, error) {
 }
 
 func (m *Manager) unsubscribe() {
-	for _, sb := range []*nats.Subscription{m.spawnSb, m.sigSb} {
+	for _, sb := range []*nats.Subscription{m.spawnSb, m.sigSb, m.replSb} {
 		if sb != nil {
 			_ = sb.Unsubscribe()
 		}
@@ -412,7 +418,9 @@ func (m *Manager) publishOutput(r *rank, st rankproc.Stream, line []byte) {
 		}
 		// Counted even if publishing fails, so the receiver can tell that it lost some.
 		seq := r.sent.Add(1)
-		data, err := r.encode(r.out, job.RankOutput{Stream: int(st), Seq: seq, Line: piece, Partial: partial})
+		o := job.RankOutput{Stream: int(st), Seq: seq, Line: piece, Partial: partial}
+		r.ledger.add(o)
+		data, err := r.encode(r.out, o)
 		if err == nil {
 			err = m.nc.Publish(r.out, data)
 		}
@@ -441,6 +449,9 @@ func (m *Manager) watch(r *rank) {
 	} else {
 		m.log.Printf("job %s rank %d (pid %d) %s", r.key.Job, r.key.Rank, r.pid, ex)
 	}
+	// Kept before it is published: a launcher that misses it asks once the node's
+	// heartbeats no longer list the rank.
+	r.ledger.ended(msg, time.Now())
 	// Published before the slot is freed: a heartbeat that no longer lists the rank then
 	// follows its exit message.
 	data, err := r.encode(r.exit, msg)
@@ -452,6 +463,7 @@ func (m *Manager) watch(r *rank) {
 	}
 	m.mu.Lock()
 	delete(m.ranks, r.key)
+	m.keepEnded(r, time.Now())
 	if _, unwatch := m.table.Exited(r.key); unwatch {
 		if sb := m.leases[r.key.Job]; sb != nil {
 			_ = sb.Unsubscribe()
