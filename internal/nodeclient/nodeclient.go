@@ -527,6 +527,10 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 	if spec.Incarnation > 0 {
 		outSubj, exitSubj, allSubj = job.IncarnationSubjects(jobID, spec.Rank, spec.Incarnation)
 	}
+	p.out = outSubj
+	if p.out == "" {
+		p.out = job.RankOutSubject(jobID, spec.Rank)
+	}
 	sub, err := r.nc.Subscribe(allSubj, p.onMsg)
 	if err != nil {
 		return fail(fmt.Errorf("nodeclient: start rank %d: subscribe: %w", spec.Rank, err))
@@ -664,16 +668,18 @@ func (r *Remote) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	node.last, node.interval = time.Now(), info.Interval
-	// A rank the node no longer lists, whose exit never arrived, had its exit message lost.
-	// Several beats in a row are needed: a beat can overtake the exit on our side.
+	// A rank the node no longer lists, whose exit never arrived, had its exit message lost:
+	// the node is asked for it again. Several beats in a row are needed: a beat can overtake
+	// the exit on our side.
 	var lost []*remoteProcess
 	for p := range node.procs {
 		p.mu.Lock()
-		if p.pid > 0 {
+		if p.pid > 0 && !p.recovering {
 			listed := slices.ContainsFunc(info.Ranks, func(ri job.RankInfo) bool { return ri.Job == p.job && ri.Rank == p.rank })
 			if listed {
 				p.unlisted = 0
 			} else if p.unlisted++; p.unlisted >= job.MissedBeats {
+				p.recovering = true
 				lost = append(lost, p)
 			}
 		}
@@ -681,7 +687,7 @@ func (r *Remote) onHeartbeat(m *nats.Msg) {
 	}
 	r.mu.Unlock()
 	for _, p := range lost {
-		p.finish(rankproc.Exit{Code: -1, At: time.Now()}, fmt.Errorf("nodeclient: node %s no longer runs rank %d and its exit status was lost", p.node, p.rank))
+		go p.recoverExit() // a request: not on the heartbeat's goroutine
 	}
 }
 
@@ -850,18 +856,24 @@ type remoteProcess struct {
 	node   string
 	rank   int
 	job    string
+	out    string   // the subject of its output, which names the process in a replay
 	auth   *jobAuth // set before the spawn request goes out
 	keyed  bool     // its node relays output and exit under the job key
 	output func(rankproc.Stream, []byte)
 
-	mu       sync.Mutex
-	pid      int
-	sub      *nats.Subscription
-	unlisted int // heartbeats in a row that did not list the rank
+	mu         sync.Mutex
+	pid        int
+	sub        *nats.Subscription
+	unlisted   int  // heartbeats in a row that did not list the rank
+	recovering bool // asking its node for the exit it missed
 
-	// Used by onMsg only, which NATS calls sequentially.
+	// The output and exit received, by onMsg and by replays (replay.go).
+	outMu    sync.Mutex
 	received uint64
-	partial  [3][]byte // by stream: pieces of a long line
+	seen     uint64      // highest Seq received
+	gaps     [][2]uint64 // Seq ranges (inclusive) below seen not received
+	exited   bool        // its exit was taken
+	partial  [3][]byte   // by stream: pieces of a long line
 
 	once sync.Once
 	done chan struct{}
@@ -924,54 +936,130 @@ func (p *remoteProcess) onMsg(m *nats.Msg) {
 	switch leaf {
 	case "out":
 		var o job.RankOutput
-		if err := job.Decode(data, &o); err != nil || (o.Stream != job.StreamStdout && o.Stream != job.StreamStderr) {
+		if err := job.Decode(data, &o); err != nil || !validOutput(o) {
 			p.r.cfg.Logf("ignoring a malformed output message for rank %d", p.rank)
 			return
 		}
-		p.received++
-		if o.Partial {
-			if len(p.partial[o.Stream])+len(o.Line) < rankproc.MaxLine {
-				p.partial[o.Stream] = append(p.partial[o.Stream], o.Line...)
-				return
-			}
-			// Too long to hold: emit what we have, as a local rank's forwarder would.
-		}
-		line := o.Line
-		if buf := p.partial[o.Stream]; buf != nil {
-			line = append(buf, o.Line...)
-			p.partial[o.Stream] = nil
-		}
-		p.output(rankproc.Stream(o.Stream), line)
+		p.outMu.Lock()
+		p.takeOutput(o)
+		p.outMu.Unlock()
 	case "exit":
 		var e job.RankExit
-		if err := job.Decode(data, &e); err != nil || e.Signal < 0 || e.Signal > 64 {
+		if err := job.Decode(data, &e); err != nil || !validExit(e) {
 			p.r.cfg.Logf("ignoring a malformed exit message for rank %d", p.rank)
 			return
 		}
-		for s, buf := range p.partial {
-			if buf != nil {
-				p.output(rankproc.Stream(s), buf)
-			}
-		}
-		if e.Sent > p.received {
-			p.r.cfg.Logf("%d output messages of rank %d on node %s were lost", e.Sent-p.received, p.rank, p.node)
-		}
-		if e.Reason != "" {
-			p.r.cfg.Logf("node %s stopped rank %d: %s", p.node, p.rank, e.Reason)
-		}
-		ex := rankproc.Exit{Code: e.Code, Signal: syscall.Signal(e.Signal), At: time.Now()}
-		var err error
-		if e.Error != "" {
-			err = fmt.Errorf("nodeclient: node %s: %s", p.node, e.Error)
-		}
-		if err != nil || !ex.Success() {
-			// A dead node is the likelier cause of this failure (its ranks' peers fail
-			// first): its ranks are finished, with a NodeGoneError, before this exit, and the
-			// supervisor blames them among the failures that arrive together.
-			p.r.probeNodes(p.node)
-		}
-		p.finish(ex, err)
+		p.takeExit(e)
 	}
+}
+
+func validOutput(o job.RankOutput) bool {
+	return o.Stream == job.StreamStdout || o.Stream == job.StreamStderr
+}
+
+func validExit(e job.RankExit) bool { return e.Signal >= 0 && e.Signal <= 64 }
+
+// takeOutput delivers an output message unless it was delivered before (a replay overlaps
+// what arrived). p.outMu must be held.
+func (p *remoteProcess) takeOutput(o job.RankOutput) {
+	if p.exited {
+		return
+	}
+	switch {
+	case o.Seq > p.seen:
+		if o.Seq > p.seen+1 {
+			p.gaps = append(p.gaps, [2]uint64{p.seen + 1, o.Seq - 1})
+		}
+		p.seen = o.Seq
+	case !p.fillGap(o.Seq):
+		return // delivered before
+	}
+	p.received++
+	if o.Partial {
+		if len(p.partial[o.Stream])+len(o.Line) < rankproc.MaxLine {
+			p.partial[o.Stream] = append(p.partial[o.Stream], o.Line...)
+			return
+		}
+		// Too long to hold: emit what we have, as a local rank's forwarder would.
+	}
+	line := o.Line
+	if buf := p.partial[o.Stream]; buf != nil {
+		line = append(buf, o.Line...)
+		p.partial[o.Stream] = nil
+	}
+	p.output(rankproc.Stream(o.Stream), line)
+}
+
+// fillGap removes seq from the gaps; it reports whether seq was missing.
+func (p *remoteProcess) fillGap(seq uint64) bool {
+	for i, g := range p.gaps {
+		if seq < g[0] || seq > g[1] {
+			continue
+		}
+		switch {
+		case g[0] == g[1]:
+			p.gaps = slices.Delete(p.gaps, i, i+1)
+		case seq == g[0]:
+			p.gaps[i][0]++
+		case seq == g[1]:
+			p.gaps[i][1]--
+		default:
+			p.gaps = slices.Insert(p.gaps, i+1, [2]uint64{seq + 1, g[1]})
+			p.gaps[i][1] = seq - 1
+		}
+		return true
+	}
+	return false
+}
+
+// missing counts the output messages not received of the sent ones.
+func (p *remoteProcess) missing(sent uint64) uint64 {
+	var n uint64
+	for _, g := range p.gaps {
+		n += g[1] - g[0] + 1
+	}
+	if sent > p.seen {
+		n += sent - p.seen
+	}
+	return n
+}
+
+// takeExit ends the rank with its exit message, once: first the output messages lost on the
+// way are asked from the node again (replay.go).
+func (p *remoteProcess) takeExit(e job.RankExit) {
+	p.outMu.Lock()
+	if p.exited {
+		p.outMu.Unlock()
+		return
+	}
+	if p.missing(e.Sent) > 0 {
+		p.replayMissing()
+	}
+	p.exited = true
+	for s, buf := range p.partial {
+		if buf != nil {
+			p.output(rankproc.Stream(s), buf)
+		}
+	}
+	if n := p.missing(e.Sent); n > 0 {
+		p.r.cfg.Logf("%d output messages of rank %d on node %s were lost", n, p.rank, p.node)
+	}
+	p.outMu.Unlock()
+	if e.Reason != "" {
+		p.r.cfg.Logf("node %s stopped rank %d: %s", p.node, p.rank, e.Reason)
+	}
+	ex := rankproc.Exit{Code: e.Code, Signal: syscall.Signal(e.Signal), At: time.Now()}
+	var err error
+	if e.Error != "" {
+		err = fmt.Errorf("nodeclient: node %s: %s", p.node, e.Error)
+	}
+	if err != nil || !ex.Success() {
+		// A dead node is the likelier cause of this failure (its ranks' peers fail
+		// first): its ranks are finished, with a NodeGoneError, before this exit, and the
+		// supervisor blames them among the failures that arrive together.
+		p.r.probeNodes(p.node)
+	}
+	p.finish(ex, err)
 }
 
 // finish records how the rank ended, once, and forgets it.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -121,6 +122,7 @@ type fakeNode struct {
 	signer *ctlauth.KeyWrapper // signs its heartbeats and info replies, as pcmd's
 	keys   ctlauth.NodeKeys
 	relays map[int]*ctlauth.JobChannel // per rank: its output and exit under the job key
+	kept   map[int]job.ReplayReply     // per rank: what it answers a replay with, as pcmd's ledger
 }
 
 func startFakeNode(t *testing.T, url, name string, slots int, interval time.Duration) *fakeNode {
@@ -146,7 +148,7 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		}
 		keys = &fresh
 	}
-	n.keys, n.relays = *keys, map[int]*ctlauth.JobChannel{}
+	n.keys, n.relays, n.kept = *keys, map[int]*ctlauth.JobChannel{}, map[int]job.ReplayReply{}
 	if n.card, err = keys.SignedCard(time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +208,26 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		if ok {
 			n.relay(req.Rank, job.RankExitSubject(req.Job, req.Rank), job.RankExit{Code: -1, Signal: req.Signal})
 		}
+	})
+	sub(job.NodeReplaySubject(name), func(m *nats.Msg) {
+		var req job.ReplayRequest
+		if job.Decode(m.Data, &req) != nil || req.Validate() != nil {
+			return
+		}
+		n.mu.Lock()
+		kept, ok := n.kept[req.Rank]
+		n.mu.Unlock()
+		if !ok {
+			n.reply(m, job.ReplayReply{NotFound: true})
+			return
+		}
+		rep := job.ReplayReply{Exit: kept.Exit}
+		for _, o := range kept.Output {
+			if o.Seq > req.After {
+				rep.Output = append(rep.Output, o)
+			}
+		}
+		n.relay(req.Rank, m.Reply, rep)
 	})
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
@@ -551,5 +573,95 @@ func wantLine(t *testing.T, out, pattern string) {
 	t.Helper()
 	if !regexp.MustCompile(`(?m)^` + pattern + `$`).MatchString(out) {
 		t.Errorf("no line matching %q in:\n%s", pattern, out)
+	}
+}
+
+// TestRemoteFetchesLostOutputAgain: output messages that NATS dropped on the way (the node
+// published them while our connection was down) are asked from the node again when the
+// rank's exit shows them missing: every line is printed once, the missing ones late.
+func TestRemoteFetchesLostOutputAgain(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n := startFakeNode(t, url, "n1", 1, fastBeat)
+	lines := []job.RankOutput{
+		{Stream: job.StreamStdout, Seq: 1, Line: []byte("one")},
+		{Stream: job.StreamStdout, Seq: 2, Line: []byte("two")},
+		{Stream: job.StreamStderr, Seq: 3, Line: []byte("three")},
+		{Stream: job.StreamStdout, Seq: 4, Line: []byte("four")},
+	}
+	n.onSpawn = func(req job.SpawnRequest) {
+		n.mu.Lock()
+		n.kept[req.Rank] = job.ReplayReply{Output: lines}
+		n.mu.Unlock()
+		for _, o := range []job.RankOutput{lines[0], lines[3], lines[0]} { // 2 and 3 lost, 1 again
+			n.relay(req.Rank, job.RankOutSubject(req.Job, req.Rank), o)
+		}
+		n.relay(req.Rank, job.RankExitSubject(req.Job, req.Rank), job.RankExit{Sent: 4})
+	}
+	r, logs, err := newRemote(t, url, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	p, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=replay", testSecret}, Output: func(_ rankproc.Stream, line []byte) {
+		mu.Lock()
+		got = append(got, string(line))
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := p.Wait(); err != nil || !ex.Success() {
+		t.Fatalf("Wait = %v, %v; want success", ex, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"one", "four", "two", "three"}; !slices.Equal(got, want) {
+		t.Errorf("printed %q, want %q (each once, the lost ones late)", got, want)
+	}
+	if s := logs.String(); !strings.Contains(s, "2 output messages of rank 0 on node n1 were lost on the way and fetched again from the node") || regexp.MustCompile(`(?m)were lost$`).MatchString(s) {
+		t.Errorf("log: %s", s)
+	}
+}
+
+// TestRemoteAsksAgainForALostExit: a rank the node's heartbeats no longer list, whose exit
+// never arrived (published while our connection was down), ends with the exit the node
+// kept, not as lost; a node that kept nothing leaves it lost.
+func TestRemoteAsksAgainForALostExit(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n := startFakeNode(t, url, "n1", 2, fastBeat)
+	n.onSpawn = func(req job.SpawnRequest) {
+		if req.Rank == 1 {
+			return // keeps nothing: a pcmd of an older version
+		}
+		n.mu.Lock()
+		n.kept[req.Rank] = job.ReplayReply{Output: []job.RankOutput{{Stream: job.StreamStdout, Seq: 1, Line: []byte("done")}}, Exit: &job.RankExit{Code: 0, Sent: 1}}
+		n.mu.Unlock()
+	}
+	r, _, err := newRemote(t, url, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out testbin.Buffer
+	env := []string{"MPIOS_JOB_ID=lostexit", testSecret}
+	p0, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: env, Output: func(_ rankproc.Stream, line []byte) { out.Write(line) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := r.Start(rankproc.Spec{Rank: 1, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	delete(n.ranks, 0) // both end; their exit messages are lost
+	delete(n.ranks, 1)
+	n.mu.Unlock()
+	if ex, err := p0.Wait(); err != nil || !ex.Success() || out.String() != "done" {
+		t.Errorf("rank 0: Wait = %v, %v, output %q; want success and its output", ex, err, out.String())
+	}
+	if _, err := p1.Wait(); err == nil || !strings.Contains(err.Error(), "no longer runs rank 1 and its exit status was lost") {
+		t.Errorf("rank 1: Wait error %v, want its exit status lost", err)
 	}
 }

@@ -1,0 +1,98 @@
+package nodeclient
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/rankproc"
+)
+
+// Replays (job.NodeReplaySubject). NATS delivers nothing to a subscriber whose connection is
+// down: after an outage, a node that reconnected before us has published output and exits
+// of its ranks that never reached us. Its pcmd keeps them, and we ask again: for the output
+// messages missing when a rank's exit arrives, and for the exit of a rank that the node's
+// heartbeats no longer list. What is asked again is delivered late, never twice.
+
+// replayMissing asks the rank's node for the output messages not received and delivers
+// them. p.outMu must be held.
+func (p *remoteProcess) replayMissing() *job.RankExit {
+	before := p.missing(0)
+	rep, err := p.askReplay(p.firstMissing())
+	if err != nil {
+		p.r.cfg.Logf("cannot ask node %s again for the output of rank %d: %v", p.node, p.rank, err)
+		return nil
+	}
+	for _, o := range rep.Output {
+		if validOutput(o) {
+			p.takeOutput(o)
+		}
+	}
+	if got := before - p.missing(0); got > 0 {
+		p.r.cfg.Logf("%d output messages of rank %d on node %s were lost on the way and fetched again from the node (printed late)", got, p.rank, p.node)
+	}
+	return rep.Exit
+}
+
+// firstMissing is the Seq after which output messages may be missing. p.outMu must be held.
+func (p *remoteProcess) firstMissing() uint64 {
+	if len(p.gaps) > 0 {
+		return p.gaps[0][0] - 1
+	}
+	return p.seen
+}
+
+// askReplay asks the rank's node for its output messages after seq after, and its exit.
+func (p *remoteProcess) askReplay(after uint64) (job.ReplayReply, error) {
+	var rep job.ReplayReply
+	subject := job.NodeReplaySubject(p.node)
+	data, err := p.auth.encode(subject, job.ReplayRequest{Job: p.job, Rank: p.rank, Out: p.out, After: after})
+	if err != nil {
+		return rep, err
+	}
+	msg, err := p.r.nc.Request(subject, data, p.r.cfg.RequestTimeout)
+	if err != nil {
+		return rep, err
+	}
+	body, err := p.open(msg)
+	if err != nil {
+		// A refusal travels in clear: it may say why, but nothing it says is taken.
+		var refusal job.ReplayReply
+		if job.Decode(msg.Data, &refusal) == nil && refusal.Error != "" {
+			return rep, fmt.Errorf("%s", refusal.Error)
+		}
+		if refusal.NotFound {
+			return rep, fmt.Errorf("node %s does not know rank %d of job %s (any more)", p.node, p.rank, p.job)
+		}
+		return rep, fmt.Errorf("its answer does not verify: %w", err)
+	}
+	if err := job.Decode(body, &rep); err != nil {
+		return rep, fmt.Errorf("malformed answer: %w", job.TrimPrefix(err))
+	}
+	switch {
+	case rep.Error != "":
+		return rep, fmt.Errorf("%s", rep.Error)
+	case rep.NotFound:
+		return rep, fmt.Errorf("node %s does not know rank %d of job %s (any more)", p.node, p.rank, p.job)
+	case rep.Exit != nil && !validExit(*rep.Exit):
+		return rep, fmt.Errorf("malformed exit in the answer")
+	}
+	return rep, nil
+}
+
+// recoverExit asks the node for the exit of a rank that its heartbeats no longer list, whose
+// exit message was lost on the way. Without an answer the rank's fate is unknown.
+func (p *remoteProcess) recoverExit() {
+	p.outMu.Lock()
+	if p.exited {
+		p.outMu.Unlock()
+		return
+	}
+	exit := p.replayMissing()
+	p.outMu.Unlock()
+	if exit != nil {
+		p.takeExit(*exit)
+		return
+	}
+	p.finish(rankproc.Exit{Code: -1, At: time.Now()}, fmt.Errorf("nodeclient: node %s no longer runs rank %d and its exit status was lost", p.node, p.rank))
+}
