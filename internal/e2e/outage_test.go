@@ -82,6 +82,41 @@ func TestNATSOutageDoesNotStopAMultiNodeJob(t *testing.T) {
 	j.sameDump(dump, want)
 }
 
+// TestNATSOutageLosesNoOutputNorExit: ranks that print through a NATS outage and end while
+// it lasts. NATS drops what a node publishes before mpirun has reconnected; pcmd keeps each
+// rank's latest output and its exit, and mpirun asks for them again (job.NodeReplaySubject):
+// the job ends well and prints every line once. Without that, mpirun reported the ranks'
+// exits lost and failed the job.
+func TestNATSOutageLosesNoOutputNorExit(t *testing.T) {
+	const lines = 30
+	ns := newRestartableNATS(t)
+	c := newClusterAt(t, ns.url(), "n1", "n2")
+	script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do i=$((i+1)); echo "rank $MPIOS_RANK line $i"; sleep 0.1; done`, lines)
+	// failsucc runs the shell as the rank (pcmd allows only the test binaries).
+	j := c.start(t, "quiet", nil, "--hosts", "n1:2,n2:2", prog("failsucc"), "exit-at-start", "/bin/sh", "-c", script)
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(j.stdout.String(), " line ") < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no output within 30 s\nstderr:\n%s", j.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ns.stop()
+	time.Sleep(time.Duration(lines) * 100 * time.Millisecond * 3 / 2) // the ranks end meanwhile
+	ns.start()
+	if code := j.wait(60 * time.Second); code != 0 {
+		t.Fatalf("exit %d after a NATS outage\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	out := j.stdout.String()
+	for r := range 4 {
+		for i := 1; i <= lines; i++ {
+			if n := strings.Count(out, fmt.Sprintf("rank %d line %d\n", r, i)); n != 1 {
+				t.Errorf("rank %d line %d printed %d times", r, i, n)
+			}
+		}
+	}
+}
+
 // natsCluster is three of Debian's nats-server clustered on loopback.
 type natsCluster struct {
 	urls     []string

@@ -17,7 +17,7 @@ import (
 // replayMissing asks the rank's node for the output messages not received and delivers
 // them. p.outMu must be held.
 func (p *remoteProcess) replayMissing() *job.RankExit {
-	before := p.missing(0)
+	before := p.received
 	rep, err := p.askReplay(p.firstMissing())
 	if err != nil {
 		p.r.cfg.Logf("cannot ask node %s again for the output of rank %d: %v", p.node, p.rank, err)
@@ -28,7 +28,7 @@ func (p *remoteProcess) replayMissing() *job.RankExit {
 			p.takeOutput(o)
 		}
 	}
-	if got := before - p.missing(0); got > 0 {
+	if got := p.received - before; got > 0 {
 		p.r.cfg.Logf("%d output messages of rank %d on node %s were lost on the way and fetched again from the node (printed late)", got, p.rank, p.node)
 	}
 	return rep.Exit
