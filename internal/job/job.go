@@ -686,10 +686,13 @@ func (r ReplayRequest) Validate() error {
 // ReplayReply answers a ReplayRequest. A node keeps the latest output messages of each rank
 // (a bounded number) and, for a while after a rank ended, its exit.
 type ReplayReply struct {
-	Output   []RankOutput `msgpack:"output,omitempty"`    // Seq > After, ascending; the oldest may be gone
-	Exit     *RankExit    `msgpack:"exit,omitempty"`      // nil: the process still runs
-	NotFound bool         `msgpack:"not_found,omitempty"` // the node knows no such process (any more)
-	Error    string       `msgpack:"error,omitempty"`
+	Output []RankOutput `msgpack:"output,omitempty"` // Seq > After, ascending; the oldest may be gone
+	// More says the node has more after Output than fits in one NATS message: ask again
+	// after the last one.
+	More     bool      `msgpack:"more,omitempty"`
+	Exit     *RankExit `msgpack:"exit,omitempty"`      // nil: the process still runs
+	NotFound bool      `msgpack:"not_found,omitempty"` // the node knows no such process (any more)
+	Error    string    `msgpack:"error,omitempty"`
 }
 
 // SignalReply answers a SignalRequest.

@@ -123,6 +123,7 @@ type fakeNode struct {
 	keys   ctlauth.NodeKeys
 	relays map[int]*ctlauth.JobChannel // per rank: its output and exit under the job key
 	kept   map[int]job.ReplayReply     // per rank: what it answers a replay with, as pcmd's ledger
+	batch  int                         // output messages per replay reply, 0: all
 }
 
 func startFakeNode(t *testing.T, url, name string, slots int, interval time.Duration) *fakeNode {
@@ -224,6 +225,10 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		rep := job.ReplayReply{Exit: kept.Exit}
 		for _, o := range kept.Output {
 			if o.Seq > req.After {
+				if n.batch > 0 && len(rep.Output) == n.batch {
+					rep.More = true
+					break
+				}
 				rep.Output = append(rep.Output, o)
 			}
 		}
@@ -583,6 +588,7 @@ func TestRemoteFetchesLostOutputAgain(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "u", "p")
 	n := startFakeNode(t, url, "n1", 1, fastBeat)
+	n.batch = 1 // one message per reply: a replay takes several requests
 	lines := []job.RankOutput{
 		{Stream: job.StreamStdout, Seq: 1, Line: []byte("one")},
 		{Stream: job.StreamStdout, Seq: 2, Line: []byte("two")},

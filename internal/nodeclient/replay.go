@@ -14,24 +14,37 @@ import (
 // messages missing when a rank's exit arrives, and for the exit of a rank that the node's
 // heartbeats no longer list. What is asked again is delivered late, never twice.
 
+// maxReplays bounds the requests of one replay: a node keeps 1 MiB of a rank's output, which
+// takes one or two NATS messages.
+const maxReplays = 16
+
 // replayMissing asks the rank's node for the output messages not received and delivers
 // them. p.outMu must be held.
 func (p *remoteProcess) replayMissing() *job.RankExit {
 	before := p.received
-	rep, err := p.askReplay(p.firstMissing())
-	if err != nil {
-		p.r.cfg.Logf("cannot ask node %s again for the output of rank %d: %v", p.node, p.rank, err)
-		return nil
-	}
-	for _, o := range rep.Output {
-		if validOutput(o) {
-			p.takeOutput(o)
+	var exit *job.RankExit
+	after := p.firstMissing()
+	for range maxReplays {
+		rep, err := p.askReplay(after)
+		if err != nil {
+			p.r.cfg.Logf("cannot ask node %s again for the output of rank %d: %v", p.node, p.rank, err)
+			break
+		}
+		exit = rep.Exit
+		for _, o := range rep.Output {
+			if validOutput(o) {
+				p.takeOutput(o)
+			}
+			after = max(after, o.Seq)
+		}
+		if !rep.More || len(rep.Output) == 0 {
+			break
 		}
 	}
 	if got := p.received - before; got > 0 {
 		p.r.cfg.Logf("%d output messages of rank %d on node %s were lost on the way and fetched again from the node (printed late)", got, p.rank, p.node)
 	}
-	return rep.Exit
+	return exit
 }
 
 // firstMissing is the Seq after which output messages may be missing. p.outMu must be held.

@@ -61,8 +61,13 @@ func (l *ledger) ended(e job.RankExit, now time.Time) {
 	l.exit, l.doneAt = &e, now
 }
 
-// since returns the reply to a replay of the messages after seq after.
-func (l *ledger) since(after uint64) job.ReplayReply {
+// replayOverhead bounds the encoding of a ReplayReply beyond its lines: its envelope, the
+// exit, and each message's fields.
+const replayOverhead, replayPerMessage = 4096, 32
+
+// since returns the reply to a replay of the messages after seq after, at most limit bytes
+// of it.
+func (l *ledger) since(after uint64, limit int) job.ReplayReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(l.out, after+1, func(o job.RankOutput, seq uint64) int {
@@ -74,7 +79,16 @@ func (l *ledger) since(after uint64) job.ReplayReply {
 		}
 		return 0
 	})
-	return job.ReplayReply{Output: slices.Clone(l.out[i:]), Exit: l.exit}
+	rep := job.ReplayReply{Exit: l.exit}
+	size := replayOverhead
+	for _, o := range l.out[i:] {
+		if size += len(o.Line) + replayPerMessage; size > limit && len(rep.Output) > 0 {
+			rep.More = true
+			break
+		}
+		rep.Output = append(rep.Output, o)
+	}
+	return rep
 }
 
 // keepEnded keeps r's ledger after its exit, and forgets the ledgers kept too long or beyond
@@ -142,7 +156,7 @@ func (m *Manager) onReplay(msg *nats.Msg) {
 		return
 	}
 	// Under the job key, as the rank's own messages: the output is the job's.
-	data, err := r.encode(msg.Reply, r.ledger.since(req.After))
+	data, err := r.encode(msg.Reply, r.ledger.since(req.After, int(m.nc.MaxPayload())))
 	if err == nil {
 		err = msg.Respond(data)
 	}

@@ -22,10 +22,10 @@ func TestALedgerKeepsTheLatestOutputWithinItsBounds(t *testing.T) {
 	for seq := uint64(1); seq <= ledgerMaxLines+10; seq++ {
 		l.add(job.RankOutput{Seq: seq, Line: []byte("x")})
 	}
-	if rep := l.since(0); len(rep.Output) != ledgerMaxLines || rep.Output[0].Seq != 11 || rep.Exit != nil {
+	if rep := l.since(0, 4<<20); len(rep.Output) != ledgerMaxLines || rep.Output[0].Seq != 11 || rep.Exit != nil {
 		t.Fatalf("since 0: %d messages from %d, exit %v; want the latest %d", len(rep.Output), rep.Output[0].Seq, rep.Exit, ledgerMaxLines)
 	}
-	if rep := l.since(ledgerMaxLines + 8); len(rep.Output) != 2 || rep.Output[0].Seq != ledgerMaxLines+9 {
+	if rep := l.since(ledgerMaxLines+8, 4<<20); len(rep.Output) != 2 || rep.Output[0].Seq != ledgerMaxLines+9 {
 		t.Errorf("since %d: %+v, want the last 2", ledgerMaxLines+8, rep.Output)
 	}
 	var big ledger
@@ -33,17 +33,23 @@ func TestALedgerKeepsTheLatestOutputWithinItsBounds(t *testing.T) {
 	for seq := uint64(1); seq <= 5; seq++ {
 		big.add(job.RankOutput{Seq: seq, Line: line})
 	}
-	if rep := big.since(0); len(rep.Output) != 3 || rep.Output[0].Seq != 3 {
+	if rep := big.since(0, 4<<20); len(rep.Output) != 3 || rep.Output[0].Seq != 3 {
 		t.Errorf("lines of a third of the bound: kept %d from %d, want the last 3", len(rep.Output), rep.Output[0].Seq)
 	}
 	buf := []byte("reused")
 	big.add(job.RankOutput{Seq: 6, Line: buf})
 	copy(buf, "XXXXXX")
-	if rep := big.since(5); string(rep.Output[0].Line) != "reused" {
+	if rep := big.since(5, 4<<20); string(rep.Output[0].Line) != "reused" {
 		t.Errorf("the ledger kept the caller's buffer: %q", rep.Output[0].Line)
 	}
+	if rep := big.since(0, replayOverhead+2*(len(line)+replayPerMessage)); len(rep.Output) != 2 || rep.Output[0].Seq != 4 || !rep.More {
+		t.Errorf("a replay bounded to two lines: %d from %d, more %v; want 2 from 4 and more", len(rep.Output), rep.Output[0].Seq, rep.More)
+	}
+	if rep := big.since(0, 1); len(rep.Output) != 1 || !rep.More {
+		t.Errorf("a replay bounded below one line: %d lines, more %v; want one line and more", len(rep.Output), rep.More)
+	}
 	big.ended(job.RankExit{Code: 3, Sent: 6}, time.Now())
-	if rep := big.since(6); len(rep.Output) != 0 || rep.Exit == nil || rep.Exit.Code != 3 {
+	if rep := big.since(6, 4<<20); len(rep.Output) != 0 || rep.Exit == nil || rep.Exit.Code != 3 {
 		t.Errorf("after the exit: %+v", rep)
 	}
 }
