@@ -23,8 +23,9 @@ const (
 	ledgerMaxLines = 4096    // output messages a rank's ledger keeps, the latest
 	// ledgerKeptFor is how long the ledger of an ended rank is kept: a launcher that missed the
 	// exit notices the rank gone within a few heartbeats once it is back.
-	ledgerKeptFor = 2 * time.Minute
-	ledgersKept   = 256 // ledgers of ended ranks kept at most, the latest
+	ledgerKeptFor    = 2 * time.Minute
+	ledgersKept      = 256      // ledgers of ended ranks kept at most, the latest
+	ledgersKeptBytes = 32 << 20 // output bytes the ledgers of ended ranks keep at most
 )
 
 // ledger is what a rank published: its latest output messages and its exit.
@@ -99,10 +100,23 @@ func (m *Manager) keepEnded(r *rank, now time.Time) {
 		defer e.ledger.mu.Unlock()
 		return now.Sub(e.ledger.doneAt) > ledgerKeptFor
 	})
-	if len(m.ended) >= ledgersKept {
-		m.ended = slices.Delete(m.ended, 0, len(m.ended)-ledgersKept+1)
-	}
 	m.ended = append(m.ended, r)
+	total := 0
+	for _, e := range m.ended {
+		total += e.ledger.size()
+	}
+	drop := 0
+	for ; drop < len(m.ended)-1 && (len(m.ended)-drop > ledgersKept || total > ledgersKeptBytes); drop++ {
+		total -= m.ended[drop].ledger.size()
+	}
+	m.ended = slices.Delete(m.ended, 0, drop)
+}
+
+// size is the output bytes the ledger keeps.
+func (l *ledger) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bytes
 }
 
 // findForReplay returns the process of req: running, or ended and kept (the latest). m.mu

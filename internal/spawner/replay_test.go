@@ -133,3 +133,40 @@ func TestTheLauncherThatStartedARankGetsItsOutputAndExitAgain(t *testing.T) {
 		t.Errorf("replay of a process never run: %+v, want not found", rep)
 	}
 }
+
+// The ledgers of ended ranks are kept for a while, within a count and a size: a node whose
+// ranks printed much does not grow without bound.
+func TestEndedLedgersAreKeptWithinBounds(t *testing.T) {
+	m := &Manager{}
+	now := time.Now()
+	ended := func(jobID string, n int, at time.Time) *rank {
+		r := &rank{key: RankKey{jobID, 0}}
+		r.ledger.add(job.RankOutput{Seq: 1, Line: bytes.Repeat([]byte("z"), n)})
+		r.ledger.ended(job.RankExit{}, at)
+		m.keepEnded(r, at)
+		return r
+	}
+	old := ended("old", 10, now)
+	ended("recent", 10, now.Add(ledgerKeptFor))
+	if len(m.ended) != 2 {
+		t.Fatalf("%d kept, want 2", len(m.ended))
+	}
+	ended("later", 10, now.Add(ledgerKeptFor+time.Second))
+	if len(m.ended) != 2 || m.ended[0] == old {
+		t.Errorf("the ledger ended %v before the last was kept", ledgerKeptFor+time.Second)
+	}
+	m.ended = nil
+	for i := range ledgersKept + 5 {
+		ended(fmt.Sprint("count", i), 1, now)
+	}
+	if len(m.ended) != ledgersKept || m.ended[0].key.Job != "count5" {
+		t.Errorf("%d kept from %s, want the latest %d", len(m.ended), m.ended[0].key.Job, ledgersKept)
+	}
+	m.ended = nil
+	for i := range ledgersKeptBytes/ledgerMaxBytes + 3 {
+		ended(fmt.Sprint("big", i), ledgerMaxBytes, now)
+	}
+	if len(m.ended) != ledgersKeptBytes/ledgerMaxBytes || m.ended[0].key.Job != "big3" {
+		t.Errorf("%d kept from %s, want the latest %d (%d bytes)", len(m.ended), m.ended[0].key.Job, ledgersKeptBytes/ledgerMaxBytes, ledgersKeptBytes)
+	}
+}
