@@ -873,6 +873,7 @@ type remoteProcess struct {
 	seen     uint64      // highest Seq received
 	gaps     [][2]uint64 // Seq ranges (inclusive) below seen not received
 	exited   bool        // its exit was taken
+	filling  bool        // a replay of the gaps is under way
 	partial  [3][]byte   // by stream: pieces of a long line
 
 	once sync.Once
@@ -969,6 +970,10 @@ func (p *remoteProcess) takeOutput(o job.RankOutput) {
 	case o.Seq > p.seen:
 		if o.Seq > p.seen+1 {
 			p.gaps = append(p.gaps, [2]uint64{p.seen + 1, o.Seq - 1})
+			if !p.filling {
+				p.filling = true
+				go p.fillGaps() // a request: not on the subscription's goroutine
+			}
 		}
 		p.seen = o.Seq
 	case !p.fillGap(o.Seq):

@@ -671,3 +671,39 @@ func TestRemoteAsksAgainForALostExit(t *testing.T) {
 		t.Errorf("rank 1: Wait error %v, want its exit status lost", err)
 	}
 }
+
+// TestRemoteFillsAGapAsSoonAsItShows: output messages lost in the middle of a rank's run are
+// asked from the node when the next one arrives, not only at its exit.
+func TestRemoteFillsAGapAsSoonAsItShows(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n := startFakeNode(t, url, "n1", 1, fastBeat)
+	lines := []job.RankOutput{
+		{Stream: job.StreamStdout, Seq: 1, Line: []byte("one")},
+		{Stream: job.StreamStdout, Seq: 2, Line: []byte("two")},
+		{Stream: job.StreamStdout, Seq: 3, Line: []byte("three")},
+	}
+	n.onSpawn = func(req job.SpawnRequest) {
+		n.mu.Lock()
+		n.kept[req.Rank] = job.ReplayReply{Output: lines}
+		n.mu.Unlock()
+		n.relay(req.Rank, job.RankOutSubject(req.Job, req.Rank), lines[0])
+		n.relay(req.Rank, job.RankOutSubject(req.Job, req.Rank), lines[2]) // 2 lost; the rank runs on
+	}
+	r, _, err := newRemote(t, url, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out testbin.Buffer
+	if _, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=gap", testSecret},
+		Output: func(_ rankproc.Stream, line []byte) { out.Write(append(line, ' ')) }}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for out.String() != "one three two " {
+		if time.Now().After(deadline) {
+			t.Fatalf("printed %q, want the lost line fetched while the rank runs", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

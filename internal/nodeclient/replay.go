@@ -93,6 +93,17 @@ func (p *remoteProcess) askReplay(after uint64) (job.ReplayReply, error) {
 	return rep, nil
 }
 
+// fillGaps asks the node for the output messages missing before the last one received, as
+// soon as the gap shows: lost while our connection was down, the node has them.
+func (p *remoteProcess) fillGaps() {
+	p.outMu.Lock()
+	defer p.outMu.Unlock()
+	if !p.exited && len(p.gaps) > 0 {
+		p.replayMissing()
+	}
+	p.filling = false
+}
+
 // recoverExit asks the node for the exit of a rank that its heartbeats no longer list, whose
 // exit message was lost on the way. Without an answer the rank's fate is unknown.
 func (p *remoteProcess) recoverExit() {
