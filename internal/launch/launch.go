@@ -279,6 +279,7 @@ func (c *Config) setDefaults() error {
 // Actions. It decides nothing itself.
 type runner struct {
 	cfg    Config
+	stall  stallWatch // the loop's own wake-ups
 	stdout *lineWriter
 	stderr *lineWriter
 	nc     *nats.Conn
@@ -412,6 +413,8 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	awake := time.NewTicker(stallTick) // so that a long gap between wake-ups is a stall
+	defer awake.Stop()
 	ctxDone := ctx.Done()
 	r.step(supervisor.Launch{})
 	for !r.sup.Done() {
@@ -443,6 +446,8 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 				s = syscall.SIGTERM
 			}
 			r.step(supervisor.Signal{Sig: s})
+		case <-awake.C:
+			r.step(supervisor.Tick{})
 		case <-ctxDone:
 			ctxDone = nil
 			r.step(supervisor.Cancel{Cause: context.Cause(ctx).Error()})
@@ -540,6 +545,15 @@ func (r *runner) event(m *nats.Msg) supervisor.Event {
 // step feeds ev to the Machine and carries out its actions, and those of the events the
 // actions produce at once (a rank started or could not be).
 func (r *runner) step(ev supervisor.Event) {
+	if gap, ok := r.stall.woke(time.Now()); ok {
+		// Before what happened meanwhile: the ranks' silence was mpirun's own.
+		r.stepOne(supervisor.Stalled{For: gap})
+	}
+	r.stepOne(ev)
+}
+
+// stepOne feeds ev to the Machine and carries out the actions that follow.
+func (r *runner) stepOne(ev supervisor.Event) {
 	queue := r.sup.Step(time.Now(), ev)
 	for len(queue) > 0 {
 		a := queue[0]

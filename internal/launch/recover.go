@@ -87,6 +87,26 @@ func (c *controlPlane) event() supervisor.Event {
 	return supervisor.ControlPlaneDown{}
 }
 
+// stallTick and stallAfter: the loop wakes at least every stallTick, so a gap of more than
+// stallAfter between two wake-ups says mpirun itself did not run (stopped by SIGSTOP or a
+// debugger, its machine suspended, starved of CPU).
+const stallTick, stallAfter = 500 * time.Millisecond, 3 * time.Second
+
+// stallWatch notices that the loop did not run for a while.
+type stallWatch struct{ last time.Time }
+
+// woke returns how long the loop did not run before now, and whether that was a stall.
+func (w *stallWatch) woke(now time.Time) (time.Duration, bool) {
+	last := w.last
+	w.last = now
+	if last.IsZero() {
+		return 0, false
+	}
+	// The monotonic clock stops while the machine is suspended; the wall clock does not.
+	gap := max(now.Sub(last), now.Round(0).Sub(last.Round(0)))
+	return gap, gap > stallAfter
+}
+
 // writeLaunch keeps how a checkpointing job was started, and its secret, for
 // "mpirun --restart JOB".
 func (r *runner) writeLaunch(secret []byte) {

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mpios/mpios/internal/supervisor"
 )
@@ -32,5 +33,28 @@ func TestControlPlaneChangesReachTheMachineOnce(t *testing.T) {
 	}
 	if ev := cp.event(); ev != (supervisor.Tick{}) {
 		t.Errorf("told twice: %T", ev)
+	}
+}
+
+// mpirun's loop wakes at least every stallTick; a longer gap than stallAfter between two
+// wake-ups is a stall of mpirun itself, reported with its length.
+func TestALongGapBetweenWakeUpsIsAStall(t *testing.T) {
+	var w stallWatch
+	now := time.Now()
+	if _, stalled := w.woke(now); stalled {
+		t.Error("the first wake-up is a stall")
+	}
+	for range 10 {
+		now = now.Add(stallTick)
+		if gap, stalled := w.woke(now); stalled || gap != stallTick {
+			t.Fatalf("a wake-up after %v: gap %v, stall %v", stallTick, gap, stalled)
+		}
+	}
+	now = now.Add(25 * time.Second)
+	if gap, stalled := w.woke(now); !stalled || gap != 25*time.Second {
+		t.Errorf("a wake-up after 25s: gap %v, stall %v; want a stall of 25s", gap, stalled)
+	}
+	if _, stalled := w.woke(now.Add(stallAfter)); stalled {
+		t.Errorf("a gap of exactly %v is a stall", stallAfter)
 	}
 }

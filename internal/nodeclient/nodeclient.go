@@ -1038,7 +1038,7 @@ func (p *remoteProcess) takeExit(e job.RankExit) {
 		return
 	}
 	if p.missing(e.Sent) > 0 {
-		p.replayMissing()
+		p.replayMissing() // its exit is this one
 	}
 	p.exited = true
 	for s, buf := range p.partial {

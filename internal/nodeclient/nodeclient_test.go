@@ -633,14 +633,21 @@ func TestRemoteFetchesLostOutputAgain(t *testing.T) {
 
 // TestRemoteAsksAgainForALostExit: a rank the node's heartbeats no longer list, whose exit
 // never arrived (published while our connection was down), ends with the exit the node
-// kept, not as lost; a node that kept nothing leaves it lost.
+// kept, not as lost; a node that kept nothing leaves it lost; a rank the node says runs
+// (the heartbeats were older than its start, queued while mpirun was stopped) runs on.
 func TestRemoteAsksAgainForALostExit(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "u", "p")
-	n := startFakeNode(t, url, "n1", 2, fastBeat)
+	n := startFakeNode(t, url, "n1", 3, fastBeat)
 	n.onSpawn = func(req job.SpawnRequest) {
-		if req.Rank == 1 {
+		switch req.Rank {
+		case 1:
 			return // keeps nothing: a pcmd of an older version
+		case 2:
+			n.mu.Lock()
+			n.kept[req.Rank] = job.ReplayReply{} // runs
+			n.mu.Unlock()
+			return
 		}
 		n.mu.Lock()
 		n.kept[req.Rank] = job.ReplayReply{Output: []job.RankOutput{{Stream: job.StreamStdout, Seq: 1, Line: []byte("done")}}, Exit: &job.RankExit{Code: 0, Sent: 1}}
@@ -660,15 +667,30 @@ func TestRemoteAsksAgainForALostExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p2, err := r.Start(rankproc.Spec{Rank: 2, Path: "/opt/prog", Env: env, Output: func(rankproc.Stream, []byte) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.mu.Lock()
 	delete(n.ranks, 0) // both end; their exit messages are lost
 	delete(n.ranks, 1)
+	delete(n.ranks, 2) // not listed, but it runs
 	n.mu.Unlock()
 	if ex, err := p0.Wait(); err != nil || !ex.Success() || out.String() != "done" {
 		t.Errorf("rank 0: Wait = %v, %v, output %q; want success and its output", ex, err, out.String())
 	}
 	if _, err := p1.Wait(); err == nil || !strings.Contains(err.Error(), "no longer runs rank 1 and its exit status was lost") {
 		t.Errorf("rank 1: Wait error %v, want its exit status lost", err)
+	}
+	select {
+	case <-nodeclient.Finished(p2):
+		_, err := p2.Wait()
+		t.Fatalf("rank 2, which its node says runs, ended: %v", err)
+	case <-time.After(10 * fastBeat):
+	}
+	n.relay(2, job.RankExitSubject("lostexit", 2), job.RankExit{Code: 0})
+	if ex, err := p2.Wait(); err != nil || !ex.Success() {
+		t.Errorf("rank 2: Wait = %v, %v; want success", ex, err)
 	}
 }
 

@@ -19,10 +19,10 @@ import (
 const maxReplays = 16
 
 // replayMissing asks the rank's node for the output messages not received and delivers
-// them. p.outMu must be held.
-func (p *remoteProcess) replayMissing() *job.RankExit {
+// them. It returns the rank's exit, nil if it runs or the node did not answer (answered
+// false). p.outMu must be held.
+func (p *remoteProcess) replayMissing() (exit *job.RankExit, answered bool) {
 	before := p.received
-	var exit *job.RankExit
 	after := p.firstMissing()
 	for range maxReplays {
 		rep, err := p.askReplay(after)
@@ -30,7 +30,7 @@ func (p *remoteProcess) replayMissing() *job.RankExit {
 			p.r.cfg.Logf("cannot ask node %s again for the output of rank %d: %v", p.node, p.rank, err)
 			break
 		}
-		exit = rep.Exit
+		exit, answered = rep.Exit, true
 		for _, o := range rep.Output {
 			if validOutput(o) {
 				p.takeOutput(o)
@@ -44,7 +44,7 @@ func (p *remoteProcess) replayMissing() *job.RankExit {
 	if got := p.received - before; got > 0 {
 		p.r.cfg.Logf("%d output messages of rank %d on node %s were lost on the way and fetched again from the node (printed late)", got, p.rank, p.node)
 	}
-	return exit
+	return exit, answered
 }
 
 // firstMissing is the Seq after which output messages may be missing. p.outMu must be held.
@@ -99,23 +99,31 @@ func (p *remoteProcess) fillGaps() {
 	p.outMu.Lock()
 	defer p.outMu.Unlock()
 	if !p.exited && len(p.gaps) > 0 {
-		p.replayMissing()
+		p.replayMissing() // an exit that came with the replay comes on its subject too, or is asked for then
 	}
 	p.filling = false
 }
 
 // recoverExit asks the node for the exit of a rank that its heartbeats no longer list, whose
-// exit message was lost on the way. Without an answer the rank's fate is unknown.
+// exit message was lost on the way. A node that answers that the rank runs was not listing
+// it in heartbeats older than its start (they queue up while we do not run). Without an
+// answer the rank's fate is unknown.
 func (p *remoteProcess) recoverExit() {
 	p.outMu.Lock()
 	if p.exited {
 		p.outMu.Unlock()
 		return
 	}
-	exit := p.replayMissing()
+	exit, answered := p.replayMissing()
 	p.outMu.Unlock()
 	if exit != nil {
 		p.takeExit(*exit)
+		return
+	}
+	if answered {
+		p.mu.Lock()
+		p.recovering, p.unlisted = false, 0
+		p.mu.Unlock()
 		return
 	}
 	p.finish(rankproc.Exit{Code: -1, At: time.Now()}, fmt.Errorf("nodeclient: node %s no longer runs rank %d and its exit status was lost", p.node, p.rank))

@@ -51,11 +51,17 @@ type ControlPlaneDown struct{}
 // ControlPlaneUp says the loop's NATS connection is back.
 type ControlPlaneUp struct{}
 
+// Stalled says the loop itself did not run For (mpirun stopped, its machine suspended or
+// starved of CPU): the ranks' silence meanwhile proves nothing about them. The loop sends it
+// before anything that happened meanwhile.
+type Stalled struct{ For time.Duration }
+
 func (Alive) event()            {}
 func (Committed) event()        {}
 func (Restored) event()         {}
 func (ControlPlaneDown) event() {}
 func (ControlPlaneUp) event()   {}
+func (Stalled) event()          {}
 
 // recovery is the Machine's state of automatic recovery and liveness.
 type recovery struct {
@@ -132,10 +138,22 @@ func (m *Machine) onRecoveryEvent(now time.Time, ev Event) {
 		m.rec.cpDown = true
 	case ControlPlaneUp:
 		m.rec.cpDown = false
-		for id, b := range m.rec.beats {
-			if !b.done {
-				m.rec.beats[id] = beat{at: now}
-			}
+		m.hearAgain(now)
+	case Stalled:
+		if m.cfg.HangTimeout > 0 && len(m.rec.beats) > 0 {
+			m.logf("mpirun itself did not run for %v (stopped, suspended or starved of CPU): no rank is judged by its silence meanwhile, each has %v to be heard again",
+				e.For.Round(time.Millisecond), m.cfg.HangTimeout)
+		}
+		m.hearAgain(now)
+	}
+}
+
+// hearAgain gives every rank that has not finalized a whole hang timeout from now to be
+// heard: whatever silence came before proves nothing.
+func (m *Machine) hearAgain(now time.Time) {
+	for id, b := range m.rec.beats {
+		if !b.done {
+			m.rec.beats[id] = beat{at: now}
 		}
 	}
 }

@@ -293,6 +293,26 @@ func TestBusyRankThatBeatsIsNotHung(t *testing.T) {
 	}
 }
 
+// mpirun itself stopped (SIGSTOP, a suspended machine) hears nobody meanwhile: that silence
+// is its own, and no rank is declared hung for it; once mpirun runs again every rank has a
+// whole timeout to be heard, and one that stays silent is declared hung after it.
+func TestMpirunsOwnStallIsNoHang(t *testing.T) {
+	j := recoveringJob(t, Config{HangTimeout: 10 * time.Second}, "", "")
+	j.committed(1, 10)
+	j.beatAll(12)
+	j.now = j.now.Add(25 * time.Second)
+	j.step(Stalled{For: 25 * time.Second}) // the loop sends it before anything else
+	if acts := j.step(Tick{}); len(signalled(acts, syscall.SIGKILL)) != 0 || j.m.Failure() != nil {
+		t.Fatal("a rank was declared hung for mpirun's own stall")
+	}
+	j.wantLog(`mpirun itself did not run for 25s \(stopped, suspended or starved of CPU\): no rank is judged by its silence meanwhile, each has 10s to be heard again`)
+	j.beat(0, 1000, 13)
+	acts := j.advance(10 * time.Second)
+	if got := signalled(acts, syscall.SIGKILL); !slices.Contains(got, j.proc[1]) {
+		t.Fatalf("SIGKILL to %v, want rank 1, silent for a whole timeout after the stall", got)
+	}
+}
+
 // A NATS outage silences every rank at once: while mpirun's connection is down nobody is
 // declared hung, and once it is back every rank has a whole timeout to be heard again.
 func TestSilenceDuringAControlPlaneOutageIsNoHang(t *testing.T) {

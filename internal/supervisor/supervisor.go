@@ -301,7 +301,7 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		}
 	case NodeJoined:
 		m.onNodeJoined(e)
-	case Alive, Committed, Restored, ControlPlaneDown, ControlPlaneUp:
+	case Alive, Committed, Restored, ControlPlaneDown, ControlPlaneUp, Stalled:
 		m.onRecoveryEvent(now, e)
 	case Tick:
 	}
