@@ -305,6 +305,19 @@ func (n *fakeNode) relay(rank int, subj string, v any) {
 	}
 }
 
+// keepsAndRelays is an onSpawn that keeps lines for replays, as pcmd's ledger, and relays
+// those at the indexes relayed: the others are lost on the way.
+func (n *fakeNode) keepsAndRelays(lines []job.RankOutput, relayed ...int) func(job.SpawnRequest) {
+	return func(req job.SpawnRequest) {
+		n.mu.Lock()
+		n.kept[req.Rank] = job.ReplayReply{Output: lines}
+		n.mu.Unlock()
+		for _, i := range relayed {
+			n.relay(req.Rank, job.RankOutSubject(req.Job, req.Rank), lines[i])
+		}
+	}
+}
+
 // die makes the node vanish as a killed pcmd does: no more answers, no more heartbeats.
 func (n *fakeNode) die() {
 	close(n.stopped)
@@ -596,12 +609,7 @@ func TestRemoteFetchesLostOutputAgain(t *testing.T) {
 		{Stream: job.StreamStdout, Seq: 4, Line: []byte("four")},
 	}
 	n.onSpawn = func(req job.SpawnRequest) {
-		n.mu.Lock()
-		n.kept[req.Rank] = job.ReplayReply{Output: lines}
-		n.mu.Unlock()
-		for _, o := range []job.RankOutput{lines[0], lines[3], lines[0]} { // 2 and 3 lost, 1 again
-			n.relay(req.Rank, job.RankOutSubject(req.Job, req.Rank), o)
-		}
+		n.keepsAndRelays(lines, 0, 3, 0)(req) // 2 and 3 lost, 1 again
 		n.relay(req.Rank, job.RankExitSubject(req.Job, req.Rank), job.RankExit{Sent: 4})
 	}
 	r, logs, err := newRemote(t, url, "n1", 0)
@@ -705,13 +713,7 @@ func TestRemoteFillsAGapAsSoonAsItShows(t *testing.T) {
 		{Stream: job.StreamStdout, Seq: 2, Line: []byte("two")},
 		{Stream: job.StreamStdout, Seq: 3, Line: []byte("three")},
 	}
-	n.onSpawn = func(req job.SpawnRequest) {
-		n.mu.Lock()
-		n.kept[req.Rank] = job.ReplayReply{Output: lines}
-		n.mu.Unlock()
-		n.relay(req.Rank, job.RankOutSubject(req.Job, req.Rank), lines[0])
-		n.relay(req.Rank, job.RankOutSubject(req.Job, req.Rank), lines[2]) // 2 lost; the rank runs on
-	}
+	n.onSpawn = n.keepsAndRelays(lines, 0, 2) // 2 lost; the rank runs on
 	r, _, err := newRemote(t, url, "n1", 0)
 	if err != nil {
 		t.Fatal(err)
