@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mpios/mpios/internal/ctlauth"
@@ -25,6 +26,16 @@ type liveness struct {
 	auth *ctlauth.JobChannel // the beats travel under the job key
 	subj string
 	msg  job.Alive
+	// rank is the process's rank now: a resize renumbers the ranks that stay (SwitchWorld),
+	// and mpirun knows the process by its new number.
+	rank atomic.Int64
+}
+
+// setRank makes the beats carry the process's new rank after a resize.
+func (lv *liveness) setRank(r int) {
+	if lv != nil {
+		lv.rank.Store(int64(r))
+	}
 }
 
 // startLiveness starts the beats of a launched rank; nil when they are turned off.
@@ -42,7 +53,8 @@ func startLiveness(env job.Env, nc *nats.Conn, l *rewire.Launched) *liveness {
 		return nil
 	}
 	lv := &liveness{quit: make(chan struct{}), nc: nc, auth: l.Auth, subj: job.AliveSubject(env.JobID),
-		msg: job.Alive{Rank: env.Rank, PID: os.Getpid()}}
+		msg: job.Alive{PID: os.Getpid()}}
+	lv.rank.Store(int64(env.Rank))
 	lv.done.Add(1)
 	go lv.run(every, l)
 	return lv
@@ -54,7 +66,7 @@ func (lv *liveness) run(every time.Duration, l *rewire.Launched) {
 	defer t.Stop()
 	for {
 		msg := lv.msg
-		msg.Iteration = l.Iteration()
+		msg.Rank, msg.Iteration = int(lv.rank.Load()), l.Iteration()
 		if data, err := rewire.Seal(lv.auth, lv.subj, msg); err == nil {
 			_ = lv.nc.Publish(lv.subj, data) // a lost beat is made up by the next one
 		}
@@ -76,7 +88,7 @@ func (lv *liveness) stop() {
 		close(lv.quit)
 		lv.done.Wait()
 		msg := lv.msg
-		msg.Done = true
+		msg.Rank, msg.Done = int(lv.rank.Load()), true
 		if data, err := rewire.Seal(lv.auth, lv.subj, msg); err == nil && lv.nc.Publish(lv.subj, data) == nil {
 			_ = lv.nc.FlushTimeout(time.Second)
 		}

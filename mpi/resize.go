@@ -237,6 +237,7 @@ func SwitchWorld(old, next *Comm, newRank []int) error {
 		if session.holder != nil {
 			session.holder.set(next.e)
 		}
+		session.beats.setRank(next.Rank())
 		if l := session.launched; l != nil {
 			l.Env.Rank, l.Env.Size = next.Rank(), next.Size()
 			l.Member = memberOf(next)

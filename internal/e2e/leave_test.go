@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,21 +78,26 @@ func TestSIGTERMDrainsTheNodeBeforePcmdExits(t *testing.T) {
 // TestSIGTERMShrinksAMalleableJobWhenNoPeerHasRoom: "its ranks migrate to nodes with free
 // slots (or the job shrinks, when it is malleable and no slot is free), then pcmd exits"
 // (issue 16). n2 is full, so heat2d (its 1-D grid a pcm block) goes on with 2 ranks, n1's
-// leaving; pcmd n1 exits and the result is the undisturbed run's.
+// leaving; pcmd n1 exits and the result is the undisturbed run's. The ranks that stay are
+// renumbered (n1 ran ranks 0 and 2): their liveness beats follow, and no rank is declared
+// hung with a hang timeout far shorter than what the job runs after the shrink.
 func TestSIGTERMShrinksAMalleableJobWhenNoPeerHasRoom(t *testing.T) {
-	args := []string{"heat2d", "-n", "48", "-iters", "1500"}
+	args := []string{"heat2d", "-n", "48", "-iters", "3000"}
 	want := referenceDump(t, args...)
 	c := newCluster(t)
 	c.startNode("n2", "--allow", bin+"/*", "--slots", "2")
 	n1 := c.startNode("n1", "--allow", bin+"/*")
 	dump := filepath.Join(t.TempDir(), "out.bin")
-	j := startThenTerm(t, c, n1, "leave3", "--hosts", "n1:2,n2:2", prog("heat2d"), "-n", "48", "-iters", "1500", "-dump", dump, "-pace", "2ms")
+	j := startThenTerm(t, c, n1, "leave3", "--hosts", "n1:2,n2:2", "--hang-timeout", "2s", prog("heat2d"), "-n", "48", "-iters", "3000", "-dump", dump, "-pace", "2ms")
 	j.waitLog(`mpirun: resized 4 -> 2 ranks at iteration \d+ in \d+ ms, .* moved \(pcmd drain of node n1: SIGTERM to pcmd serve\)`, 1, 60*time.Second)
 	if !exited(n1, 30*time.Second) {
 		t.Fatalf("pcmd n1 did not exit after its ranks left\nstderr:\n%s", j.stderr.String())
 	}
 	if code := j.wait(120 * time.Second); code != 0 {
 		t.Fatalf("exit %d after n1 left\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	if strings.Contains(j.stderr.String(), "sent no sign of life") {
+		t.Errorf("a rank renumbered by the shrink was declared hung:\n%s", j.stderr.String())
 	}
 	j.sameDump(dump, want)
 }
