@@ -3,8 +3,8 @@ package e2e
 import (
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
