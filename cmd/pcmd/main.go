@@ -102,7 +102,9 @@ SHELL, TMPDIR, TZ, LANG, LANGUAGE, LC_*, XDG_RUNTIME_DIR, XDG_STATE_HOME and the
 variables named by --pass-env (never pcmd's NATS credentials), plus the job's
 MPIOS_* variables, with MPIOS_BIND set to --advertise, MPIOS_NODE to --node and
 MPIOS_CKPT_DIR to --store. Its output lines and exit status go to
-mpios.job.JOB.rank.R.out and .exit. Ranks die with pcmd; when pcmd is stopped it
+mpios.job.JOB.rank.R.out and .exit; pcmd keeps its latest 1 MiB of output and, for 2
+minutes after it ended, its exit status, for its mpirun to ask again after a NATS
+outage (mpios.node.NAME.replay). Ranks die with pcmd; when pcmd is stopped it
 stops them (SIGTERM, SIGKILL after --kill-grace) and deregisters the node. Every
 rank holds a lease: the ranks of a job whose mpirun sent no keepalive (it died) for
 the lease it asked for, at most --lease, are stopped too.
