@@ -521,14 +521,7 @@ func TestRemoteNodeGone(t *testing.T) {
 	if !strings.Contains(logs.String(), "its ranks 0 are lost") {
 		t.Errorf("log: %s", logs)
 	}
-	select {
-	case ev := <-r.Events():
-		if g := ev.Gone; g == nil || g.Node != "n1" || !strings.Contains(g.Reason, "node n1 stopped responding") {
-			t.Errorf("Events delivered %+v, want n1 gone", ev)
-		}
-	default:
-		t.Error("Events did not deliver the lost node")
-	}
+	wantGoneDelivered(t, r, "n1")
 	select {
 	case <-nodeclient.Finished(p1):
 		t.Error("the rank on the live node was failed too")
@@ -544,36 +537,46 @@ func TestRemoteNodeGone(t *testing.T) {
 // is unknown or the program cannot start.
 func TestRemoteSpawnOnDeadNode(t *testing.T) {
 	t.Parallel()
+	n1, r := quietNode(t)
+	n1.die()
+	_, err := r.StartOn("n1", rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=spawn", testSecret}, Output: func(rankproc.Stream, []byte) {}})
+	if !errors.Is(err, nodeclient.ErrNodeGone) || !strings.Contains(err.Error(), "node n1 stopped responding (no pcmd listens on") {
+		t.Errorf("spawn on a dead node: %v, want nodeclient.ErrNodeGone", err)
+	}
+	wantGoneDelivered(t, r, "n1")
+}
+
+// quietNode is a Remote on a node n1 whose heartbeats come too rarely to tell it is gone.
+func quietNode(t *testing.T) (*fakeNode, *nodeclient.Remote) {
+	t.Helper()
 	url := testbin.NATSServer(t, "u", "p")
-	n1 := startFakeNode(t, url, "n1", 1, time.Hour) // no help from missed heartbeats
+	n1 := startFakeNode(t, url, "n1", 1, time.Hour)
 	r, _, err := newRemote(t, url, "n1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n1.die()
-	_, err = r.StartOn("n1", rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=spawn", testSecret}, Output: func(rankproc.Stream, []byte) {}})
-	if !errors.Is(err, nodeclient.ErrNodeGone) || !strings.Contains(err.Error(), "node n1 stopped responding (no pcmd listens on") {
-		t.Errorf("spawn on a dead node: %v, want nodeclient.ErrNodeGone", err)
-	}
+	return n1, r
+}
+
+// wantGoneDelivered checks that r's Events already delivered node gone, having stopped
+// responding.
+func wantGoneDelivered(t *testing.T, r *nodeclient.Remote, node string) {
+	t.Helper()
 	select {
 	case ev := <-r.Events():
-		if g := ev.Gone; g == nil || g.Node != "n1" {
-			t.Errorf("Events delivered %+v, want n1 gone", ev)
+		wantGone(t, ev, node)
+		if !strings.Contains(ev.Gone.Reason, "node "+node+" stopped responding") {
+			t.Errorf("%s gone: %q, want it stopped responding", node, ev.Gone.Reason)
 		}
 	default:
-		t.Error("Events did not deliver the lost node")
+		t.Errorf("Events did not deliver the loss of %s", node)
 	}
 }
 
 // TestRemoteSignalDeadNode: signalling a rank whose pcmd vanished marks the node gone at once.
 func TestRemoteSignalDeadNode(t *testing.T) {
 	t.Parallel()
-	url := testbin.NATSServer(t, "u", "p")
-	n1 := startFakeNode(t, url, "n1", 1, time.Hour) // no help from missed heartbeats
-	r, _, err := newRemote(t, url, "n1", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n1, r := quietNode(t)
 	p, err := r.Start(rankproc.Spec{Rank: 0, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=sig", testSecret}, Output: func(rankproc.Stream, []byte) {}})
 	if err != nil {
 		t.Fatal(err)
