@@ -1,6 +1,7 @@
 package spawner
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -30,8 +31,11 @@ const (
 
 // ledger is what a rank published: its latest output messages and its exit.
 type ledger struct {
-	mu     sync.Mutex
-	out    []job.RankOutput // Seq ascending
+	mu sync.Mutex
+	// out[head:] are the messages kept, Seq ascending; those before head are forgotten, and
+	// compacted away once they are half of out (a full ledger forgets one per line printed).
+	out    []job.RankOutput
+	head   int
 	bytes  int
 	exit   *job.RankExit
 	doneAt time.Time
@@ -45,13 +49,15 @@ func (l *ledger) add(o job.RankOutput) {
 	defer l.mu.Unlock()
 	l.out = append(l.out, o)
 	l.bytes += len(o.Line)
-	drop := 0
-	for len(l.out)-drop > ledgerMaxLines || (l.bytes > ledgerMaxBytes && drop < len(l.out)-1) {
-		l.bytes -= len(l.out[drop].Line)
-		drop++
+	for len(l.out)-l.head > ledgerMaxLines || (l.bytes > ledgerMaxBytes && l.head < len(l.out)-1) {
+		l.bytes -= len(l.out[l.head].Line)
+		l.out[l.head] = job.RankOutput{} // its line is garbage now
+		l.head++
 	}
-	if drop > 0 {
-		l.out = slices.Delete(l.out, 0, drop)
+	if l.head > len(l.out)/2 {
+		n := copy(l.out, l.out[l.head:])
+		clear(l.out[n:])
+		l.out, l.head = l.out[:n], 0
 	}
 }
 
@@ -71,18 +77,11 @@ const replayOverhead, replayPerMessage = 4096, 32
 func (l *ledger) since(after uint64, limit int) job.ReplayReply {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(l.out, after+1, func(o job.RankOutput, seq uint64) int {
-		switch {
-		case o.Seq < seq:
-			return -1
-		case o.Seq > seq:
-			return 1
-		}
-		return 0
-	})
+	kept := l.out[l.head:]
+	i, _ := slices.BinarySearchFunc(kept, after+1, func(o job.RankOutput, seq uint64) int { return cmp.Compare(o.Seq, seq) })
 	rep := job.ReplayReply{Exit: l.exit}
 	size := replayOverhead
-	for _, o := range l.out[i:] {
+	for _, o := range kept[i:] {
 		if size += len(o.Line) + replayPerMessage; size > limit && len(rep.Output) > 0 {
 			rep.More = true
 			break

@@ -2,8 +2,10 @@ package spawner
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"log"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,15 @@ func TestALedgerKeepsTheLatestOutputWithinItsBounds(t *testing.T) {
 	}
 	if rep := l.since(ledgerMaxLines+8, 4<<20); len(rep.Output) != 2 || rep.Output[0].Seq != ledgerMaxLines+9 {
 		t.Errorf("since %d: %+v, want the last 2", ledgerMaxLines+8, rep.Output)
+	}
+	var long ledger // many times its bound: forgotten messages are compacted away
+	for seq := uint64(1); seq <= 3*ledgerMaxLines+7; seq++ {
+		long.add(job.RankOutput{Seq: seq, Line: []byte("x")})
+	}
+	if rep := long.since(0, 4<<20); len(rep.Output) != ledgerMaxLines || rep.Output[0].Seq != 2*ledgerMaxLines+8 ||
+		!slices.IsSortedFunc(rep.Output, func(a, b job.RankOutput) int { return cmp.Compare(a.Seq, b.Seq) }) || len(long.out) > 2*ledgerMaxLines+1 {
+		t.Errorf("a ledger fed %d messages: %d kept from %d, %d held; want the latest %d in order, at most %d held",
+			3*ledgerMaxLines+7, len(rep.Output), rep.Output[0].Seq, len(long.out), ledgerMaxLines, 2*ledgerMaxLines+1)
 	}
 	var big ledger
 	line := bytes.Repeat([]byte("y"), ledgerMaxBytes/3)
