@@ -3,6 +3,7 @@ package e2e
 import (
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +33,13 @@ func startThenTerm(t *testing.T, c *cluster, node *exec.Cmd, id string, args ...
 	t.Helper()
 	j := c.start(t, id, nil, args...)
 	c.waitRunning(t, id)
+	termWhenHeard(t, c, node)
+	return j
+}
+
+// termWhenHeard sends SIGTERM to node's pcmd once it has heard every other node of c.
+func termWhenHeard(t *testing.T, c *cluster, node *exec.Cmd) {
+	t.Helper()
 	// A node places its ranks on the peers it has heard: wait until it heard them all, as
 	// a node that has run for a while has.
 	name := ""
@@ -52,7 +60,6 @@ func startThenTerm(t *testing.T, c *cluster, node *exec.Cmd, id string, args ...
 	if err := node.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	return j
 }
 
 // TestSIGTERMDrainsTheNodeBeforePcmdExits: "SIGTERM to pcmd serve: the node takes no new
@@ -130,4 +137,43 @@ func TestSIGTERMThatCannotPlaceTheRanksKeepsServing(t *testing.T) {
 	if !exited(n1, 15*time.Second) {
 		t.Fatal("pcmd n1 did not exit on the second SIGTERM")
 	}
+}
+
+// A rank of a draining node stops (SIGSTOP) before it can move: the drain cannot carry out
+// its migration, the hang timeout declares the rank failed, and the recovery restarts every
+// rank on the nodes that take ranks, none on the draining one (mpirun used to restart rank 0
+// there, and n1's refusal, "takes no new ranks", ended the job). n1 then has no rank left and
+// exits; the result is the undisturbed run's.
+func TestRankStoppedOnADrainingNodeIsRecoveredOffIt(t *testing.T) {
+	args := []string{"heat2d", "-n", "48", "-iters", "800"}
+	want := referenceDump(t, args...)
+	c := newCluster(t, "n2", "n3")
+	n1 := c.startNode("n1", "--allow", bin+"/*")
+	committed, err := c.nc.SubscribeSync(job.CommittedSubject("leave-stop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "leave-stop", nil, "--hosts", "n1:2,n2:2", "--ckpt-every", "10", "--hang-timeout", "2s",
+		prog("heat2d"), "-n", "48", "-iters", "800", "-dump", dump, "-pace", "10ms")
+	if _, err := committed.NextMsg(60 * time.Second); err != nil {
+		t.Fatalf("no committed checkpoint reported: %v\n%s", err, j.stderr.String())
+	}
+	pid := rankPID(t, j.id, 0)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	termWhenHeard(t, c, n1)
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
+	}
+	j.waitLog(`rank 0 \(pid `+strconv.Itoa(pid)+` on n1\) sent no sign of life for 2(\.\d+)?s \(stopped or frozen\): declared failed; recovering \(1 of 3\)`, 1, time.Second)
+	j.waitLog(`recovered from the failure of rank 0`, 1, time.Second)
+	if strings.Contains(j.stderr.String(), "cannot start rank") {
+		t.Errorf("a restart went to the draining node:\n%s", j.stderr.String())
+	}
+	if !exited(n1, 30*time.Second) {
+		t.Errorf("pcmd n1 did not exit once its ranks were gone\nstderr:\n%s", j.stderr.String())
+	}
+	j.sameDump(dump, want)
 }

@@ -437,6 +437,8 @@ func (r *runner) run(ctx context.Context, path string, env job.Env) error {
 				r.step(supervisor.NodeGone{Node: g.Node, Reason: g.Reason})
 			} else if j := ev.Joined; j != nil {
 				r.step(supervisor.NodeJoined{Node: j.Node, Free: j.Free, Why: j.Reason})
+			} else if d := ev.Draining; d != nil {
+				r.step(supervisor.NodeDraining{Node: d.Node, Draining: d.Draining})
 			}
 		case <-r.cp.changed:
 			r.step(r.cp.event())
@@ -667,7 +669,8 @@ func (r *runner) startJoiner(a supervisor.StartRank, env job.Env) supervisor.Eve
 // started registers a started process and waits for its exit.
 func (r *runner) started(id supervisor.ProcID, proc rankproc.Process, err error) supervisor.Event {
 	if err != nil {
-		return supervisor.Started{Proc: id, Err: trimLaunch(err), NodeGone: errors.Is(err, rankproc.ErrHostGone)}
+		return supervisor.Started{Proc: id, Err: trimLaunch(err), NodeGone: errors.Is(err, rankproc.ErrHostGone),
+			NodeClosed: errors.Is(err, rankproc.ErrHostClosed)}
 	}
 	r.procs[id] = proc
 	go func() {

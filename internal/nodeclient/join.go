@@ -22,10 +22,30 @@ import (
 // job's secrets are sealed for the card's curve key.
 
 // NodeEvent is a change in a node's standing, delivered in the order the Remote saw them
-// (a node may be gone, join, and be gone again): exactly one of Gone and Joined is set.
+// (a node may be gone, join, and be gone again): exactly one of Gone, Joined and Draining is
+// set.
 type NodeEvent struct {
-	Gone   *NodeGoneError
-	Joined *NodeJoin
+	Gone     *NodeGoneError
+	Joined   *NodeJoin
+	Draining *NodeDrain
+}
+
+// NodeDrain says that a node of the job began draining (pcmd drain: it takes no new ranks
+// and leaves once its ranks have moved) or, Draining false, takes ranks again (the drain
+// could not place them and the node keeps serving).
+type NodeDrain struct {
+	Node     string
+	Draining bool
+}
+
+// closedNode notes that node refused a spawn because it takes no new ranks: it counts as
+// draining until a heartbeat says otherwise (which is then delivered as a change).
+func (r *Remote) closedNode(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if node := r.nodes[name]; node != nil && node.gone == nil {
+		node.draining = true
+	}
 }
 
 // NodeJoin is a node that joined the job: it can take Free ranks now.

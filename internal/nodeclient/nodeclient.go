@@ -113,6 +113,7 @@ func checkHosts(hosts []HostSlots) error {
 var (
 	ErrUnknownNode    = errors.New("unknown node")
 	ErrNodeGone       = rankproc.ErrHostGone
+	ErrNodeClosed     = rankproc.ErrHostClosed // a spawn refused: the node drains or shuts down
 	ErrNotEnoughSlots = errors.New("not enough slots")
 )
 
@@ -141,8 +142,11 @@ type SpawnError struct {
 	Gone bool
 }
 
-// Is makes errors.Is(err, ErrNodeGone) true when the node is gone.
-func (e *SpawnError) Is(target error) bool { return e.Gone && target == ErrNodeGone }
+// Is makes errors.Is(err, ErrNodeGone) true when the node is gone, and errors.Is(err,
+// ErrNodeClosed) when it refused because it takes no new ranks (job.RefuseStopping).
+func (e *SpawnError) Is(target error) bool {
+	return e.Gone && target == ErrNodeGone || e.Refusal == job.RefuseStopping && target == ErrNodeClosed
+}
 
 // Error returns the reason (the node's own message for a refusal), prefixed with "nodeclient: ".
 func (e *SpawnError) Error() string { return "nodeclient: " + e.Reason }
@@ -219,6 +223,7 @@ type remoteNode struct {
 	last     time.Time
 	card     *ctlauth.NodeCard // its verified key card; nil: an older pcmd, secrets go in clear
 	gone     *NodeGoneError
+	draining bool // it takes no new ranks (its heartbeats say so, or it refused a spawn)
 	joined   bool // it joined after the start: watched even while it runs no rank
 	procs    map[*remoteProcess]bool
 }
@@ -574,6 +579,9 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 		if reason == "" {
 			reason = fmt.Sprintf("node %s did not start rank %d (refusal %q, pid %d)", name, spec.Rank, rep.Refusal, rep.PID)
 		}
+		if rep.Refusal == job.RefuseStopping {
+			r.closedNode(name)
+		}
 		return fail(&SpawnError{Node: name, Rank: spec.Rank, Refusal: rep.Refusal, Reason: reason})
 	}
 	p.mu.Lock()
@@ -668,6 +676,10 @@ func (r *Remote) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	node.last, node.interval = time.Now(), info.Interval
+	if info.Draining != node.draining {
+		node.draining = info.Draining
+		r.sendEvent(NodeEvent{Draining: &NodeDrain{Node: info.Name, Draining: info.Draining}})
+	}
 	// A rank the node no longer lists, whose exit never arrived, had its exit message lost:
 	// the node is asked for it again. Several beats in a row are needed: a beat can overtake
 	// the exit on our side.

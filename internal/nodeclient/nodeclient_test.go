@@ -124,6 +124,10 @@ type fakeNode struct {
 	relays map[int]*ctlauth.JobChannel // per rank: its output and exit under the job key
 	kept   map[int]job.ReplayReply     // per rank: what it answers a replay with, as pcmd's ledger
 	batch  int                         // output messages per replay reply, 0: all
+
+	// closed makes it refuse spawns as a draining pcmd does; draining is what its
+	// heartbeats say (they may lag behind a refusal).
+	closed, draining bool
 }
 
 func startFakeNode(t *testing.T, url, name string, slots int, interval time.Duration) *fakeNode {
@@ -169,6 +173,13 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		var req job.SpawnRequest
 		if err := job.Decode(m.Data, &req); err != nil || req.Validate() != nil {
 			n.reply(m, job.SpawnReply{Refusal: job.RefuseInvalid, Error: "bad request"})
+			return
+		}
+		n.mu.Lock()
+		closed := n.closed
+		n.mu.Unlock()
+		if closed {
+			n.reply(m, job.SpawnReply{Node: name, Refusal: job.RefuseStopping, Error: "pcmd: node " + name + " is draining: it takes no new ranks"})
 			return
 		}
 		if req.Path == "/bin/sh" {
@@ -258,7 +269,7 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 func (n *fakeNode) info() job.NodeInfo {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	info := job.NodeInfo{Name: n.name, Slots: n.slots, Used: len(n.ranks), PID: n.pid, Interval: n.interval, Seq: n.seq, Card: n.card}
+	info := job.NodeInfo{Name: n.name, Slots: n.slots, Used: len(n.ranks), PID: n.pid, Interval: n.interval, Seq: n.seq, Card: n.card, Draining: n.draining}
 	for r, req := range n.ranks {
 		info.Ranks = append(info.Ranks, job.RankInfo{Job: req.Job, Rank: r, PID: 1000 + r})
 	}
@@ -480,6 +491,52 @@ func TestRemoteSpawnEnvAndRefusal(t *testing.T) {
 	}
 	if err := p.Signal(syscall.SIGKILL); err != nil {
 		t.Errorf("signalling an exited rank: %v", err)
+	}
+}
+
+// A node of the job that drains (pcmd drain) is reported as draining, from its heartbeats or
+// from a spawn it refused because it takes no new ranks, and as taking ranks again when its
+// heartbeats say so: mpirun's recoveries place no rank on it meanwhile. A start it refuses
+// matches ErrNodeClosed, not ErrNodeGone: its ranks run on.
+func TestRemoteReportsADrainingNode(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n1 := startFakeNode(t, url, "n1", 2, fastBeat)
+	r, _, err := newRemote(t, url, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0 := startRank(t, r, "drains")
+	set := func(closed, draining bool) {
+		n1.mu.Lock()
+		n1.closed, n1.draining = closed, draining
+		n1.mu.Unlock()
+	}
+	wantDraining := func(draining bool) {
+		t.Helper()
+		if d := nextEvent(t, r).Draining; d == nil || d.Node != "n1" || d.Draining != draining {
+			t.Fatalf("node event %+v, want n1 draining=%v", d, draining)
+		}
+	}
+	set(true, true)
+	wantDraining(true)
+	spec := rankproc.Spec{Rank: 1, Path: "/opt/prog", Env: []string{"MPIOS_JOB_ID=drains", testSecret}, Output: func(rankproc.Stream, []byte) {}}
+	_, err = r.StartOn("n1", spec)
+	if !errors.Is(err, nodeclient.ErrNodeClosed) || errors.Is(err, nodeclient.ErrNodeGone) || !strings.Contains(err.Error(), "is draining") {
+		t.Fatalf("start on a draining node: %v, want nodeclient.ErrNodeClosed", err)
+	}
+	set(false, false)
+	wantDraining(false)
+	// A refusal ahead of the heartbeats: the node counts as draining until they say it is not.
+	set(true, false)
+	if _, err := r.StartOn("n1", spec); !errors.Is(err, nodeclient.ErrNodeClosed) {
+		t.Fatalf("start on a node that refuses: %v, want nodeclient.ErrNodeClosed", err)
+	}
+	wantDraining(false)
+	select {
+	case <-nodeclient.Finished(p0):
+		t.Error("the rank on the draining node was failed")
+	default:
 	}
 }
 

@@ -96,6 +96,11 @@ type Process interface {
 // match it with errors.Is.
 var ErrHostGone = errors.New("node is gone")
 
+// ErrHostClosed reports that a host refused to start a process because it takes no new ones
+// (it is draining or shutting down): the program is not at fault. Start errors of such
+// refusals match it with errors.Is.
+var ErrHostClosed = errors.New("node takes no new ranks")
+
 // EnvValue returns the value of the last entry named name in env (KEY=VALUE entries, as in
 // Spec.Env), or "".
 func EnvValue(env []string, name string) string {

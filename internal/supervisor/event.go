@@ -27,6 +27,10 @@ type Started struct {
 	// NodeGone says the process could not be started because its node is gone: the node is
 	// lost, not the program at fault.
 	NodeGone bool
+	// NodeClosed says the node refused the start because it takes no new ranks (it is
+	// draining or shutting down): the program is not at fault, and the node is taken as
+	// draining (NodeDraining) until it says otherwise.
+	NodeClosed bool
 }
 
 // Exited reports that a started process ended.
@@ -103,6 +107,14 @@ type NodeGone struct {
 	Reason string // e.g. "node n3 stopped responding (no heartbeat for 3s)"
 }
 
+// NodeDraining reports that a node began draining (pcmd drain: it takes no new ranks, and
+// leaves once its ranks have moved), or, Draining false, that it takes ranks again. The ranks
+// it runs go on; no recovery restarts a rank there while it drains.
+type NodeDraining struct {
+	Node     string
+	Draining bool
+}
+
 // Tick tells the Machine that time passed; it acts on the deadlines that expired (see
 // Machine.NextDeadline).
 type Tick struct{}
@@ -122,6 +134,7 @@ func (InfoRequest) event()      {}
 func (Signal) event()           {}
 func (Cancel) event()           {}
 func (NodeGone) event()         {}
+func (NodeDraining) event()     {}
 func (Tick) event()             {}
 
 // Action is an output of the Machine: something the loop must do.

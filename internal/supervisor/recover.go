@@ -323,24 +323,36 @@ func (m *Machine) logRecovering(cause string) {
 
 // placeAgain decides the recovery's placement again when a node it names was found lost
 // while the failed run was being stopped (asked to kill the ranks there, the node's pcmd did
-// not answer): the first decision could not know, and starting a rank there would fail. It
-// returns false, having failed the job, if no rank can go on.
+// not answer), or began draining meanwhile: the first decision could not know, and starting
+// a rank there would fail. It returns false, having failed the job, if no rank can go on.
 func (m *Machine) placeAgain() bool {
 	a := m.rec.active
 	if a == nil {
 		return true
 	}
-	var lost []string
+	var lost, draining []string
 	for _, n := range m.rec.placement {
-		if n != "" && m.nodeLost(n) && !slices.Contains(lost, n) {
+		switch {
+		case n == "" || slices.Contains(lost, n) || slices.Contains(draining, n):
+		case m.nodeLost(n):
 			lost = append(lost, n)
+		case m.draining[n]:
+			draining = append(draining, n)
 		}
 	}
-	if len(lost) == 0 {
+	if len(lost)+len(draining) == 0 {
 		return true
 	}
 	slices.Sort(lost)
-	cause := fmt.Sprintf("node %s was lost while the failed run was being stopped", strings.Join(lost, ", "))
+	slices.Sort(draining)
+	var causes []string
+	if len(lost) > 0 {
+		causes = append(causes, fmt.Sprintf("node %s was lost", strings.Join(lost, ", ")))
+	}
+	if len(draining) > 0 {
+		causes = append(causes, fmt.Sprintf("node %s began draining", strings.Join(draining, ", ")))
+	}
+	cause := strings.Join(causes, " and ") + " while the failed run was being stopped"
 	np, placement, why := m.recoveryPlacement()
 	if why != "" {
 		m.rec.active = nil
@@ -374,8 +386,11 @@ func lostText(lost int64) string {
 // initial rank, a migration's successor): it belongs to the failed run too.
 func (m *Machine) onStartedWhileKilling(id ProcID, p *proc, e Started) {
 	if e.Err != nil {
-		if e.NodeGone && p.node != "" {
+		switch {
+		case e.NodeGone && p.node != "":
 			m.noteNodeLost(p.node)
+		case e.NodeClosed && p.node != "":
+			m.draining[p.node] = true
 		}
 		delete(m.procs, id)
 		m.respawnIfClear()
@@ -511,8 +526,10 @@ func (m *Machine) lastRecoverEntry() *reconf.Reconfiguration {
 	return nil
 }
 
-// place decides where ranks 0..np-1 restart: each on its node if the node is alive and
-// has room within the job's slots, else on a surviving node with a free slot. For ranks that
+// place decides where ranks 0..np-1 restart: each on its node (or, for a rank that a
+// recovery under way had not started yet, where that recovery placed it) if the node is
+// alive, not draining and has room within the job's slots, else on such a node with a free
+// slot. For ranks that
 // ran on this machine (node "") it is this machine. It returns why not, if the ranks do not
 // fit.
 func (m *Machine) place(np int) ([]string, string) {
@@ -523,11 +540,13 @@ func (m *Machine) place(np int) ([]string, string) {
 		node := ""
 		if p := m.procs[m.ranks[r].proc]; p != nil {
 			node = p.node
+		} else if m.rec.active != nil && r < len(m.rec.placement) {
+			node = m.rec.placement[r] // a restart that did not get that far: where it was going
 		}
 		if node == "" && len(m.cfg.Slots) == 0 {
 			continue // this machine
 		}
-		if node != "" && !m.nodeLost(node) && used[node] < m.slots(node) {
+		if node != "" && m.takesRanks(node) && used[node] < m.slots(node) {
 			placement[r] = node
 			used[node]++
 			continue
@@ -535,11 +554,8 @@ func (m *Machine) place(np int) ([]string, string) {
 		homeless = append(homeless, r)
 	}
 	nodes := make([]string, 0, len(m.cfg.Slots))
-	var lost []string
 	for n := range m.cfg.Slots {
-		if m.nodeLost(n) {
-			lost = append(lost, n)
-		} else {
+		if m.takesRanks(n) {
 			nodes = append(nodes, n)
 		}
 	}
@@ -561,9 +577,47 @@ func (m *Machine) place(np int) ([]string, string) {
 	if len(homeless) == 0 {
 		return placement, ""
 	}
+	return nil, fmt.Sprintf("no surviving node has room for rank %s (%d slot(s) missing; %s)",
+		joinInts(homeless), len(homeless), m.nodesText())
+}
+
+// nodesText lists the job's nodes by standing, for the reason a recovery cannot place ranks:
+// "lost: n2; draining: n1; surviving: n3" (draining only if some node drains).
+func (m *Machine) nodesText() string {
+	var lost, draining, surviving []string
+	for n := range m.cfg.Slots {
+		switch {
+		case m.nodeLost(n):
+			lost = append(lost, n)
+		case m.draining[n]:
+			draining = append(draining, n)
+		default:
+			surviving = append(surviving, n)
+		}
+	}
 	slices.Sort(lost)
-	return nil, fmt.Sprintf("no surviving node has room for rank %s (%d slot(s) missing; lost: %s; surviving: %s)",
-		joinInts(homeless), len(homeless), orNone(lost), orNone(nodes))
+	slices.Sort(draining)
+	slices.Sort(surviving)
+	text := "lost: " + orNone(lost)
+	if len(draining) > 0 {
+		text += "; draining: " + strings.Join(draining, ", ")
+	}
+	return text + "; surviving: " + orNone(surviving)
+}
+
+// takesRanks reports whether a recovery may start ranks on node: it is neither lost nor
+// draining.
+func (m *Machine) takesRanks(node string) bool {
+	return !m.nodeLost(node) && !m.draining[node]
+}
+
+// onNodeDraining notes that a node drains, or takes ranks again.
+func (m *Machine) onNodeDraining(e NodeDraining) {
+	if e.Draining {
+		m.draining[e.Node] = true
+	} else {
+		delete(m.draining, e.Node)
+	}
 }
 
 // shrunkPlacement is the recovery of a job whose ranks do not all fit on the surviving nodes
@@ -575,17 +629,13 @@ func (m *Machine) shrunkPlacement(why string) (int, []string, string) {
 		return 0, nil, why + "; the job cannot shrink: its ranks registered no distributed data (pcm.NewBlock)"
 	}
 	room := 0
-	var lost []string
 	for n := range m.cfg.Slots {
-		if m.nodeLost(n) {
-			lost = append(lost, n)
-		} else {
+		if m.takesRanks(n) {
 			room += m.slots(n)
 		}
 	}
 	if room == 0 {
-		slices.Sort(lost)
-		return 0, nil, fmt.Sprintf("no surviving node has room for any rank (lost: %s; surviving: none)", orNone(lost))
+		return 0, nil, fmt.Sprintf("no surviving node has room for any rank (%s)", m.nodesText())
 	}
 	placement, err := m.place(room)
 	return room, placement, err

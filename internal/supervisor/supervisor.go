@@ -225,6 +225,7 @@ type Machine struct {
 	// rank (RepublishEvery); zero if not armed.
 	republishAt time.Time
 	gone        map[string]string // nodes gone, and why
+	draining    map[string]bool   // nodes that take no new ranks (NodeDraining)
 	rs          *resizing         // the resize under way (resize.go)
 	rigid       bool              // the ranks registered no distributed data (resize.go)
 	malleable   bool              // they registered some: the job can shrink when recovered (recover.go)
@@ -250,6 +251,7 @@ func New(cfg Config) (*Machine, error) {
 		joints:      make(map[jointKey]*joint),
 		jointChecks: make(map[uint64]jointKey),
 		gone:        make(map[string]string),
+		draining:    make(map[string]bool),
 		rec:         recovery{beats: make(map[ProcID]beat), lastIter: -1},
 	}, nil
 }
@@ -299,6 +301,8 @@ func (m *Machine) Step(now time.Time, ev Event) []Action {
 		if _, seen := m.gone[e.Node]; !seen {
 			m.gone[e.Node] = e.Reason
 		}
+	case NodeDraining:
+		m.onNodeDraining(e)
 	case NodeJoined:
 		m.onNodeJoined(e)
 	case Alive, Committed, Restored, ControlPlaneDown, ControlPlaneUp, Stalled:
@@ -460,10 +464,16 @@ func (m *Machine) onStarted(now time.Time, e Started) {
 	if e.Err != nil {
 		delete(m.procs, e.Proc)
 		kind := StartFailed
-		if e.NodeGone && p.node != "" {
+		switch {
+		case e.NodeGone && p.node != "":
 			// Its node was lost, as a rank is lost with its node: a recovery restarts the
 			// job on the nodes that are left.
 			m.noteNodeLost(p.node)
+			kind = RankFailed
+		case e.NodeClosed && p.node != "":
+			// Its node began draining after the placement was decided: a recovery
+			// restarts the job on the nodes that take ranks.
+			m.draining[p.node] = true
 			kind = RankFailed
 		}
 		m.fail(now, &Failure{Kind: kind, Rank: p.rank, Code: StatusFailed,
