@@ -116,10 +116,13 @@ type bench struct {
 	// replicatedDense adds to part replicated the same pair with heat2d's interior started
 	// at 1, so that no block of the state is zeros.
 	replicatedDense bool
-	keep            bool
-	pcmdArgs        []string // part replicated: further options of the nodes' pcmd serve
-	resizeSizes     []float64
-	changes         []resizeChange
+	// replicatedSync adds to part replicated (b), and (e) with -replicated-dense, with
+	// mpirun --ckpt-sync: each checkpoint written and copied at the boundary, every rank at once.
+	replicatedSync bool
+	keep           bool
+	pcmdArgs       []string // part replicated: further options of the nodes' pcmd serve
+	resizeSizes    []float64
+	changes        []resizeChange
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -155,6 +158,7 @@ func main() {
 	flag.DurationVar(&b.diskEvery, "disk-every", 100*time.Millisecond, "part disk: one round of the background writer every this (heat2d's checkpoint interval at --ckpt-every 50)")
 	flag.BoolVar(&b.stopRestart, "stop-restart", true, "also measure stop-and-restart (part migration)")
 	flag.BoolVar(&b.replicatedDense, "replicated-dense", false, "part replicated: also (d) and (e), the baseline and --ckpt-every with a state that has no zero blocks (heat2d -init 1)")
+	flag.BoolVar(&b.replicatedSync, "replicated-sync", false, "part replicated: also (f), (b) with mpirun --ckpt-sync, and with -replicated-dense (g), (e) with --ckpt-sync")
 	flag.BoolVar(&b.keep, "keep", false, "keep the temporary directory (binaries, logs, stores)")
 	flag.Func("pcmd-arg", "part replicated: give the nodes' pcmd serve this further `OPTION` (repeat for more; e.g. --pcmd-arg=--copy-nice=10)", func(v string) error {
 		b.pcmdArgs = append(b.pcmdArgs, v)

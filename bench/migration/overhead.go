@@ -346,6 +346,13 @@ func (b *bench) runReplicated(np int) overheadResult {
 			variant{key: "d", name: "(d) dense state: -no-pcm -init 1 on two pcmd nodes (baseline)", mpirun: on, app: append([]string{"-no-pcm"}, dense...)},
 			variant{key: "e", name: "(e) dense state: (b) with -init 1", mpirun: vs[1].mpirun, app: dense, base: "d", limit: 5})
 	}
+	if b.replicatedSync {
+		sync := append(slices.Clone(vs[1].mpirun), "--ckpt-sync")
+		vs = append(vs, variant{key: "f", name: "(f) (b) with --ckpt-sync", mpirun: sync, base: "a", limit: 5})
+		if b.replicatedDense {
+			vs = append(vs, variant{key: "g", name: "(g) (e) with --ckpt-sync", mpirun: sync, app: []string{"-" + solverkit.InitFlag, "1"}, base: "d", limit: 5})
+		}
+	}
 	for i := range vs {
 		vs[i].iterTimes = true
 	}

@@ -752,7 +752,11 @@ func (r *Remote) nodeGone(name, reason string) {
 	r.mu.Unlock()
 	if len(procs) > 0 {
 		slices.Sort(ranks)
-		r.cfg.Logf("%s; its ranks %s are lost", reason, joinInts(ranks))
+		if len(ranks) == 1 {
+			r.cfg.Logf("%s; its rank %d is lost", reason, ranks[0])
+		} else {
+			r.cfg.Logf("%s; its ranks %s are lost", reason, joinInts(ranks))
+		}
 	}
 	for _, p := range procs {
 		p.finish(rankproc.Exit{Code: -1, At: time.Now()}, node.gone)

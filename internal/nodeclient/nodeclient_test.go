@@ -575,7 +575,7 @@ func TestRemoteNodeGone(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Wait of a rank on a dead node did not return")
 	}
-	if !strings.Contains(logs.String(), "its ranks 0 are lost") {
+	if !strings.Contains(logs.String(), "its rank 0 is lost") {
 		t.Errorf("log: %s", logs)
 	}
 	wantGoneDelivered(t, r, "n1")
