@@ -12,6 +12,7 @@ import (
 
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/offerconn"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
@@ -100,12 +101,8 @@ func (p *Process) fetchPiece(m ckptstore.Manifest, rank int, info ckptstore.Piec
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
-	conn, err := net.DialTimeout("tcp", rep.Addr, 10*time.Second)
+	conn, err := offerconn.Dial(rep.Addr, auth.OfferProof(rep.Token), 10*time.Second, offerconn.IdleTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
-	}
-	if _, err := conn.Write(auth.OfferProof(rep.Token)); err != nil {
-		conn.Close()
 		return nil, fmt.Errorf("fetch %s from node %s: %w", id, node, err)
 	}
 	vr, err := ckptstore.NewVerifyingReader(conn, id, info)

@@ -4,12 +4,12 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/offerconn"
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
@@ -102,17 +102,16 @@ func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo
 	if err != nil {
 		return fmt.Errorf("copy to node %s: %w", buddy, err)
 	}
-	conn, err := net.DialTimeout("tcp", rep.Addr, copyTimeout)
+	// A buddy that stops taking bytes (frozen, cut off) fails the copy after
+	// offerconn.IdleTimeout: the checkpoint then lacks this copy, and the job goes on.
+	conn, err := offerconn.Dial(rep.Addr, p.launched.Auth.OfferProof(rep.Token), copyTimeout, offerconn.IdleTimeout)
 	if err != nil {
 		return fmt.Errorf("copy to node %s: %w", buddy, err)
 	}
 	defer conn.Close()
 	// The piece's runs are large writes that go to the socket directly; the buffer only
-	// gathers the small ones (proof, run headers), so it need not be large.
+	// gathers the small ones (run headers), so it need not be large.
 	w := bufio.NewWriterSize(conn, 64<<10)
-	if _, err := w.Write(p.launched.Auth.OfferProof(rep.Token)); err != nil {
-		return fmt.Errorf("copy to node %s: %w", buddy, err)
-	}
 	write := src.dense
 	if rep.Sparse && src.sparse != nil {
 		write = src.sparse

@@ -204,3 +204,46 @@ func TestBuddyCopyMeasuresTheLinkFromItsSender(t *testing.T) {
 	default:
 	}
 }
+
+// A rank that stops sending in the middle of a copy (frozen, cut off) while its connection
+// stays open does not hold the node's offer for good: after the idle limit the node gives
+// the copy up, says why, and keeps nothing.
+func TestACopyWhoseSenderFallsSilentIsGivenUp(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	dir := filepath.Join(t.TempDir(), "store")
+	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Keys: keyring(t, "n2", "j"), IdleTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	data := bytes.Repeat([]byte("piece"), 1000)
+	want, _ := sourcePiece(t, data)
+	as := channel(t, "j", 0)
+	subject := job.PieceCopySubject("n2", "j")
+	req, _ := as.Encode(subject, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum}, time.Now())
+	msg, err := testbin.Connect(t, url).Request(subject, req, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep job.PieceReply
+	if _, err := as.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil || rep.Error != "" {
+		t.Fatal(err, rep.Error)
+	}
+	c, err := net.Dial("tcp", rep.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(as.OfferProof(rep.Token))
+	c.Write(data[:len(data)/2]) // and then nothing, the connection open
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(line, "timeout") {
+		t.Fatalf("the node's answer to a copy that stopped: %q, %v; want it given up on a timeout", line, err)
+	}
+	st, _ := ckptstore.Open(dir, &ckptstore.Options{Node: "n2"})
+	if _, err := st.VerifyPiece("j", 2, 0); err == nil {
+		t.Error("the node kept half a copy")
+	}
+}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/offerconn"
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -58,6 +59,9 @@ type Config struct {
 	// sees it (pcmd's IOS agent keeps it per peer, iosbridge.Node.ObserveTransfer). Called
 	// from the copy's goroutine; it must not block.
 	Transfer func(from string, bytes int64, d time.Duration)
+	// IdleTimeout fails a transfer on which the requester moved no byte for this long
+	// (a frozen or cut-off rank). 0: offerconn.IdleTimeout.
+	IdleTimeout time.Duration
 }
 
 // Server answers the piece and manifest requests of one node.
@@ -68,6 +72,7 @@ type Server struct {
 	copyNice             int
 	logf                 func(format string, args ...any)
 	transfer             func(from string, bytes int64, d time.Duration)
+	idle                 time.Duration
 	sub, msub, csub      *nats.Subscription
 	wg                   sync.WaitGroup
 	mu                   sync.Mutex
@@ -93,7 +98,7 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.Keys == nil {
 		return nil, errors.New("pcmd: piece server without a job keyring")
 	}
-	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, copyNice: cfg.CopyNice, logf: cfg.Logf, transfer: cfg.Transfer, open: make(map[net.Listener]bool),
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, copyNice: cfg.CopyNice, logf: cfg.Logf, transfer: cfg.Transfer, idle: cfg.IdleTimeout, open: make(map[net.Listener]bool),
 		offers: newOffers(cfg.MaxOffers, cfg.MaxOffersPerRequester)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -421,7 +426,7 @@ func (s *Server) lend(ln net.Listener, proven func(proof []byte) bool, handle ha
 			continue
 		}
 		c.SetDeadline(time.Time{})
-		err = handle(c, accepted)
+		err = handle(offerconn.Idle(c, s.idle), accepted)
 		if cerr := c.Close(); err == nil {
 			err = cerr
 		}
