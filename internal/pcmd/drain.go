@@ -69,8 +69,18 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 	s.mu.Lock()
 	again := s.draining
 	s.draining = true
+	if !again {
+		s.drainWhy = req.Reason
+	}
 	peers := s.peers.aliveInfos(time.Now())
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.draining {
+			s.retry.planned(time.Now())
+		}
+		s.mu.Unlock()
+	}()
 	s.ranks.Drain() // first: no rank may arrive between the plan and the moves
 	ranks := s.ranks.Ranks()
 	moves, stuck := planDrain(ranks, peers)
@@ -105,7 +115,11 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 	if req.Reason != "" {
 		why += ": " + req.Reason
 	}
-	s.log.Printf("draining (%s): no new ranks, moving %d jobs' ranks, shrinking %d jobs", why, len(moves), len(shrinks))
+	moving := 0
+	for _, m := range moves {
+		moving += len(m.Ranks)
+	}
+	s.log.Printf("draining (%s): no new ranks, moving %s, shrinking %s", why, count(moving, "rank"), count(len(shrinks), "job"))
 	timeout := s.cfg.IOS.ControlTimeout
 	if timeout <= 0 { // the agent is off
 		timeout = agentdriver.DefaultControlTimeout
@@ -144,6 +158,58 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 	wg.Wait()
 	rep.Moves = append(moves, shrinks...)
 	return rep
+}
+
+// A drain's moves can fail after their jobs accepted them: the target filled up or began
+// draining itself before the successor started, and the migration was aborted (two nodes
+// drained at once). The ranks then stay, and the node would wait for their jobs to end. So a
+// draining node that still runs ranks plans its drain again, first drainRetryFirst after
+// the last plan, then at twice the interval each time up to drainRetryMost: the new plan
+// places them on the peers as they are now, shrinks their jobs, or says why not. A rank whose
+// move is still under way is refused as "already moving", and one that has moved is no
+// longer the node's to move.
+const (
+	drainRetryFirst = 5 * time.Second
+	drainRetryMost  = time.Minute
+)
+
+// drainRetry decides when a drain is planned again. The zero value has no plan yet.
+type drainRetry struct {
+	last time.Time     // the last plan
+	wait time.Duration // from the last plan to the next; 0: drainRetryFirst
+}
+
+// planned notes a plan made at now, by a drain request or a retry.
+func (r *drainRetry) planned(now time.Time) {
+	if !r.last.IsZero() {
+		r.wait = min(2*max(r.wait, drainRetryFirst), drainRetryMost)
+	}
+	r.last = now
+}
+
+// due reports whether a draining node that runs ranks plans its drain again at now.
+func (r *drainRetry) due(now time.Time, ranks int) bool {
+	return ranks > 0 && !r.last.IsZero() && now.Sub(r.last) >= max(r.wait, drainRetryFirst)
+}
+
+// retryDrain plans the drain again when it is due, off the caller's goroutine (the jobs'
+// answers take up to the control timeout).
+func (s *server) retryDrain(now time.Time) {
+	s.mu.Lock()
+	due := s.draining && s.retry.due(now, s.ranks.Used())
+	if due {
+		// Not due again while this retry runs: its own plan resets the clock.
+		s.retry.last = now
+	}
+	why := s.drainWhy
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	if why != "" {
+		why += ", "
+	}
+	go s.drain(job.DrainRequest{Reason: why + "planned again: its ranks are still here"})
 }
 
 // planShrinks decides, for the jobs of the ranks that found no peer with room (stuck), which
@@ -302,4 +368,12 @@ func (s *server) openDrain(m *nats.Msg, req *job.DrainRequest) error {
 		return err
 	}
 	return job.Decode(msg.Body, req)
+}
+
+// count says "1 rank", "2 ranks".
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

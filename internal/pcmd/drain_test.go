@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -306,5 +307,39 @@ func TestADrainMustBeSignedByTheNodesOwnKey(t *testing.T) {
 	rep, err := nodestatus.Drain(nc, "n1", job.DrainRequest{Reason: "maintenance"}, signer(own), 5*time.Second)
 	if err != nil || rep.Error != "" {
 		t.Fatalf("drain signed by the node's own key: %+v, %v", rep, err)
+	}
+}
+
+// "A drain that cannot place the ranks says why": a move a job accepted may be aborted later
+// (its target filled up, or drains too), and the ranks stay. The node plans again while it
+// runs ranks, drainRetryFirst after a plan, then at twice the interval, at most
+// drainRetryMost; a node without ranks, or without a plan, plans nothing.
+func TestADrainIsPlannedAgainWhileItsRanksStay(t *testing.T) {
+	var r drainRetry
+	t0 := time.Unix(1000, 0)
+	if r.due(t0.Add(time.Hour), 2) {
+		t.Fatal("a retry before any plan")
+	}
+	r.planned(t0)
+	if r.due(t0.Add(drainRetryFirst-time.Millisecond), 2) || !r.due(t0.Add(drainRetryFirst), 2) {
+		t.Errorf("first retry not at %v after the plan", drainRetryFirst)
+	}
+	if r.due(t0.Add(time.Hour), 0) {
+		t.Error("a retry on a node without ranks")
+	}
+	// Each retry is itself a plan: the next one comes twice as late, at most drainRetryMost.
+	at := t0
+	var waits []time.Duration
+	for range 6 {
+		next := at.Add(max(r.wait, drainRetryFirst))
+		if r.due(next.Add(-time.Millisecond), 1) || !r.due(next, 1) {
+			t.Fatalf("retry %d not due exactly %v after the last plan", len(waits)+1, next.Sub(at))
+		}
+		at = next
+		r.planned(at)
+		waits = append(waits, r.wait)
+	}
+	if want := []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, time.Minute, time.Minute, time.Minute}; !slices.Equal(waits, want) {
+		t.Errorf("intervals %v, want %v", waits, want)
 	}
 }

@@ -170,6 +170,8 @@ type server struct {
 	peers    *peerTable
 	seq      uint64
 	draining bool                 // a drain was asked for (pcmd drain)
+	drainWhy string               // the reason of the first drain request, for its retries
+	retry    drainRetry           // when the drain is planned again (drain.go)
 	forged   map[string]time.Time // when noteForged last logged, per kind
 
 	// watch keeps an outage of the node's own NATS connection from expiring the leases of
@@ -557,6 +559,7 @@ func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 			s.beat()
 			s.ranks.CheckLeases(time.Now(), s.watch.Silence)
 			s.checkDrained()
+			s.retryDrain(time.Now())
 			s.forgetPeers()
 		}
 	}
