@@ -177,3 +177,37 @@ func TestRankStoppedOnADrainingNodeIsRecoveredOffIt(t *testing.T) {
 	}
 	j.sameDump(dump, want)
 }
+
+// Two nodes leave at once (SIGTERM to both pcmds): each plans its drain before it hears that
+// the other drains, so some of the moves their job accepts are aborted (the target drains,
+// or the other node's ranks took its slots). A draining node that still runs ranks plans
+// again: here the malleable job shrinks onto what is left. Both nodes leave while the job
+// runs on, and its result is the undisturbed run's.
+func TestTwoNodesLeavingAtOnceBothLeaveWhileTheJobRuns(t *testing.T) {
+	args := []string{"heat2d", "-n", "48", "-iters", "12000"}
+	want := referenceDump(t, args...)
+	c := newCluster(t)
+	var nodes []*exec.Cmd
+	for _, n := range []string{"n1", "n2", "n3"} {
+		nodes = append(nodes, c.startNode(n, "--allow", bin+"/*", "--slots", "2"))
+	}
+	dump := filepath.Join(t.TempDir(), "out.bin")
+	j := c.start(t, "leave-two", nil, "--hosts", "n1:2,n2:2", prog("heat2d"), "-n", "48", "-iters", "12000", "-dump", dump, "-pace", "2ms")
+	c.waitRunning(t, j.id)
+	termWhenHeard(t, c, nodes[0])
+	termWhenHeard(t, c, nodes[1])
+	for i, n := range nodes[:2] {
+		if !exited(n, 45*time.Second) {
+			t.Fatalf("pcmd n%d did not leave\nstderr:\n%s", i+1, j.stderr.String())
+		}
+	}
+	select {
+	case <-j.done:
+		t.Fatalf("the job ended before both nodes left: they waited for it\nstderr:\n%s", j.stderr.String())
+	default:
+	}
+	if code := j.wait(120 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, j.stdout.String(), j.stderr.String())
+	}
+	j.sameDump(dump, want)
+}
