@@ -90,3 +90,20 @@ func TestNoRoomButOnADrainingNodeEndsTheJobNamingIt(t *testing.T) {
 		t.Error("a rank was restarted")
 	}
 }
+
+// A node that drained and left comes back (its pcmd restarted): it joins, and takes ranks
+// again.
+func TestANodeThatDrainedLeftAndCameBackTakesRanks(t *testing.T) {
+	j := sixSlotsFourRanks(t)
+	j.step(NodeDraining{Node: "n3", Draining: true})
+	j.step(NodeGone{Node: "n3", Reason: "pcmd on node n3 shut down"})
+	j.step(NodeJoined{Node: "n3", Free: 2, Why: "pcmd on node n3 came back (pid 4243)"})
+	j.step(NodeGone{Node: "n1", Reason: "node n1 stopped responding"})
+	for _, r := range []int{0, 1} {
+		j.step(Exited{Proc: j.proc[r], Err: errors.New("node n1 stopped responding"), NodeGone: true, At: j.now})
+	}
+	j.exit(j.proc[2], 1)
+	j.exit(j.proc[3], 1)
+	j.advance(DefaultFailureWindow)
+	j.restarted("n3", "n3", "n2", "n2")
+}

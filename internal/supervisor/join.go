@@ -29,6 +29,7 @@ func (m *Machine) onNodeJoined(e NodeJoined) {
 	}
 	delete(m.gone, e.Node)
 	delete(m.rec.lost, e.Node)
+	delete(m.draining, e.Node) // a node joins only when it takes ranks
 	if m.cfg.Slots == nil {
 		m.cfg.Slots = make(map[string]int)
 	}
