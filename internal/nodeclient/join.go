@@ -144,6 +144,7 @@ func (r *Remote) maybeJoin(info job.NodeInfo, prev *remoteNode) {
 		}
 		join.Reason = fmt.Sprintf("pcmd on node %s came back (pid %d%s)", info.Name, info.PID, key)
 		prev.gone, prev.pid, prev.interval, prev.card, prev.last, prev.joined = nil, info.PID, info.Interval, card, now, true
+		prev.draining = false // it joins only when it takes ranks (maybeJoin)
 	}
 	delete(r.refused, info.Name)
 	r.sendEvent(NodeEvent{Joined: join})
