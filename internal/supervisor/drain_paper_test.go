@@ -8,6 +8,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/mpios/mpios/internal/job"
 )
 
 // sixSlotsFourRanks is a checkpointing 4-rank job on n1 and n2 (2 each) with n3's 2 slots
@@ -106,4 +108,20 @@ func TestANodeThatDrainedLeftAndCameBackTakesRanks(t *testing.T) {
 	j.exit(j.proc[3], 1)
 	j.advance(DefaultFailureWindow)
 	j.restarted("n3", "n3", "n2", "n2")
+}
+
+// A resize that grows the job takes no slot of a draining node: the free slots it counts
+// leave them out, and naming the node is refused with the reason.
+func TestAGrowTakesNoSlotOfADrainingNode(t *testing.T) {
+	j := sixSlotsFourRanks(t)
+	j.malleable()
+	j.step(NodeDraining{Node: "n3", Draining: true})
+	to, _ := j.resize(6)
+	if rep := j.lastReply(to); rep.OK || !strings.Contains(rep.Error, "the job's nodes have 0 free slots (n1:0,n2:0,n3:0)") {
+		t.Errorf("grow onto the free slots: %+v, want refused, n3's slots not counted", rep)
+	}
+	to, _ = j.resize(5, job.NodeSlots{Node: "n3", Slots: 1})
+	if rep := j.lastReply(to); rep.OK || !strings.Contains(rep.Error, "node n3 is draining: it takes no new ranks") {
+		t.Errorf("grow onto n3: %+v, want refused as draining", rep)
+	}
 }

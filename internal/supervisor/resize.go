@@ -148,6 +148,9 @@ func (m *Machine) growNodes(k int, on []job.NodeSlots) ([]string, error) {
 		if why, gone := m.gone[ns.Node]; gone {
 			return nil, fmt.Errorf("node %s", why)
 		}
+		if m.draining[ns.Node] {
+			return nil, fmt.Errorf("node %s is draining: it takes no new ranks", ns.Node)
+		}
 		slots := ns.Slots
 		if slots == 0 {
 			slots = k - len(nodes)
@@ -165,8 +168,8 @@ func (m *Machine) growNodes(k int, on []job.NodeSlots) ([]string, error) {
 	return nodes, nil
 }
 
-// freeSlots places k new ranks in the job's free slots (Config.Slots less the ranks there),
-// nodes in name order; a job whose ranks run on this machine starts them here. Too few free
+// freeSlots places k new ranks in the job's free slots (Config.Slots less the ranks there,
+// none on a node gone or draining), nodes in name order; a job whose ranks run on this machine starts them here. Too few free
 // slots refuse the request at once, listing them: the starter would only fail later.
 func (m *Machine) freeSlots(k int) ([]string, error) {
 	if len(m.cfg.Slots) == 0 {
@@ -183,7 +186,7 @@ func (m *Machine) freeSlots(k int) ([]string, error) {
 	var free []string
 	for _, n := range names {
 		f := 0
-		if _, gone := m.gone[n]; !gone {
+		if _, gone := m.gone[n]; !gone && !m.draining[n] {
 			f = max(m.cfg.Slots[n]-used[n], 0)
 		}
 		free = append(free, fmt.Sprintf("%s:%d", n, f))
