@@ -125,3 +125,16 @@ func TestAGrowTakesNoSlotOfADrainingNode(t *testing.T) {
 		t.Errorf("grow onto n3: %+v, want refused as draining", rep)
 	}
 }
+
+// Nor does a migration go to a draining node: it is refused at once, saying why.
+func TestAMigrationToADrainingNodeIsRefused(t *testing.T) {
+	j := sixSlotsFourRanks(t)
+	j.step(NodeDraining{Node: "n3", Draining: true})
+	if rep := j.migrate("n3", nil, 0); rep.OK || !strings.Contains(rep.Error, "cannot migrate to n3: it is draining and takes no new ranks") {
+		t.Errorf("migration to a draining node: %+v, want refused", rep)
+	}
+	j.step(NodeDraining{Node: "n3", Draining: false})
+	if rep := j.migrate("n3", nil, 0); !rep.OK {
+		t.Errorf("migration once n3 takes ranks again: %+v, want accepted", rep)
+	}
+}

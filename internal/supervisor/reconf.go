@@ -103,6 +103,9 @@ func (m *Machine) checkMovable(ranks []int, node string) error {
 	if why, gone := m.gone[node]; gone {
 		return fmt.Errorf("cannot migrate to %s", why)
 	}
+	if m.draining[node] {
+		return fmt.Errorf("cannot migrate to %s: it is draining and takes no new ranks", node)
+	}
 	if m.rs != nil {
 		return fmt.Errorf("job %s is being resized (request %d); migrate once it is done", m.cfg.JobID, m.rs.seq)
 	}
