@@ -15,6 +15,7 @@ import (
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/reconf"
+	"github.com/mpios/mpios/internal/testbin"
 )
 
 // seedFile writes kp's seed to a 0600 file in dir and returns its path.
@@ -116,9 +117,7 @@ func TestSpawnAuthorization(t *testing.T) {
 			t.Fatalf("request on %s: %v", subject, err)
 		}
 		var rep job.SpawnReply
-		if err := job.Decode(m.Data, &rep); err != nil {
-			t.Fatal(err)
-		}
+		testbin.NodeAnswer(t, m, &rep)
 		return rep, rep.Error
 	}
 	sign := func(kp nkeys.KeyPair, jobID, subject string, v any) []byte {
@@ -162,7 +161,10 @@ func TestSpawnAuthorization(t *testing.T) {
 	} {
 		m, err := spy.Request(job.NodeSignalSubject("n1"), data, 5*time.Second)
 		var rep job.SignalReply
-		if err != nil || job.Decode(m.Data, &rep) != nil || rep.Error == "" {
+		if err == nil {
+			testbin.NodeAnswer(t, m, &rep)
+		}
+		if err != nil || rep.Error == "" {
 			t.Errorf("%s signal: %+v %v, want a refusal", name, rep, err)
 		}
 	}

@@ -356,9 +356,7 @@ func spawnReply(t *testing.T, nc *nats.Conn, data []byte) job.SpawnReply {
 		t.Fatalf("spawn request: %v", err)
 	}
 	var rep job.SpawnReply
-	if err := job.Decode(m.Data, &rep); err != nil {
-		t.Fatal(err)
-	}
+	testbin.NodeAnswer(t, m, &rep)
 	return rep
 }
 

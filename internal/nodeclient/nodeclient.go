@@ -561,7 +561,7 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 	if err != nil {
 		return fail(fmt.Errorf("nodeclient: start rank %d: %w", spec.Rank, err))
 	}
-	msg, err := r.nc.Request(job.NodeSpawnSubject(name), data, r.cfg.RequestTimeout)
+	answer, err := r.askNode(name, job.NodeSpawnSubject(name), data, r.cfg.RequestTimeout, nil)
 	if err != nil {
 		reason, gone := fmt.Sprintf("node %s did not answer the spawn request for rank %d: %v", name, spec.Rank, err), false
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -571,7 +571,7 @@ func (r *Remote) start(name string, spec rankproc.Spec) (rankproc.Process, error
 		return fail(&SpawnError{Node: name, Rank: spec.Rank, Reason: reason, Gone: gone})
 	}
 	var rep job.SpawnReply
-	if err := job.Decode(msg.Data, &rep); err != nil {
+	if err := job.Decode(answer, &rep); err != nil {
 		return fail(&SpawnError{Node: name, Rank: spec.Rank, Reason: fmt.Sprintf("node %s: malformed spawn reply: %v", name, job.TrimPrefix(err))})
 	}
 	if rep.Error != "" || rep.Refusal != "" || rep.PID <= 0 {
@@ -780,7 +780,7 @@ func (r *Remote) probeNodes(except string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := r.nc.Request(job.NodeInfoSubject(name), nil, 250*time.Millisecond)
+			_, err := r.askNode(name, job.NodeInfoSubject(name), nil, 250*time.Millisecond, nil)
 			if errors.Is(err, nats.ErrNoResponders) && r.provenGone(name) {
 				r.nodeGone(name, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", name, job.NodeInfoSubject(name)))
 			}
@@ -921,7 +921,7 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 	if err != nil {
 		return fmt.Errorf("nodeclient: signal rank %d: %w", p.rank, err)
 	}
-	msg, err := p.r.nc.Request(job.NodeSignalSubject(p.node), data, p.r.cfg.RequestTimeout)
+	answer, err := p.r.askNode(p.node, job.NodeSignalSubject(p.node), data, p.r.cfg.RequestTimeout, nil)
 	if errors.Is(err, nats.ErrNoResponders) && p.r.provenGone(p.node) {
 		// Nobody listens for the node: its pcmd is dead, and the rank with it.
 		p.r.nodeGone(p.node, fmt.Sprintf("node %s stopped responding (no pcmd listens on %s)", p.node, job.NodeSignalSubject(p.node)))
@@ -931,7 +931,7 @@ func (p *remoteProcess) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("nodeclient: signal rank %d on node %s: %w", p.rank, p.node, err)
 	}
 	var rep job.SignalReply
-	if err := job.Decode(msg.Data, &rep); err != nil {
+	if err := job.Decode(answer, &rep); err != nil {
 		return fmt.Errorf("nodeclient: signal rank %d on node %s: %w", p.rank, p.node, job.TrimPrefix(err))
 	}
 	if rep.Error != "" && !rep.NotFound {

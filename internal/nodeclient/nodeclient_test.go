@@ -128,6 +128,16 @@ type fakeNode struct {
 	// closed makes it refuse spawns as a draining pcmd does; draining is what its
 	// heartbeats say (they may lag behind a refusal).
 	closed, draining bool
+	// slow delays its answers to spawn and signal requests (an attacker answers first).
+	slow time.Duration
+}
+
+// wait delays an answer by n.slow.
+func (n *fakeNode) wait() {
+	n.mu.Lock()
+	d := n.slow
+	n.mu.Unlock()
+	time.Sleep(d)
 }
 
 func startFakeNode(t *testing.T, url, name string, slots int, interval time.Duration) *fakeNode {
@@ -170,44 +180,46 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 	sub(job.NodeInfoSubject(name), func(m *nats.Msg) { n.signed(m.Reply, n.info()) })
 	sub(job.NodesDiscoverSubject, func(m *nats.Msg) { n.reply(m, job.NodeView{Self: n.info()}) })
 	sub(job.NodeSpawnSubject(name), func(m *nats.Msg) {
+		n.wait()
 		var req job.SpawnRequest
 		if err := job.Decode(m.Data, &req); err != nil || req.Validate() != nil {
-			n.reply(m, job.SpawnReply{Refusal: job.RefuseInvalid, Error: "bad request"})
+			n.signed(m.Reply, job.SpawnReply{Refusal: job.RefuseInvalid, Error: "bad request"})
 			return
 		}
 		n.mu.Lock()
 		closed := n.closed
 		n.mu.Unlock()
 		if closed {
-			n.reply(m, job.SpawnReply{Node: name, Refusal: job.RefuseStopping, Error: "pcmd: node " + name + " is draining: it takes no new ranks"})
+			n.signed(m.Reply, job.SpawnReply{Node: name, Refusal: job.RefuseStopping, Error: "pcmd: node " + name + " is draining: it takes no new ranks"})
 			return
 		}
 		if req.Path == "/bin/sh" {
-			n.reply(m, job.SpawnReply{Node: name, Refusal: job.RefuseNotAllowed,
+			n.signed(m.Reply, job.SpawnReply{Node: name, Refusal: job.RefuseNotAllowed,
 				Error: "pcmd: node " + name + " refuses to run /bin/sh: not allowed by --allow"})
 			return
 		}
 		// As pcmd: the job's secret, sealed for this node, keys the rank's relay.
 		secret, err := ctlauth.OpenSecret(req.Job, req.SealedSecret, req.SealedFrom, n.keys.Curve)
 		if err != nil {
-			n.reply(m, job.SpawnReply{Refusal: job.RefuseInvalid, Error: "sealed secret: " + err.Error()})
+			n.signed(m.Reply, job.SpawnReply{Refusal: job.RefuseInvalid, Error: "sealed secret: " + err.Error()})
 			return
 		}
 		relay, err := ctlauth.NewJobChannel(req.Job, secret, ctlauth.Sender{Role: ctlauth.RoleRank, Rank: req.Rank, Node: name}, time.Now())
 		if err != nil {
-			n.reply(m, job.SpawnReply{Refusal: job.RefuseInvalid, Error: err.Error()})
+			n.signed(m.Reply, job.SpawnReply{Refusal: job.RefuseInvalid, Error: err.Error()})
 			return
 		}
 		n.mu.Lock()
 		n.ranks[req.Rank] = req
 		n.relays[req.Rank] = relay
 		n.mu.Unlock()
-		n.reply(m, job.SpawnReply{Node: name, PID: 1000 + req.Rank})
+		n.signed(m.Reply, job.SpawnReply{Node: name, PID: 1000 + req.Rank})
 		if n.onSpawn != nil {
 			n.onSpawn(req)
 		}
 	})
 	sub(job.NodeSignalSubject(name), func(m *nats.Msg) {
+		n.wait()
 		var req job.SignalRequest
 		if job.Decode(m.Data, &req) != nil {
 			return
@@ -216,7 +228,7 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		_, ok := n.ranks[req.Rank]
 		delete(n.ranks, req.Rank)
 		n.mu.Unlock()
-		n.reply(m, job.SignalReply{NotFound: !ok})
+		n.signed(m.Reply, job.SignalReply{NotFound: !ok})
 		if ok {
 			n.relay(req.Rank, job.RankExitSubject(req.Job, req.Rank), job.RankExit{Code: -1, Signal: req.Signal})
 		}
@@ -230,7 +242,7 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		kept, ok := n.kept[req.Rank]
 		n.mu.Unlock()
 		if !ok {
-			n.reply(m, job.ReplayReply{NotFound: true})
+			n.signed(m.Reply, job.ReplayReply{NotFound: true})
 			return
 		}
 		rep := job.ReplayReply{Exit: kept.Exit}
@@ -537,6 +549,64 @@ func TestRemoteReportsADrainingNode(t *testing.T) {
 	case <-nodeclient.Finished(p0):
 		t.Error("the rank on the draining node was failed")
 	default:
+	}
+}
+
+// "Nothing received from NATS is trusted until it is authenticated": anyone on the NATS
+// server can answer a request to a node before its pcmd does. An attacker who answers every
+// spawn and signal request at once, with a refusal in clear, an answer signed by another key
+// and a forged "no responders" status, changes nothing: the launcher waits for the answer its
+// node signed, and neither fails the start nor takes the node for dead.
+func TestAnswersTheNodeDidNotSignAreIgnored(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "u", "p")
+	n1 := startFakeNode(t, url, "n1", 2, fastBeat)
+	n1.mu.Lock()
+	n1.slow = 100 * time.Millisecond
+	n1.mu.Unlock()
+	attacker := testbin.Connect(t, url)
+	impostor, err := ctlauth.NewNodeKeys("n1", rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger, err := ctlauth.NewKeyWrapper(impostor.Signing, ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answerFirst := func(m *nats.Msg) {
+		refusal, _ := job.Encode(job.SpawnReply{Node: "n1", Refusal: job.RefuseNotAllowed, Error: "pcmd: node n1 refuses (forged)"})
+		attacker.Publish(m.Reply, refusal)
+		if signed, err := forger.Wrap(m.Reply, refusal, time.Now()); err == nil {
+			attacker.Publish(m.Reply, signed)
+		}
+		noResponders := nats.NewMsg(m.Reply)
+		noResponders.Header.Set("Status", "503")
+		attacker.PublishMsg(noResponders)
+	}
+	for _, subj := range []string{job.NodeSpawnSubject("n1"), job.NodeSignalSubject("n1")} {
+		if _, err := attacker.Subscribe(subj, answerFirst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := attacker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r, logs, err := newRemote(t, url, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startRank(t, r, "forged")
+	if p.PID() != 1000 {
+		t.Errorf("pid %d, want the node's 1000", p.PID())
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Errorf("signal: %v", err)
+	}
+	if ex, err := p.Wait(); err != nil || ex.Signal != syscall.SIGTERM {
+		t.Errorf("Wait = %v, %v; want killed by SIGTERM, the node not taken for gone", ex, err)
+	}
+	if !strings.Contains(logs.String(), "ignoring an answer on behalf of node n1 that it did not sign") {
+		t.Errorf("the forgeries were not logged:\n%s", logs)
 	}
 }
 

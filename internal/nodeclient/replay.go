@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/rankproc"
 )
@@ -63,21 +65,14 @@ func (p *remoteProcess) askReplay(after uint64) (job.ReplayReply, error) {
 	if err != nil {
 		return rep, err
 	}
-	msg, err := p.r.nc.Request(subject, data, p.r.cfg.RequestTimeout)
+	// The node answers under the job key, or refuses signed by its own key (it may not
+	// know the job's key any more).
+	body, err := p.r.askNode(p.node, subject, data, p.r.cfg.RequestTimeout, func(m *nats.Msg) ([]byte, bool) {
+		body, err := p.open(m)
+		return body, err == nil
+	})
 	if err != nil {
 		return rep, err
-	}
-	body, err := p.open(msg)
-	if err != nil {
-		// A refusal travels in clear: it may say why, but nothing it says is taken.
-		var refusal job.ReplayReply
-		if job.Decode(msg.Data, &refusal) == nil && refusal.Error != "" {
-			return rep, fmt.Errorf("%s", refusal.Error)
-		}
-		if refusal.NotFound {
-			return rep, fmt.Errorf("node %s does not know rank %d of job %s (any more)", p.node, p.rank, p.job)
-		}
-		return rep, fmt.Errorf("its answer does not verify: %w", err)
 	}
 	if err := job.Decode(body, &rep); err != nil {
 		return rep, fmt.Errorf("malformed answer: %w", job.TrimPrefix(err))

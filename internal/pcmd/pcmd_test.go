@@ -111,9 +111,7 @@ func spawnRaw(t *testing.T, nc *nats.Conn, node string, data []byte) job.SpawnRe
 		t.Fatalf("spawn request: %v", err)
 	}
 	var rep job.SpawnReply
-	if err := job.Decode(m.Data, &rep); err != nil {
-		t.Fatal(err)
-	}
+	testbin.NodeAnswer(t, m, &rep)
 	return rep
 }
 
@@ -360,9 +358,7 @@ func TestSlotsDuplicatesAndSignals(t *testing.T) {
 			t.Fatal(err)
 		}
 		var rep job.SignalReply
-		if err := job.Decode(m.Data, &rep); err != nil {
-			t.Fatal(err)
-		}
+		testbin.NodeAnswer(t, m, &rep)
 		return rep
 	}
 	enc := func(r job.SignalRequest) []byte { b, _ := job.Encode(r); return b }

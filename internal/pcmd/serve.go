@@ -281,7 +281,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	s.ranks, err = spawner.Start(nc, spawner.Config{
 		Node: cfg.Node, Allow: cfg.Allow, PinArgs: cfg.PinArgs, Slots: cfg.Slots, KillGrace: cfg.KillGrace, MaxLease: cfg.Lease,
 		Env: s.baseEnv, NodeEnv: s.nodeEnv, Log: s.log,
-		Launchers: launchers, Open: cfg.InsecureOpen, Curve: keys.Curve, Keys: jobKeys,
+		Launchers: launchers, Open: cfg.InsecureOpen, Curve: keys.Curve, Keys: jobKeys, Signer: s.signer,
 	})
 	if err != nil {
 		return err

@@ -68,6 +68,12 @@ type Config struct {
 	// A spawn of a job id the keyring knows under another secret is refused. Nil: the
 	// manager keeps its own.
 	Keys *ctlauth.JobKeyring
+	// Signer signs the node's answers to spawn and signal requests and its refusals of
+	// replays, for the requester's inbox, with the node's key (the one its key card
+	// names): anyone on the NATS server can answer a request first, and a launcher takes
+	// only answers its node signed. Nil: answers go in clear (an older launcher's view of
+	// a node without a card).
+	Signer *ctlauth.KeyWrapper
 }
 
 // Validate checks the configuration; errors name the pcmd flag at fault.
@@ -213,11 +219,16 @@ func (m *Manager) Ranks() []job.RankInfo {
 	return m.table.Ranks()
 }
 
+// respond answers msg with v, signed for the requester's inbox by the node's key when the
+// node has one (Config.Signer).
 func (m *Manager) respond(msg *nats.Msg, v any) {
 	if msg.Reply == "" {
 		return
 	}
 	data, err := job.Encode(v)
+	if err == nil && m.cfg.Signer != nil {
+		data, err = m.cfg.Signer.Wrap(msg.Reply, data, time.Now())
+	}
 	if err == nil {
 		err = msg.Respond(data)
 	}

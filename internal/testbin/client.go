@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/job"
 )
 
 // Connect connects to the NATS server at url for the duration of the test.
@@ -26,5 +29,21 @@ func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", limit, what)
 		}
+	}
+}
+
+// NodeAnswer decodes into v a pcmd's answer to a request (spawn, signal), which it signs
+// with its node key for the inbox the answer came on.
+func NodeAnswer(t testing.TB, msg *nats.Msg, v any) {
+	t.Helper()
+	m, err := ctlauth.VerifyStatement(msg.Subject, msg.Data, ctlauth.AnyKey{})
+	if err != nil {
+		t.Fatalf("answer on %s: not signed by a node: %v", msg.Subject, err)
+	}
+	if m.From.Role != ctlauth.RoleNode {
+		t.Fatalf("answer on %s signed as %s, not as a node", msg.Subject, m.From)
+	}
+	if err := job.Decode(m.Body, v); err != nil {
+		t.Fatalf("answer on %s: %v", msg.Subject, err)
 	}
 }
