@@ -100,13 +100,19 @@ func joinJob(env job.Env) (joined, error) {
 	if err != nil {
 		return fail(err)
 	}
-	reply, err := nc.Request(job.HelloSubject(env.JobID), hello, env.Timeout)
+	// Only the launcher's table, under the job key, counts: anyone on the NATS server can
+	// answer first.
+	var table job.Table
+	err = ctlplane.Request(nc, job.HelloSubject(env.JobID), hello, env.Timeout, func(reply *nats.Msg) error {
+		var t job.Table
+		if _, err := holder.auth.Decode(reply.Subject, reply.Data, &t, time.Now()); err != nil {
+			return err
+		}
+		table = t
+		return nil
+	})
 	if err != nil {
 		return fail(fmt.Errorf("rendezvous: no address table from the launcher within %v: %w", env.Timeout, err))
-	}
-	var table job.Table
-	if _, err := holder.auth.Decode(reply.Subject, reply.Data, &table, time.Now()); err != nil {
-		return fail(fmt.Errorf("rendezvous: %w", err))
 	}
 	if table.Error != "" {
 		return fail(fmt.Errorf("rendezvous: launcher refused: %s", table.Error))

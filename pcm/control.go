@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/reconf"
 	"github.com/mpios/mpios/internal/rewire"
@@ -87,16 +88,21 @@ func (c *control) StartSuccessor(req job.MigrateRequest) (job.MigrateReply, erro
 	if err != nil {
 		return job.MigrateReply{}, err
 	}
-	m, err := c.nc.Request(job.MigrateSubject(c.env.JobID), data, spawnTimeout)
+	// Only the launcher's answer, under the job key, counts: anyone can answer first.
+	var rep job.MigrateReply
+	err = ctlplane.Request(c.nc, job.MigrateSubject(c.env.JobID), data, spawnTimeout, func(m *nats.Msg) error {
+		var got job.MigrateReply
+		if err := c.decode(m.Subject, m.Data, &got); err != nil {
+			return err
+		}
+		rep = got
+		return nil
+	})
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return job.MigrateReply{}, errors.New("the launcher does not handle migrations")
 		}
 		return job.MigrateReply{}, fmt.Errorf("no answer from the launcher: %w", err)
-	}
-	var rep job.MigrateReply
-	if err := c.decode(m.Subject, m.Data, &rep); err != nil {
-		return rep, err
 	}
 	if rep.Error != "" {
 		// The launcher's own messages start with "mpirun: ", which the rank's would repeat.

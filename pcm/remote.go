@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/offerconn"
 	"github.com/mpios/mpios/mpi"
@@ -137,42 +138,30 @@ func (p *Process) askNodeAs(auth *ctlauth.JobChannel, subject string, req any, w
 	if err != nil {
 		return job.PieceReply{}, err
 	}
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return job.PieceReply{}, err
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(subject, inbox, data); err != nil {
-		return job.PieceReply{}, err
-	}
-	deadline := time.Now().Add(wait)
-	var clear error
-	for {
-		msg, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			if clear != nil {
-				return job.PieceReply{}, clear
-			}
-			return job.PieceReply{}, fmt.Errorf("no authenticated answer on %s: %w", subject, err)
-		}
-		var rep job.PieceReply
-		if _, err := auth.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil {
-			if job.Decode(msg.Data, &rep) == nil && rep.Error != "" && rep.Addr == "" && clear == nil {
+	var rep job.PieceReply
+	err = ctlplane.Request(nc, subject, data, wait, func(msg *nats.Msg) error {
+		var got job.PieceReply
+		if _, err := auth.Decode(msg.Subject, msg.Data, &got, time.Now()); err != nil {
+			if job.Decode(msg.Data, &got) == nil && got.Error != "" && got.Addr == "" {
 				// Likely the node itself, which does not know the job's key: give an
 				// authenticated answer a moment more, not the whole wait.
-				clear = errors.New(rep.Error)
-				if d := time.Now().Add(clearRefusalWait); d.Before(deadline) {
-					deadline = d
-				}
+				return &ctlplane.Tentative{Err: errors.New(got.Error), Wait: clearRefusalWait}
 			}
-			continue
+			return err
 		}
-		if rep.Error != "" {
-			return job.PieceReply{}, errors.New(rep.Error)
-		}
-		return rep, nil
+		rep = got
+		return nil
+	})
+	var refusal *ctlplane.Tentative
+	switch {
+	case errors.As(err, &refusal):
+		return job.PieceReply{}, refusal.Err
+	case err != nil:
+		return job.PieceReply{}, fmt.Errorf("no authenticated answer on %s: %w", subject, err)
+	case rep.Error != "":
+		return job.PieceReply{}, errors.New(rep.Error)
 	}
+	return rep, nil
 }
 
 // remotePiece is a piece streaming in from another node.

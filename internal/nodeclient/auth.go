@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/natsconn"
 	"github.com/mpios/mpios/internal/rankproc"
@@ -201,70 +202,40 @@ func dropRestartSecret(req *job.SpawnRequest) {
 	req.Env = slices.DeleteFunc(req.Env, isRestartSecret)
 }
 
-// noResponderGrace is how long an answer saying that nobody listens for a node's subject
-// waits for an authenticated answer before it is believed. That answer is a status message
-// of the NATS server, which any client can also send to a requester's inbox: believed at
-// once, a forged one would make mpirun take a live node for dead. A live pcmd answers its
-// requests within milliseconds.
-const noResponderGrace = 300 * time.Millisecond
-
 // askNode publishes data on subject, a request to node's pcmd, and returns the body of the
-// first answer that authenticates within wait: one open takes (a reply under the job key;
+// first answer that authenticates within wait (ctlplane.Request: others are skipped, and a
+// "no responders" status must be borne out): one open takes (a reply under the job key;
 // open may be nil), or one signed for this request's inbox by the key pinned for node at
-// placement (pcmd signs its spawn and signal answers and its refusals so). Anyone on the
-// NATS server can answer first: answers that do not authenticate are skipped while the wait
-// lasts, and a "no responders" status is believed only if no authenticated answer follows
-// within noResponderGrace. A node placed without a key card (an older pcmd) answers in
-// clear.
+// placement (pcmd signs its spawn and signal answers and its refusals so). A node placed
+// without a key card (an older pcmd) answers in clear.
 func (r *Remote) askNode(node, subject string, data []byte, wait time.Duration, open func(*nats.Msg) ([]byte, bool)) ([]byte, error) {
-	inbox := r.nc.NewRespInbox()
-	sub, err := r.nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	if err := r.nc.PublishRequest(subject, inbox, data); err != nil {
-		return nil, err
-	}
 	_, signed := r.NodeSigningKey(node)
-	deadline := time.Now().Add(wait)
-	noResponders, ignored := false, 0
-	for {
-		left := time.Until(deadline)
-		var msg *nats.Msg
-		err := nats.ErrTimeout
-		if left > 0 {
-			msg, err = sub.NextMsg(left)
-		}
-		switch {
-		case errors.Is(err, nats.ErrNoResponders):
-			if !noResponders {
-				noResponders = true
-				if grace := time.Now().Add(noResponderGrace); grace.Before(deadline) {
-					deadline = grace
-				}
-			}
-			continue
-		case err != nil && noResponders:
-			return nil, nats.ErrNoResponders
-		case errors.Is(err, nats.ErrTimeout) && ignored > 0:
-			return nil, fmt.Errorf("%w (%d answers ignored: not signed by node %s)", nats.ErrTimeout, ignored, node)
-		case err != nil:
-			return nil, err
-		}
+	var body []byte
+	logged := false
+	err := ctlplane.Request(r.nc, subject, data, wait, func(msg *nats.Msg) error {
 		if open != nil {
-			if body, ok := open(msg); ok {
-				return body, nil
+			if b, ok := open(msg); ok {
+				body = b
+				return nil
 			}
 		}
 		if !signed {
-			return msg.Data, nil
+			body = msg.Data
+			return nil
 		}
-		if m, err := ctlauth.VerifyStatement(inbox, msg.Data, pinnedNodes{r}); err == nil && m.From.Node == node {
-			return m.Body, nil
+		m, err := ctlauth.VerifyStatement(msg.Subject, msg.Data, pinnedNodes{r})
+		if err == nil && m.From.Node != node {
+			err = fmt.Errorf("signed by node %s", m.From.Node)
 		}
-		if ignored++; ignored == 1 {
-			r.cfg.Logf("ignoring an answer on behalf of node %s that it did not sign (to %s)", node, subject)
+		if err != nil {
+			if !logged {
+				logged = true
+				r.cfg.Logf("ignoring an answer on behalf of node %s that it did not sign (to %s): %v", node, subject, err)
+			}
+			return err
 		}
-	}
+		body = m.Body
+		return nil
+	})
+	return body, err
 }

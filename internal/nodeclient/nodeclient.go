@@ -344,22 +344,36 @@ func (r *Remote) setup() error {
 // whether they know it, to tell an unknown node from a gone one.
 func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 	var info job.NodeInfo
-	msg, err := r.nc.Request(job.NodeInfoSubject(node), nil, r.cfg.RequestTimeout)
-	if err == nil {
-		var keys ctlauth.KeySet = ctlauth.AnyKey{}
-		if r.cfg.KnownNodes != nil {
-			keys = r.cfg.KnownNodes
+	var keys ctlauth.KeySet = ctlauth.AnyKey{}
+	if r.cfg.KnownNodes != nil {
+		keys = r.cfg.KnownNodes
+	}
+	// Signed by the key its own card names (and the known-nodes file lists): a forged
+	// answer must not place ranks on a node, nor pin another key for it. Anyone can answer
+	// first: answers that do not verify are skipped while the wait lasts, and are the error
+	// only if none does.
+	var refused error
+	err := ctlplane.Request(r.nc, job.NodeInfoSubject(node), nil, r.cfg.RequestTimeout, func(msg *nats.Msg) error {
+		got, err := ctlauth.VerifyNodeInfo(msg.Subject, msg.Data, keys)
+		if err == nil && got.Name != node {
+			err = fmt.Errorf("it describes node %q", got.Name)
 		}
-		// Signed by the key its own card names (and the known-nodes file lists): a forged
-		// answer must not place ranks on a node, nor pin another key for it.
-		info, err := ctlauth.VerifyNodeInfo(msg.Subject, msg.Data, keys)
-		if errors.Is(err, ctlauth.ErrUntrusted) && r.cfg.KnownNodes != nil {
-			return info, fmt.Errorf("nodeclient: node %s: its description is not signed by its key in the known-nodes file: %w", node, ErrUntrustedNode)
+		if err != nil {
+			if refused == nil || errors.Is(err, ctlauth.ErrUntrusted) {
+				refused = err
+			}
+			return err
 		}
-		if err != nil || info.Name != node {
-			return info, fmt.Errorf("nodeclient: node %s answered with an invalid node description: %v", node, err)
-		}
+		info = got
+		return nil
+	})
+	switch {
+	case err == nil:
 		return info, nil
+	case refused != nil && errors.Is(refused, ctlauth.ErrUntrusted) && r.cfg.KnownNodes != nil:
+		return info, fmt.Errorf("nodeclient: node %s: its description is not signed by its key in the known-nodes file: %w", node, ErrUntrustedNode)
+	case refused != nil:
+		return info, fmt.Errorf("nodeclient: node %s answered with an invalid node description: %v", node, refused)
 	}
 	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
 		return info, fmt.Errorf("nodeclient: ask node %s: %w", node, err)

@@ -393,14 +393,23 @@ func Serve(ctx context.Context, cfg Config) error {
 // checkUnique fails if a live pcmd already answers for our node name: two daemons would
 // both execute every spawn request.
 func (s *server) checkUnique() error {
-	msg, err := s.nc.Request(job.NodeInfoSubject(s.cfg.Node), nil, time.Second)
+	// A pcmd answers with its signed description; anyone else can answer first, and what
+	// does not verify is skipped.
+	var other job.NodeInfo
+	err := ctlplane.Request(s.nc, job.NodeInfoSubject(s.cfg.Node), nil, time.Second, func(msg *nats.Msg) error {
+		info, err := ctlauth.VerifyNodeInfo(msg.Subject, msg.Data, ctlauth.AnyKey{})
+		if err == nil && info.Name != s.cfg.Node {
+			err = fmt.Errorf("it describes node %q", info.Name)
+		}
+		if err != nil {
+			s.log.Printf("ignoring an answer on %s that is not a node's description: %v", job.NodeInfoSubject(s.cfg.Node), err)
+			return err
+		}
+		other = info
+		return nil
+	})
 	if err != nil {
-		return nil // no responders (or no answer): the name is free
-	}
-	other, err := ctlauth.VerifyNodeInfo(msg.Subject, msg.Data, ctlauth.AnyKey{})
-	if err != nil {
-		return fmt.Errorf("pcmd: node %s: something already answers on %s: %w",
-			s.cfg.Node, job.NodeInfoSubject(s.cfg.Node), ErrNodeNameInUse)
+		return nil // no responders, no answer, or none that verifies: the name is free
 	}
 	return fmt.Errorf("pcmd: node %s is already served by pcmd pid %d (advertise %s): %w",
 		s.cfg.Node, other.PID, other.Advertise, ErrNodeNameInUse)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/nats-io/nats.go"
 )
@@ -22,16 +23,21 @@ func AskResizeTable(nc *nats.Conn, auth *ctlauth.JobChannel, jobID string, h job
 	if err != nil {
 		return nil, err
 	}
-	m, err := nc.Request(job.ResizeSubject(jobID), data, ResizeWait)
+	// Only the launcher's answer, under the job key, counts: anyone can answer first.
+	var t job.Table
+	err = ctlplane.Request(nc, job.ResizeSubject(jobID), data, ResizeWait, func(m *nats.Msg) error {
+		var got job.Table
+		if err := Unseal(auth, m.Subject, m.Data, &got); err != nil {
+			return err
+		}
+		t = got
+		return nil
+	})
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return nil, errors.New("resize: the launcher does not handle resizes")
 		}
 		return nil, fmt.Errorf("resize: no address table from the launcher: %w", err)
-	}
-	var t job.Table
-	if err := Unseal(auth, m.Subject, m.Data, &t); err != nil {
-		return nil, fmt.Errorf("resize: %w", err)
 	}
 	if t.Error != "" {
 		return nil, &ResizeRefusedError{Reason: t.Error}

@@ -1,0 +1,92 @@
+package ctlplane
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// NoRespondersGrace is how long Request believes a "no responders" status only once no
+// reply is taken within it. That status is a message of the NATS server, which any client
+// can also send to a requester's inbox: believed at once, a forged one would make a process
+// take a live peer for dead. A live responder answers within milliseconds.
+const NoRespondersGrace = 300 * time.Millisecond
+
+// Tentative is what a Request's take returns for a reply it does not take that still
+// answers the request if nothing better comes within Wait: a refusal in clear from a
+// responder that cannot authenticate it (a node that does not know the job's key). The
+// Request then ends at most Wait later, with Err if no reply is taken meanwhile.
+type Tentative struct {
+	Err  error
+	Wait time.Duration
+}
+
+func (t *Tentative) Error() string { return t.Err.Error() }
+
+// Unwrap returns Err.
+func (t *Tentative) Unwrap() error { return t.Err }
+
+// Request publishes data on subject with a reply inbox of its own and returns the first
+// reply that take accepts (take returns nil; it decodes and verifies the reply, keeping what
+// it needs), within wait. Anyone on the NATS server can answer a request, and answer first:
+// replies take refuses are skipped while the wait lasts, so a forgery can delay nothing
+// but its own acceptance. A "no responders" status counts (nats.ErrNoResponders) only if
+// no reply is taken within NoRespondersGrace. Without a reply taken, the error is the first
+// *Tentative take returned, if any, else it wraps nats.ErrTimeout and, if some replies were
+// refused, says why the last one was.
+func Request(nc *nats.Conn, subject string, data []byte, wait time.Duration, take func(*nats.Msg) error) error {
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subject, inbox, data); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(wait)
+	noResponders, refused := false, 0
+	var lastRefusal error
+	var tentative *Tentative
+	shorten := func(d time.Duration) {
+		if at := time.Now().Add(d); at.Before(deadline) {
+			deadline = at
+		}
+	}
+	for {
+		msg, err := (*nats.Msg)(nil), error(nats.ErrTimeout)
+		if left := time.Until(deadline); left > 0 {
+			msg, err = sub.NextMsg(left)
+		}
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			if !noResponders {
+				noResponders = true
+				shorten(NoRespondersGrace)
+			}
+			continue
+		case err != nil && tentative != nil:
+			return tentative
+		case err != nil && noResponders:
+			return nats.ErrNoResponders
+		case errors.Is(err, nats.ErrTimeout) && refused > 0:
+			return fmt.Errorf("%w (%d replies refused, the last: %v)", nats.ErrTimeout, refused, lastRefusal)
+		case err != nil:
+			return err
+		}
+		if err := take(msg); err != nil {
+			var t *Tentative
+			if tentative == nil && errors.As(err, &t) {
+				tentative = t
+				shorten(t.Wait)
+				continue
+			}
+			refused++
+			lastRefusal = err
+			continue
+		}
+		return nil
+	}
+}
