@@ -41,9 +41,14 @@ func startControl(l *rewire.Launched, log io.Writer) (*control, error) {
 	c.sub = sub
 	// Entries published before the subscription: ask for the log. A launcher that does
 	// not answer (older, or busy) costs nothing: the next publication carries everything.
-	if m, err := c.nc.Request(job.ReconfGetSubject(c.env.JobID), nil, 2*time.Second); err == nil {
-		c.take(m.Subject, m.Data)
-	}
+	_ = ctlplane.Request(c.nc, job.ReconfGetSubject(c.env.JobID), nil, 2*time.Second, func(m *nats.Msg) error {
+		var l reconf.Log
+		if err := c.decode(m.Subject, m.Data, &l); err != nil {
+			return err // anyone can answer first: only the launcher's log counts
+		}
+		c.merge(l)
+		return nil
+	})
 	return c, nil
 }
 
@@ -54,6 +59,12 @@ func (c *control) take(subject string, data []byte) {
 		fmt.Fprintf(c.log, "pcm: rank %d: ignoring a malformed reconfiguration log: %v\n", c.env.Rank, err)
 		return
 	}
+	c.merge(l)
+}
+
+// merge takes the entries of l, a log the launcher published, if it knows more than this
+// rank does.
+func (c *control) merge(l reconf.Log) {
 	if err := l.Validate(); err != nil {
 		fmt.Fprintf(c.log, "pcm: rank %d: ignoring a reconfiguration log: %v\n", c.env.Rank, err)
 		return

@@ -1,12 +1,16 @@
 package agentdriver
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/reconf"
@@ -173,13 +177,19 @@ func (a *Agent) jobShape(jobID string, subs []iosbridge.Subordinate) iosbridge.J
 	if a.cfg.FreeSlots != nil {
 		shape.FreeSlots = a.cfg.FreeSlots()
 	}
-	m, err := a.nc.Request(job.JobInfoSubject(jobID), nil, a.cfg.ControlTimeout)
-	if err != nil {
-		return shape
+	// Only the launcher's answer, under the job key, counts: anyone can answer first.
+	var info job.JobInfo
+	err := ctlplane.Request(a.nc, job.JobInfoSubject(jobID), nil, a.cfg.ControlTimeout, func(m *nats.Msg) error {
+		got, err := a.cfg.Jobs.DecodeJobInfo(jobID, m.Subject, m.Data, time.Now())
+		if err == nil {
+			info = got
+		}
+		return err
+	})
+	if refused := (*ctlplane.RefusedError)(nil); errors.As(err, &refused) {
+		a.log.Printf("IOS agent: ignoring job %s's info (taken as rigid): %v", jobID, refused.Last)
 	}
-	info, err := a.cfg.Jobs.DecodeJobInfo(jobID, m.Subject, m.Data, time.Now())
 	if err != nil {
-		a.log.Printf("IOS agent: ignoring job %s's info (taken as rigid): %v", jobID, err)
 		return shape
 	}
 	shape.Size, shape.Malleable = info.Size, info.Malleable

@@ -28,14 +28,29 @@ func (t *Tentative) Error() string { return t.Err.Error() }
 // Unwrap returns Err.
 func (t *Tentative) Unwrap() error { return t.Err }
 
+// RefusedError is Request's error when replies came within the wait but take refused
+// them all: forgeries, or a responder that cannot authenticate its answer. It matches
+// nats.ErrTimeout with errors.Is.
+type RefusedError struct {
+	Refused int   // replies refused
+	Last    error // why the last one was
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%v (%d replies refused, the last: %v)", nats.ErrTimeout, e.Refused, e.Last)
+}
+
+// Unwrap returns nats.ErrTimeout.
+func (e *RefusedError) Unwrap() error { return nats.ErrTimeout }
+
 // Request publishes data on subject with a reply inbox of its own and returns the first
 // reply that take accepts (take returns nil; it decodes and verifies the reply, keeping what
 // it needs), within wait. Anyone on the NATS server can answer a request, and answer first:
 // replies take refuses are skipped while the wait lasts, so a forgery can delay nothing
 // but its own acceptance. A "no responders" status counts (nats.ErrNoResponders) only if
 // no reply is taken within NoRespondersGrace. Without a reply taken, the error is the first
-// *Tentative take returned, if any, else it wraps nats.ErrTimeout and, if some replies were
-// refused, says why the last one was.
+// *Tentative take returned, if any, else a *RefusedError if replies were refused, else
+// nats.ErrTimeout.
 func Request(nc *nats.Conn, subject string, data []byte, wait time.Duration, take func(*nats.Msg) error) error {
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -72,7 +87,7 @@ func Request(nc *nats.Conn, subject string, data []byte, wait time.Duration, tak
 		case err != nil && noResponders:
 			return nats.ErrNoResponders
 		case errors.Is(err, nats.ErrTimeout) && refused > 0:
-			return fmt.Errorf("%w (%d replies refused, the last: %v)", nats.ErrTimeout, refused, lastRefusal)
+			return &RefusedError{Refused: refused, Last: lastRefusal}
 		case err != nil:
 			return err
 		}

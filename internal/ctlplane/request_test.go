@@ -75,7 +75,9 @@ func TestRequestWithOnlyRefusedRepliesTimesOutSayingWhy(t *testing.T) {
 	answer(t, attacker, "svc", 0, func(m *nats.Msg) { m.Respond([]byte("forged")) })
 	var got string
 	err := ctlplane.Request(testbin.Connect(t, url), "svc", nil, 300*time.Millisecond, takeGenuine(&got))
-	if !errors.Is(err, nats.ErrTimeout) || !strings.Contains(err.Error(), `1 replies refused, the last: "forged" does not verify`) {
+	var refused *ctlplane.RefusedError
+	if !errors.Is(err, nats.ErrTimeout) || !errors.As(err, &refused) || refused.Refused != 1 ||
+		!strings.Contains(err.Error(), `1 replies refused, the last: "forged" does not verify`) {
 		t.Fatalf("Request = %v, want a timeout naming the refused reply", err)
 	}
 }

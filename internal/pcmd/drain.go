@@ -12,6 +12,7 @@ import (
 
 	"github.com/mpios/mpios/internal/agentdriver"
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodestatus"
 )
@@ -267,26 +268,19 @@ func (s *server) jobInfos(ranks []job.RankInfo) map[string]job.JobInfo {
 			continue
 		}
 		asked[r.Job] = true
-		m, err := s.nc.Request(job.JobInfoSubject(r.Job), nil, time.Second)
-		if err != nil {
-			continue
-		}
-		if info, ok := verifyJobInfo(s.jobKeys, r.Job, m, s.log.Printf); ok {
-			infos[r.Job] = info
+		// Only the launcher's answer, under the job key, counts: anyone can answer first.
+		err := ctlplane.Request(s.nc, job.JobInfoSubject(r.Job), nil, time.Second, func(m *nats.Msg) error {
+			info, err := s.jobKeys.DecodeJobInfo(r.Job, m.Subject, m.Data, time.Now())
+			if err == nil {
+				infos[r.Job] = info
+			}
+			return err
+		})
+		if refused := (*ctlplane.RefusedError)(nil); errors.As(err, &refused) {
+			s.log.Printf("pcmd: ignoring job %s's info (taken as not malleable): %v", r.Job, refused.Last)
 		}
 	}
 	return infos
-}
-
-// verifyJobInfo verifies a job info reply with the node's job keys; one that does not
-// verify is logged and ignored, as if the launcher had not answered.
-func verifyJobInfo(keys *ctlauth.JobKeyring, jobID string, m *nats.Msg, logf func(string, ...any)) (job.JobInfo, bool) {
-	info, err := keys.DecodeJobInfo(jobID, m.Subject, m.Data, time.Now())
-	if err != nil {
-		logf("pcmd: ignoring job %s's info (taken as not malleable): %v", jobID, err)
-		return job.JobInfo{}, false
-	}
-	return info, true
 }
 
 func (s *server) onDrain(m *nats.Msg) {
