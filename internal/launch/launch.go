@@ -585,8 +585,18 @@ func (r *runner) do(a supervisor.Action) supervisor.Event {
 		}()
 	case supervisor.SignalProc:
 		if p := r.procs[a.Proc]; p != nil {
-			if err := p.Signal(a.Sig); err != nil {
-				r.stderr.logf("%v", trimLaunch(err))
+			signal := func() {
+				if err := p.Signal(a.Sig); err != nil {
+					r.stderr.logf("%v", trimLaunch(err))
+				}
+			}
+			if p.Host() == "" {
+				signal()
+			} else {
+				// A remote signal is a request to the node's pcmd, which a frozen pcmd
+				// answers only with a timeout: the loop must not wait for it, or a recovery
+				// would wait that long before the node is found gone and the job restarts.
+				go signal()
 			}
 		}
 	case supervisor.Reply:
