@@ -1137,8 +1137,13 @@ func DiscoverNodes(nc *nats.Conn, wait time.Duration) ([]job.NodeView, error) {
 			return views, nil
 		}
 		msg, err := sub.NextMsg(left)
-		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
-			return views, nil // no (more) nodes; the server reports "no responders" if none listen
+		if errors.Is(err, nats.ErrNoResponders) {
+			// No node listens, or someone else says so (any client can send that status to
+			// our inbox): the nodes that do answer still count, until the wait ends.
+			continue
+		}
+		if errors.Is(err, nats.ErrTimeout) {
+			return views, nil
 		}
 		if err != nil {
 			return views, fmt.Errorf("nodeclient: discover nodes: %w", err)

@@ -225,7 +225,10 @@ func DiscoverIOS(nc *nats.Conn, wait time.Duration) ([]job.IOSState, error) {
 			return out, nil
 		}
 		msg, err := sub.NextMsg(left)
-		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) {
+		if errors.Is(err, nats.ErrNoResponders) {
+			continue // any client can send that status to our inbox: wait for the agents
+		}
+		if errors.Is(err, nats.ErrTimeout) {
 			return out, nil
 		}
 		if err != nil {
