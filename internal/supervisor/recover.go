@@ -529,9 +529,8 @@ func (m *Machine) lastRecoverEntry() *reconf.Reconfiguration {
 // place decides where ranks 0..np-1 restart: each on its node (or, for a rank that a
 // recovery under way had not started yet, where that recovery placed it) if the node is
 // alive, not draining and has room within the job's slots, else on such a node with a free
-// slot. For ranks that
-// ran on this machine (node "") it is this machine. It returns why not, if the ranks do not
-// fit.
+// slot. For ranks that ran on this machine (node "") it is this machine. It returns why not,
+// if the ranks do not fit.
 func (m *Machine) place(np int) ([]string, string) {
 	placement := make([]string, np)
 	used := make(map[string]int)
