@@ -3,6 +3,10 @@
 // published meanwhile) and a Watch that keeps an observer from mistaking its own outage for
 // the death of the peers it cannot hear.
 //
+// Request is the one way mpios's processes ask a question on the control plane whose answer
+// they authenticate: anyone on the server can answer first, so the first reply that verifies
+// counts, not the first reply (request.go).
+//
 // A multi-node job survives an outage of up to a grace period (DefaultGrace, or
 // MPIOS_NATS_GRACE): while an observer's connection is down, and for the time its peers
 // need to be heard again after it comes back, no silence counts against them. An outage
