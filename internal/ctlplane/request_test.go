@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/ctlplane"
+	"github.com/mpios/mpios/internal/natsembed"
 	"github.com/mpios/mpios/internal/testbin"
 )
 
@@ -111,4 +112,34 @@ func TestATentativeAnswerEndsTheWaitUnlessABetterOneComes(t *testing.T) {
 	if err := ctlplane.Request(asker, "svc", nil, 10*time.Second, tentative(&got)); err != nil || got != "genuine" {
 		t.Fatalf("Request = %v, took %q; want the genuine reply that came within the tentative wait", err, got)
 	}
+}
+
+func ExampleRequest() {
+	srv, err := natsembed.Start("127.0.0.1", "example")
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Shutdown()
+	responder, _ := nats.Connect(srv.URL())
+	defer responder.Close()
+	attacker, _ := nats.Connect(srv.URL())
+	defer attacker.Close()
+	asker, _ := nats.Connect(srv.URL())
+	defer asker.Close()
+	// The service answers after a moment; an attacker answers at once.
+	responder.Subscribe("svc", func(m *nats.Msg) { time.Sleep(50 * time.Millisecond); m.Respond([]byte("signed: 42")) })
+	attacker.Subscribe("svc", func(m *nats.Msg) { m.Respond([]byte("forged: 0")) })
+	responder.Flush()
+	attacker.Flush()
+
+	var answer string
+	err = ctlplane.Request(asker, "svc", nil, 5*time.Second, func(m *nats.Msg) error {
+		if !strings.HasPrefix(string(m.Data), "signed: ") { // stands for a signature check
+			return errors.New("not signed")
+		}
+		answer = strings.TrimPrefix(string(m.Data), "signed: ")
+		return nil
+	})
+	fmt.Println(answer, err)
+	// Output: 42 <nil>
 }
