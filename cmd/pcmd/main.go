@@ -484,6 +484,10 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 		if err != nil {
 			return fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "jobrecord: "))
 		}
+		key, err := rec.Key()
+		if err != nil {
+			return fmt.Errorf("pcmd: %s", strings.TrimPrefix(err.Error(), "jobrecord: "))
+		}
 		if !c.IsSet("nats") && rec.NATSURL != "" {
 			if err := c.Set("nats", rec.NATSURL); err != nil {
 				return err
@@ -494,7 +498,7 @@ refused with the reason. Exit status 0 if the job accepted the request, 1 otherw
 			return err
 		}
 		defer nc.Close()
-		rep, err := nodestatus.Control(nc, c.String("job"), req, sign, c.Duration("timeout"))
+		rep, err := nodestatus.Control(nc, c.String("job"), req, sign, nodestatus.OwnerReplies(key), c.Duration("timeout"))
 		if err != nil {
 			return err
 		}

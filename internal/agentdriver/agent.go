@@ -877,7 +877,7 @@ func (a *Agent) migrate(ms []iosbridge.Migration) {
 	}
 	a.log.Printf("IOS agent: asking job %s to move rank(s) %v to %s (%s)", m.Rank.Job, rankList(ms), m.To, reason)
 	go func() {
-		rep, err := nodestatus.Control(a.nc, m.Rank.Job, req, a.cfg.Key, a.cfg.ControlTimeout)
+		rep, err := nodestatus.Control(a.nc, m.Rank.Job, req, a.cfg.Key, nodestatus.JobReplies(a.cfg.Jobs, m.Rank.Job), a.cfg.ControlTimeout)
 		for _, m := range ms {
 			select {
 			case a.results <- migResult{m: m, rep: rep, err: err}:

@@ -140,10 +140,19 @@ func publishProfilesUnder(t *testing.T, nc *nats.Conn, ranks *ctlauth.JobChannel
 // controller stands in for a job's mpirun: it records the ControlRequests on the job's ctl
 // subject and answers each with the next reply (the last one repeats).
 type controller struct {
-	mu      sync.Mutex
-	reqs    []job.ControlRequest
-	replies []job.ControlReply
-	got     chan job.ControlRequest
+	mu       sync.Mutex
+	reqs     []job.ControlRequest
+	replies  []job.ControlReply
+	got      chan job.ControlRequest
+	launcher *ctlauth.JobChannel // answers under the job key, as mpirun; nil: in clear
+}
+
+// answerUnder makes c answer under the job key of ch, as mpirun does: nodes that know it
+// take no other answer.
+func (c *controller) answerUnder(ch *ctlauth.JobChannel) {
+	c.mu.Lock()
+	c.launcher = ch
+	c.mu.Unlock()
 }
 
 // awaitRequest returns the next control request the controller gets, and fails the test
@@ -190,8 +199,12 @@ func newController(t *testing.T, nc *nats.Conn, jobID string, replies ...job.Con
 		c.mu.Lock()
 		rep := c.replies[min(len(c.reqs), len(c.replies)-1)]
 		c.reqs = append(c.reqs, req)
+		launcher := c.launcher
 		c.mu.Unlock()
 		data, _ := job.Encode(rep)
+		if launcher != nil {
+			data, _ = launcher.Encode(m.Reply, rep, time.Now())
+		}
 		_ = m.Respond(data)
 		c.got <- req
 	}); err != nil {

@@ -122,6 +122,7 @@ func TestAgentHierarchicalManagerGrowsAMalleableJobOntoAJoinedNode(t *testing.T)
 	ctl := newController(t, nc, "j", job.ControlReply{OK: true, Message: "growing"})
 	secret := []byte("the secret of job j, 32 bytes..")
 	launcher := jobJChannel(t, secret, ctlauth.RoleLauncher)
+	ctl.answerUnder(launcher)
 	if _, err := nc.Subscribe(job.JobInfoSubject("j"), func(m *nats.Msg) {
 		data, _ := launcher.Encode(m.Reply, job.JobInfo{Job: "j", Size: 4, Malleable: true}, time.Now())
 		_ = m.Respond(data)

@@ -151,7 +151,7 @@ func (a *Agent) carryOut(jobID string, d iosbridge.MalleabilityDecision, subs []
 		req := controlRequest(cr)
 		req.Reason = truncate("ios hierarchical: manager "+a.node+": "+cr.Reason, maxReasonBytes)
 		a.log.Printf("IOS agent: hierarchical manager asks job %s to %s (%s)", jobID, describe(cr), cr.Reason)
-		rep, err := nodestatus.Control(a.nc, jobID, req, a.cfg.Key, a.cfg.ControlTimeout)
+		rep, err := nodestatus.Control(a.nc, jobID, req, a.cfg.Key, nodestatus.JobReplies(a.cfg.Jobs, jobID), a.cfg.ControlTimeout)
 		if !report(hierResult{job: jobID, req: req, what: describe(cr), rep: rep, err: err, last: i == len(reqs)-1}) {
 			return
 		}

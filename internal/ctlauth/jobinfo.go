@@ -32,19 +32,39 @@ func (r *JobKeyring) DecodeJobInfo(jobID, subject string, data []byte, now time.
 // DecodeJobInfo verifies and decodes a job info reply under k, as JobKeyring.DecodeJobInfo:
 // what a job's owner, who holds its key (jobrecord.Record.Key), checks its answer with.
 func (k JobKey) DecodeJobInfo(subject string, data []byte, now time.Time) (job.JobInfo, error) {
-	v, err := NewJobVerifier(k, ReplayOptions{})
-	if err != nil {
-		return job.JobInfo{}, err
-	}
-	m, err := v.Verify(subject, data, now)
-	if err != nil {
-		return job.JobInfo{}, err
-	}
 	var info job.JobInfo
-	if err := job.Decode(m.Body, &info); err != nil {
-		return job.JobInfo{}, fmt.Errorf("%w: job info from %s: %v", ErrMalformed, m.From, err)
+	from, err := k.Decode(subject, data, &info, now)
+	if err != nil {
+		return job.JobInfo{}, err
 	}
-	return info, checkJobInfo(k.job, m.From, info)
+	return info, checkJobInfo(k.job, from, info)
+}
+
+// Decode verifies data, a message under k received on subject (a reply bound to the
+// requester's inbox), decodes its body into v and returns its sender.
+func (k JobKey) Decode(subject string, data []byte, v any, now time.Time) (Sender, error) {
+	verifier, err := NewJobVerifier(k, ReplayOptions{})
+	if err != nil {
+		return Sender{}, err
+	}
+	m, err := verifier.Verify(subject, data, now)
+	if err != nil {
+		return Sender{}, err
+	}
+	if err := job.Decode(m.Body, v); err != nil {
+		return Sender{}, fmt.Errorf("%w: body from %s on %s: %v", ErrMalformed, m.From, subject, err)
+	}
+	return m.From, nil
+}
+
+// DecodeUnverified decodes into v the body of data, an envelope, without verifying it, or
+// data itself if it is no envelope (a sender that signs nothing): for a receiver that holds
+// no key to verify with, which must treat what it reads as unauthenticated.
+func DecodeUnverified(data []byte, v any) error {
+	if e, err := DecodeEnvelope(data); err == nil {
+		return job.Decode(e.Body, v)
+	}
+	return job.Decode(data, v)
 }
 
 func checkJobInfo(jobID string, from Sender, info job.JobInfo) error {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/reconf"
@@ -222,7 +223,7 @@ func (c *cluster) waitRunning(t *testing.T, id string) {
 			data, _ := testbin.OwnerControl(c.env, id, job.ControlRequest{Kind: job.ControlMigrate, Rank: 1 << 20, To: "probe"})
 			if r, err := c.nc.Request(job.ControlSubject(id), data, time.Second); err == nil {
 				var rep job.ControlReply
-				if job.Decode(r.Data, &rep) == nil && !strings.Contains(rep.Error, "not running") {
+				if ctlauth.DecodeUnverified(r.Data, &rep) == nil && !strings.Contains(rep.Error, "not running") {
 					time.Sleep(200 * time.Millisecond)
 					return
 				}
@@ -247,7 +248,7 @@ func (c *cluster) control(id string, req job.ControlRequest) job.ControlReply {
 		c.t.Fatalf("control request %+v: %v", req, err)
 	}
 	var rep job.ControlReply
-	if err := job.Decode(m.Data, &rep); err != nil {
+	if err := ctlauth.DecodeUnverified(m.Data, &rep); err != nil {
 		c.t.Fatal(err)
 	}
 	return rep

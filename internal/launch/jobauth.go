@@ -29,12 +29,9 @@ func jobKeySubject(jobID, subject string) bool {
 // inbox: to the ranks (the rendezvous and resize tables, the reconfiguration log, the
 // successor's start) and the job info, which nodes act on (a drain shrinks, the IOS manager
 // grows a job its info calls malleable): they verify it with the key they learnt from the
-// job's spawns, its owner with the job record. Control replies, to requesters that may hold
-// no key, go in clear.
+// job's spawns, its owner with the job record; and the answers to control requests, which a
+// node that only joined the job, holding no key, reads unverified.
 func (r *runner) encodeReply(inbox string, v any) ([]byte, error) {
-	if _, ok := v.(job.ControlReply); ok {
-		return job.Encode(v)
-	}
 	return r.auth.Encode(inbox, v, time.Now())
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/ctlplane"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/jobrecord"
 	"github.com/mpios/mpios/internal/natsconn"
@@ -536,10 +537,45 @@ func NewestRecord(dir string) (jobrecord.Record, string, error) {
 // not running, or its ranks do not handle them yet.
 var ErrNoController = errors.New("nobody answers control requests")
 
+// ReplyOpener verifies data, an answer received on subject, and decodes it into v.
+type ReplyOpener func(subject string, data []byte, v any) error
+
+// OwnerReplies opens mpirun's answers with the job's key, as its owner holds it
+// (jobrecord.Record.Key).
+func OwnerReplies(key ctlauth.JobKey) ReplyOpener {
+	return func(subject string, data []byte, v any) error {
+		from, err := key.Decode(subject, data, v, time.Now())
+		if err == nil && from.Role != ctlauth.RoleLauncher {
+			err = fmt.Errorf("an answer from %s, not the job's launcher", from)
+		}
+		return err
+	}
+}
+
+// JobReplies opens the answers of job jobID's mpirun with the key a node learnt from the
+// job's spawns (keys). A node that holds no key for the job (one that only joined it) reads
+// them unverified: nil keys, or a job keys does not know.
+func JobReplies(keys *ctlauth.JobKeyring, jobID string) ReplyOpener {
+	return func(subject string, data []byte, v any) error {
+		if keys == nil {
+			return ctlauth.DecodeUnverified(data, v)
+		}
+		if _, known := keys.Owner(jobID); !known {
+			return ctlauth.DecodeUnverified(data, v)
+		}
+		from, err := keys.Decode(jobID, subject, data, v, time.Now())
+		if err == nil && from.Role != ctlauth.RoleLauncher {
+			err = fmt.Errorf("an answer from %s, not the job's launcher", from)
+		}
+		return err
+	}
+}
+
 // Control sends a control request to a job on job.ControlSubject, authenticated by sign (the
 // job owner's jobrecord.Record.OwnerWrapper, or a node's key), and waits up to timeout for
-// the reply.
-func Control(nc *nats.Conn, jobID string, req job.ControlRequest, sign ctlauth.Wrapper, timeout time.Duration) (job.ControlReply, error) {
+// mpirun's answer, under the job's key: open verifies it (OwnerReplies, JobReplies), and
+// answers it refuses are skipped while the wait lasts (anyone can answer first).
+func Control(nc *nats.Conn, jobID string, req job.ControlRequest, sign ctlauth.Wrapper, open ReplyOpener, timeout time.Duration) (job.ControlReply, error) {
 	var rep job.ControlReply
 	if err := job.ValidateID(jobID); err != nil {
 		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
@@ -556,11 +592,27 @@ func Control(nc *nats.Conn, jobID string, req job.ControlRequest, sign ctlauth.W
 	if err != nil {
 		return rep, fmt.Errorf("pcmd: %w", err)
 	}
-	err = askRaw(nc, subj, data, &rep, timeout, "job "+jobID, func() error {
-		return fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)",
-			jobID, ErrNoController, subj, req.Kind)
+	err = ctlplane.Request(nc, subj, data, timeout, func(m *nats.Msg) error {
+		var got job.ControlReply
+		if err := open(m.Subject, m.Data, &got); err != nil {
+			return err
+		}
+		rep = got
+		return nil
 	})
-	return rep, err
+	var refused *ctlplane.RefusedError
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return rep, fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)",
+			jobID, ErrNoController, subj, req.Kind)
+	case errors.As(err, &refused):
+		return rep, fmt.Errorf("pcmd: job %s: no authenticated answer on %s within %v: %v", jobID, subj, timeout, refused.Last)
+	case errors.Is(err, nats.ErrTimeout):
+		return rep, fmt.Errorf("pcmd: job %s: no reply on %s within %v", jobID, subj, timeout)
+	case err != nil:
+		return rep, fmt.Errorf("pcmd: job %s: %w", jobID, err)
+	}
+	return rep, nil
 }
 
 // ask sends req on subj and decodes the reply into rep, waiting up to timeout. Its errors

@@ -78,30 +78,49 @@ func TestControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Control(nc, "j", req, owner, time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {
+	if _, err := Control(nc, "j", req, owner, OwnerReplies(key), time.Second); !errors.Is(err, ErrNoController) || !strings.Contains(err.Error(), "mpios.job.j.ctl") {
 		t.Errorf("no responder: %v", err)
 	}
-	if _, err := Control(nc, "j", job.ControlRequest{Kind: "explode"}, owner, time.Second); err == nil {
+	if _, err := Control(nc, "j", job.ControlRequest{Kind: "explode"}, owner, OwnerReplies(key), time.Second); err == nil {
 		t.Error("an invalid kind was sent")
 	}
-	// Stand in for the rank side, which is still to be written.
+	// Stand in for mpirun, which answers under the job key; an outsider answers first, in
+	// clear, and is skipped.
 	var got job.ControlRequest
 	verifier, err := ctlauth.NewJobVerifier(key, ctlauth.ReplayOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
-		if msg, err := verifier.Verify(m.Subject, m.Data, time.Now()); err == nil && msg.From.Role == ctlauth.RoleTool {
-			_ = job.Decode(msg.Body, &got)
-		}
-		b, _ := job.Encode(job.ControlReply{OK: true, Message: "migrating at iteration 12"})
+	launcher, err := ctlauth.NewJobWrapper(key, ctlauth.Sender{Role: ctlauth.RoleLauncher}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outsider := testbin.Connect(t, url)
+	if _, err := outsider.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
+		b, _ := job.Encode(job.ControlReply{OK: false, Error: "forged refusal"})
 		_ = m.Respond(b)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Control(nc, "j", req, owner, 2*time.Second)
+	outsider.Flush()
+	if _, err := nc.Subscribe(job.ControlSubject("j"), func(m *nats.Msg) {
+		if msg, err := verifier.Verify(m.Subject, m.Data, time.Now()); err == nil && msg.From.Role == ctlauth.RoleTool {
+			_ = job.Decode(msg.Body, &got)
+		}
+		time.Sleep(50 * time.Millisecond)
+		body, _ := job.Encode(job.ControlReply{OK: true, Message: "migrating at iteration 12"})
+		b, _ := launcher.Wrap(m.Reply, body, time.Now())
+		_ = m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Control(nc, "j", req, owner, OwnerReplies(key), 2*time.Second)
 	if err != nil || !rep.OK || rep.Message != "migrating at iteration 12" || !reflect.DeepEqual(got, req) {
 		t.Errorf("Control = %+v, %v; request seen %+v", rep, err, got)
+	}
+	// A node without the job's key reads the answer unverified: the first one.
+	if rep, err := Control(nc, "j", req, owner, JobReplies(nil, "j"), 2*time.Second); err != nil || rep.Error != "forged refusal" {
+		t.Errorf("Control read unverified = %+v, %v; want the first answer", rep, err)
 	}
 }
 

@@ -131,7 +131,7 @@ func (s *server) drain(req job.DrainRequest) job.DrainReply {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			crep, err := nodestatus.Control(s.nc, m.Job, creq, s.signer, timeout)
+			crep, err := nodestatus.Control(s.nc, m.Job, creq, s.signer, nodestatus.JobReplies(s.jobKeys, m.Job), timeout)
 			switch {
 			case err != nil:
 				m.Answer = strings.TrimPrefix(err.Error(), "pcmd: ")
