@@ -246,28 +246,35 @@ func TestRestartRemembersProgramArgumentsAndRanks(t *testing.T) {
 // On pcmd nodes: a killed rank's job restarts every rank on its node (each node keeps its
 // ranks' pieces) through the nodes' spawners, and ends with the undisturbed result.
 func TestKilledRankOnNodesIsRecoveredInPlace(t *testing.T) {
+	j := killRankOnNodesAndRecover(t, newCluster(t, "n1", "n2"), "rec-nodes")
+	j.waitLog(`rank 1 \(pid \d+ on n2\) was killed by signal killed; recovering \(1 of 3\)`, 1, time.Second)
+}
+
+// killRankOnNodesAndRecover runs heat2dRecovery as job id on c's nodes n1 and n2 (2 ranks
+// each, a checkpoint every 10 iterations), kills rank 1 once a checkpoint is committed, and
+// checks that the job recovers and ends with the undisturbed result.
+func killRankOnNodesAndRecover(t *testing.T, c *cluster, id string) *bgJob {
+	t.Helper()
 	want := referenceDump(t, heat2dRecovery...)
-	c := newCluster(t, "n1", "n2")
-	committed, err := c.nc.SubscribeSync(job.CommittedSubject("rec-nodes"))
+	committed, err := c.nc.SubscribeSync(job.CommittedSubject(id))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dump := filepath.Join(t.TempDir(), "out.bin")
 	args := append([]string{"--hosts", "n1:2,n2:2", "--ckpt-every", "10", prog(heat2dRecovery[0])}, heat2dRecovery[1:]...)
-	j := c.start(t, "rec-nodes", nil, append(args, "-pace", "10ms", "-dump", dump)...)
+	j := c.start(t, id, nil, append(args, "-pace", "10ms", "-dump", dump)...)
 	if _, err := committed.NextMsg(60 * time.Second); err != nil {
 		t.Fatalf("no committed checkpoint reported: %v\n%s", err, j.stderr.String())
 	}
-	pid := rankPID(t, j.id, 1)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(rankPID(t, j.id, 1), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if code := j.wait(120 * time.Second); code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, j.stderr.String())
 	}
-	j.waitLog(`rank 1 \(pid \d+ on n2\) was killed by signal killed; recovering \(1 of 3\)`, 1, time.Second)
 	j.waitLog(`recovered from the failure of rank 1`, 1, time.Second)
 	j.sameDump(dump, want)
+	return j
 }
 
 // A NATS outage silences every rank's beats at once: while mpirun's own connection is down
