@@ -472,10 +472,38 @@ func (m *Machine) resizeRankLost(p *proc, e Exited) {
 		m.reply(rs.hellos[r].reply, job.Table{Error: fmt.Sprintf("mpirun: resize %d -> %d aborted: %s", rs.old, rs.np, why)})
 	}
 	m.killJoiners(rs)
-	if le := m.log.Get(rs.seq); le != nil && le.State.CanMoveTo(reconf.Aborted) {
+	// The exit seen first need not be the cause: a rank that lost its peer may exit before
+	// the peer's death is reaped. The entry is aborted naming the rank the failure window
+	// blames (settleLostResize), or this one when no window opens.
+	m.lostResize = &lostResize{seq: rs.seq, old: rs.old, np: rs.np, why: why}
+}
+
+// lostResize is a resize given up for a failed rank, its abort not yet recorded.
+type lostResize struct {
+	seq     uint64
+	old, np int
+	why     string
+}
+
+// lostResizeWhy is the reason recorded for the lost resize when no failure names another.
+func (m *Machine) lostResizeWhy() string {
+	if m.lostResize == nil {
+		return ""
+	}
+	return m.lostResize.why
+}
+
+// settleLostResize records the abort of the resize a failed rank ended, naming why.
+func (m *Machine) settleLostResize(why string) {
+	lr := m.lostResize
+	if lr == nil {
+		return
+	}
+	m.lostResize = nil
+	if le := m.log.Get(lr.seq); le != nil && le.State.CanMoveTo(reconf.Aborted) {
 		_ = le.Advance(reconf.Aborted, errors.New(why))
 	}
-	m.logf("resize %d -> %d ranks aborted: %s", rs.old, rs.np, why)
+	m.logf("resize %d -> %d ranks aborted: %s", lr.old, lr.np, why)
 }
 
 // onResizeReport takes rank 0's account of a resize and commits or aborts it.

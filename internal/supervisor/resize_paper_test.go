@@ -407,19 +407,38 @@ func TestOldRankDeathBeforeTheCommitAbortsTheResizeThenFailsTheJob(t *testing.T)
 	if k := signalled(acts, syscall.SIGKILL); !slices.Equal(k, joiners) {
 		t.Errorf("killed %v, want the joiners %v", k, joiners)
 	}
-	if e := j.m.Log().Entries[0]; e.State != reconf.Aborted || !strings.Contains(e.Error, why) {
-		t.Errorf("entry %+v, want aborted naming %q", e, why)
-	}
-	j.wantLog(`resize 4 -> 6 ranks aborted: ` + regexp.QuoteMeta(why))
 	for _, p := range joiners {
 		j.exit(p, 137)
 	}
 	j.resizeReport(job.ResizeReport{Seq: 1, OK: true, Iteration: 10})
 	j.advance(time.Second)
+	if e := j.m.Log().Entries[0]; e.State != reconf.Aborted || !strings.Contains(e.Error, why) {
+		t.Errorf("entry %+v, want aborted naming %q", e, why)
+	}
+	j.wantLog(`resize 4 -> 6 ranks aborted: ` + regexp.QuoteMeta(why))
 	j.wantFailure(RankFailed, 2, 9)
 	if n := j.m.Info().Size; n != 4 {
 		t.Errorf("size %d after the aborted resize, want 4", n)
 	}
+}
+
+// The exit reaped first need not be the cause: a rank that lost its peer may exit before
+// the peer's death is seen. The resize's abort names the rank the failure window blames
+// (the one a lost-peer report named), as the job's failure does, not the first exit.
+func TestAResizeLostToAFailureIsAbortedNamingTheRankTheFailureWindowBlames(t *testing.T) {
+	j := fourRanks(t)
+	j.growToSix()
+	j.step(Lost{Data: enc(t, job.Lost{Observer: 1, Rank: 2, Reason: "connection reset"})})
+	j.exit(j.proc[1], 1)
+	j.now = j.now.Add(time.Millisecond)
+	j.step(Exited{Proc: j.proc[2], Status: 137, Desc: "was killed by signal killed", At: j.now})
+	j.advance(time.Second)
+	why := "rank 2 (pid 1002 on n2) ended: was killed by signal killed"
+	if e := j.m.Log().Entries[0]; e.State != reconf.Aborted || e.Error != why {
+		t.Errorf("entry %+v, want aborted naming %q", e, why)
+	}
+	j.wantLog(`resize 4 -> 6 ranks aborted: ` + regexp.QuoteMeta(why))
+	j.wantFailure(RankFailed, 2, 137)
 }
 
 // The same loss in a job that recovers: the resize is aborted first, then the job restarts
@@ -445,11 +464,11 @@ func TestOldRankDeathBeforeTheCommitAbortsTheResizeThenRecovers(t *testing.T) {
 		joiners = append(joiners, s.Proc)
 	}
 	j.killRank(1)
-	j.wantLog(`resize 4 -> 6 ranks aborted: rank 1 \(pid 1001 on n1\) ended: was killed by signal killed`)
 	if tab, _ := j.resizeTable(0); !strings.Contains(tab.Error, "aborted: rank 1") {
 		t.Errorf("pending hello answered %+v, want the abort", tab)
 	}
 	j.advance(time.Second)
+	j.wantLog(`resize 4 -> 6 ranks aborted: rank 1 \(pid 1001 on n1\) ended: was killed by signal killed`)
 	for _, p := range joiners {
 		j.exit(p, 137)
 	}

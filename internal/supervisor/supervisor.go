@@ -207,11 +207,12 @@ type Machine struct {
 	timeoutAt time.Time // job deadline, zero if none
 	firstLost int
 
-	failing   *collect
-	failure   *Failure
-	stopping  bool
-	graceAt   time.Time // when the ranks still running get SIGKILL, zero if not armed
-	signalled int
+	failing    *collect
+	lostResize *lostResize // a resize a failed rank ended, its abort not yet recorded
+	failure    *Failure
+	stopping   bool
+	graceAt    time.Time // when the ranks still running get SIGKILL, zero if not armed
+	signalled  int
 
 	log       reconf.Log
 	history   []job.Migration
@@ -532,6 +533,12 @@ func (m *Machine) onExited(now time.Time, e Exited) {
 	if m.onResizeExit(e.Proc, p, e) {
 		return
 	}
+	defer func() {
+		if m.failing == nil {
+			// No failure window holds the cause open: the exit itself is it.
+			m.settleLostResize(m.lostResizeWhy())
+		}
+	}()
 	p.running = false
 	m.live--
 	m.noteExit(p, e)
@@ -609,6 +616,7 @@ func (m *Machine) onExited(now time.Time, e Exited) {
 func (m *Machine) blame(now time.Time) {
 	c := m.failing
 	m.failing = nil
+	defer m.settleLostResize(m.lostResizeWhy()) // when no culprit is named below
 	if c == nil || m.failure != nil {
 		return
 	}
@@ -643,6 +651,7 @@ func (m *Machine) blame(now time.Time) {
 			m.logf("%s %s (after %s failed)", describeProc(q, m.procs[e.Proc]), exitText(e), m.describe(r))
 		}
 	}
+	m.settleLostResize(fmt.Sprintf("%s ended: %s", describeProc(r, m.procs[culprit.Proc]), exitText(culprit)))
 	reason, code := m.describe(r)+" "+culprit.Desc, culprit.Status
 	if culprit.Err != nil {
 		reason, code = fmt.Sprintf("%s: %v", m.describe(r), culprit.Err), StatusFailed
@@ -799,6 +808,7 @@ func (m *Machine) onSignal(now time.Time, e Signal) {
 
 // fail records the first failure, reports it and stops the job.
 func (m *Machine) fail(now time.Time, f *Failure, ev *job.Event) {
+	m.settleLostResize(m.lostResizeWhy()) // before the recovery's or the job's end's lines
 	if m.failure != nil || m.recover(now, f) {
 		return
 	}
