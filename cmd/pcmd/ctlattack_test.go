@@ -196,7 +196,7 @@ func TestControlPlaneAuthorization(t *testing.T) {
 	publish(job.NodesHeartbeatSubject, must(w.Wrap(job.NodesHeartbeatSubject, must(job.Encode(leaving)), time.Now())))
 	// ... drains of n1, unsigned and signed by the attacker's key as n1 (only n1's own key,
 	// its operator's, may drain it) ...
-	for name, sign := range map[string]ctlauth.Wrapper{"unsigned": nil, "signed by the attacker as n1": w} {
+	for name, sign := range map[string]*ctlauth.KeyWrapper{"unsigned": nil, "signed by the attacker as n1": w} {
 		rep, err := nodestatus.Drain(spy, "n1", job.DrainRequest{Reason: "attack"}, sign, 10*time.Second)
 		if err != nil || rep.Error == "" || len(rep.Moves) > 0 {
 			t.Errorf("%s drain of n1: %+v, %v; want a refusal", name, rep, err)

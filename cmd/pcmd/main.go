@@ -519,7 +519,7 @@ func drainCommand(stderr, stdout io.Writer, onUsage cli.OnUsageErrorFunc) *cli.C
 	return &cli.Command{
 		Name:      "drain",
 		Usage:     "make a node leave gracefully",
-		UsageText: "pcmd drain [--node NAME] [--node-key FILE] [--reason TEXT] [--nats URL] [--timeout DURATION]",
+		UsageText: "pcmd drain [--node NAME] [--node-key FILE] [--reason TEXT] [--nats URL] [--timeout DURATION] [--wait DURATION]",
 		Description: `Asks the pcmd of node NAME (default: this host's short name) to leave
 (mpios.node.NAME.drain): it places each of its ranks on a free slot of an alive peer,
 each job on as few nodes as possible, and asks the jobs to migrate them there
@@ -529,13 +529,18 @@ node says which ranks and goes on as before. Prints each move and the job's answ
 The request is signed with the node's own key (--node-key: the seed file given to
 "pcmd serve --node-key" on that node), as a drain is its operator's decision; only a
 node started with --insecure-open takes an unsigned one. Stopping pcmd with SIGTERM
-drains it too, without a key. Exit status 0 if every job accepted, 1 otherwise.`,
+drains it too, without a key. The node's answer counts only signed by its key.
+With --wait, pcmd drain then waits until the node has left (its pcmd exited: no pcmd
+answered for it during three of its heartbeat intervals), printing what it still runs,
+so that the machine can be taken down once it returns.
+Exit status 0 if every job accepted (and, with --wait, the node left), 1 otherwise.`,
 		OnUsageError: onUsage,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "node", Value: shortHostname(), Usage: "the node `NAME` to drain"},
 			&cli.StringFlag{Name: "node-key", Usage: "the node's NKey server seed `FILE` (as given to pcmd serve --node-key) to sign the request with"},
 			&cli.StringFlag{Name: "reason", Usage: "why, for the logs of the node and the jobs (default: \"by USER\")"},
 			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "wait `DURATION` for the node's reply (it waits for the jobs' answers)"},
+			&cli.DurationFlag{Name: "wait", Usage: "then wait up to `DURATION` for the node to leave (0: do not wait)"},
 		}, natsFlags(false)...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -544,6 +549,9 @@ drains it too, without a key. Exit status 0 if every job accepted, 1 otherwise.`
 			node := c.String("node")
 			if err := job.ValidateNode(node); err != nil {
 				return &usageError{"--node: " + job.TrimPrefix(err).Error()}
+			}
+			if c.Duration("wait") < 0 {
+				return &usageError{fmt.Sprintf("--wait %v: want 0 or more", c.Duration("wait"))}
 			}
 			req := job.DrainRequest{Reason: c.String("reason")}
 			if req.Reason == "" {
@@ -557,7 +565,7 @@ drains it too, without a key. Exit status 0 if every job accepted, 1 otherwise.`
 				return err
 			}
 			defer nc.Close()
-			var sign ctlauth.Wrapper
+			var sign *ctlauth.KeyWrapper
 			if path := c.String("node-key"); path != "" {
 				kp, err := ctlauth.LoadSeed(path, nkeys.PrefixByteServer)
 				if err != nil {
@@ -589,9 +597,29 @@ drains it too, without a key. Exit status 0 if every job accepted, 1 otherwise.`
 			}
 			if !ok {
 				fmt.Fprintf(stderr, "pcmd: node %s is draining, but some of its ranks stay: it exits once they are gone\n", node)
+			} else {
+				fmt.Fprintf(stdout, "node %s is draining: it takes no new ranks and exits once its ranks have left\n", node)
+			}
+			if wait := c.Duration("wait"); wait > 0 {
+				keys := ctlauth.NodeKey{Node: node, AnyKey: true}
+				if sign != nil {
+					keys = ctlauth.NodeKey{Node: node, Key: sign.PublicKey()}
+				}
+				err := nodestatus.WaitLeft(nc, node, keys, 0, wait, func(info job.NodeInfo) {
+					if info.Used > 0 {
+						fmt.Fprintf(stdout, "node %s still runs %d ranks\n", node, info.Used)
+					}
+				})
+				if err != nil {
+					fmt.Fprintf(stderr, "%v\n", err)
+					return &exitError{1}
+				}
+				fmt.Fprintf(stdout, "node %s has left\n", node)
+				return nil // the ranks a job refused to take have ended meanwhile
+			}
+			if !ok {
 				return &exitError{1}
 			}
-			fmt.Fprintf(stdout, "node %s is draining: it takes no new ranks and exits once its ranks have left\n", node)
 			return nil
 		},
 	}

@@ -496,7 +496,8 @@ func TestMpirunHostsErrors(t *testing.T) {
 
 // TestDrainMovesAJobAway: "pcmd drain" of the node a job runs on moves the job's ranks to
 // the node with free slots; the job's result is bitwise that of an undisturbed run, the
-// drained node takes no new ranks meanwhile and its pcmd exits once its ranks left.
+// drained node takes no new ranks meanwhile and its pcmd exits once its ranks left, which
+// "pcmd drain --wait" waits for.
 func TestDrainMovesAJobAway(t *testing.T) {
 	url := testbin.NATSServer(t, "", "")
 	heat2d := filepath.Join(bin, "heat2d")
@@ -514,18 +515,14 @@ func TestDrainMovesAJobAway(t *testing.T) {
 	j := startProc(t, env, "mpirun", append(append([]string{"--nats", url, "--hosts", "n1:2"}, args...), "-dump", out, "-pace", "2ms")...)
 	waitStatus(t, url, 20*time.Second, "2 ranks on n1", func(st nodestatus.Status) bool { return len(st.Ranks) == 2 })
 	// The job refuses migrations until its ranks have said hello; the node stays draining
-	// and a second drain asks again.
-	var d *proc
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		d = run(t, 30*time.Second, nil, "pcmd", "drain", "--node", "n1", "--nats", url, "--reason", "test")
-		if d.code == 0 || time.Now().After(deadline) {
-			break
-		}
+	// and plans again by itself, which --wait waits for.
+	d := run(t, 90*time.Second, nil, "pcmd", "drain", "--node", "n1", "--nats", url, "--reason", "test", "--wait", "60s")
+	if d.code != 0 || !strings.Contains(d.stdout.String(), "job ") || !strings.Contains(d.stdout.String(), "ranks [0 1] to n2: ") ||
+		!strings.HasSuffix(d.stdout.String(), "node n1 has left\n") {
+		t.Fatalf("pcmd drain --wait: exit %d\nstdout:\n%s\nstderr:\n%s\nmpirun:\n%s", d.code, d.stdout.String(), d.stderr.String(), j.stderr.String())
 	}
-	if d.code != 0 || !strings.Contains(d.stdout.String(), "job ") || !strings.Contains(d.stdout.String(), "ranks [0 1] to n2: accepted") {
-		t.Fatalf("pcmd drain: exit %d\nstdout:\n%s\nstderr:\n%s\nmpirun:\n%s", d.code, d.stdout.String(), d.stderr.String(), j.stderr.String())
-	}
-	if code := n1.wait(t, 60*time.Second); code != 0 || !strings.Contains(n1.stderr.String(), "drained: no rank left, shutting down") {
+	// --wait returned once the node had left: its pcmd has exited.
+	if code := n1.wait(t, time.Second); code != 0 || !strings.Contains(n1.stderr.String(), "drained: no rank left, shutting down") {
 		t.Errorf("drained pcmd n1: exit %d\n%s", code, n1.stderr.String())
 	}
 	if code := j.wait(t, 120*time.Second); code != 0 {
@@ -563,6 +560,7 @@ func TestCommandLine(t *testing.T) {
 		"--weights: weight \"0\": want a positive": {"resize", "--job", "j", "--np", "2", "--weights", "1,0", "--nats", "nats://x"},
 		"resize: 2 weights for 3 ranks":            {"resize", "--job", "j", "--np", "3", "--weights", "1,2", "--nats", "nats://x"},
 		"--node: node name \"a.b\"":                {"drain", "--node", "a.b", "--nats", "nats://x"},
+		"--wait -1s: want 0 or more":               {"drain", "--wait", "-1s", "--nats", "nats://x"},
 	}
 	for want, args := range cases {
 		stdout.Reset()

@@ -117,6 +117,29 @@ type AnyKey struct{}
 // Trust implements KeySet.
 func (AnyKey) Trust(string, Sender) error { return nil }
 
+// NodeKey is the KeySet that trusts node Node's signatures made with Key alone: a drain's
+// requester (the node's operator, who holds its seed) and the node itself, or what a node
+// answers to whoever knows its key. With AnyKey set it trusts any key signing as Node: the
+// client of a node started with --insecure-open, which knows no key of it (the signature
+// then proves only that the message was not altered). The zero Key trusts nothing.
+type NodeKey struct {
+	Node, Key string
+	AnyKey    bool
+}
+
+// Trust implements KeySet.
+func (k NodeKey) Trust(publicKey string, s Sender) error {
+	switch {
+	case s.Role != RoleNode || s.Node != k.Node:
+		return fmt.Errorf("signed as %s, not as node %s", s, k.Node)
+	case k.AnyKey:
+		return nil
+	case k.Key == "" || publicKey != k.Key:
+		return fmt.Errorf("not node %s's own key", k.Node)
+	}
+	return nil
+}
+
 // Verify authenticates data received on subject at time now and returns its content; the
 // signer is Message.Key. The error wraps ErrMalformed, ErrForged, ErrUntrusted, ErrStale,
 // ErrReplay or ErrTooManySenders.

@@ -612,37 +612,13 @@ func Control(nc *nats.Conn, jobID string, req job.ControlRequest, sign ctlauth.W
 	return rep, nil
 }
 
-// ask sends req on subj and decodes the reply into rep, waiting up to timeout. Its errors
-// name who was asked; noResponders builds the one for a subject nobody listens on.
-func ask(nc *nats.Conn, subj string, req, rep any, timeout time.Duration, who string, noResponders func() error) error {
-	data, err := job.Encode(req)
-	if err != nil {
-		return fmt.Errorf("pcmd: %w", err)
-	}
-	return askRaw(nc, subj, data, rep, timeout, who, noResponders)
-}
-
-// askRaw is ask with the request already encoded.
-func askRaw(nc *nats.Conn, subj string, data []byte, rep any, timeout time.Duration, who string, noResponders func() error) error {
-	msg, err := nc.Request(subj, data, timeout)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return noResponders()
-	case errors.Is(err, nats.ErrTimeout):
-		return fmt.Errorf("pcmd: %s: no reply on %s within %v", who, subj, timeout)
-	case err != nil:
-		return fmt.Errorf("pcmd: %s: %w", who, err)
-	}
-	if err := job.Decode(msg.Data, rep); err != nil {
-		return fmt.Errorf("pcmd: %s: malformed reply: %s", who, job.TrimPrefix(err).Error())
-	}
-	return nil
-}
-
 // Drain asks the pcmd of node to leave gracefully (job.NodeDrainSubject) and waits up to
 // timeout for its reply, which it sends once the jobs of its ranks answered. sign (the
 // node's own key; nil: unsigned, which only --insecure-open nodes take) authenticates it.
-func Drain(nc *nats.Conn, node string, req job.DrainRequest, sign ctlauth.Wrapper, timeout time.Duration) (job.DrainReply, error) {
+// The reply counts only signed by the node: with sign, by the key sign holds (the node's
+// own); without, by any key signing as the node. Other replies (anyone can answer first)
+// are skipped while the wait lasts.
+func Drain(nc *nats.Conn, node string, req job.DrainRequest, sign *ctlauth.KeyWrapper, timeout time.Duration) (job.DrainReply, error) {
 	var rep job.DrainReply
 	if err := job.ValidateNode(node); err != nil {
 		return rep, fmt.Errorf("pcmd: %s", job.TrimPrefix(err).Error())
@@ -652,19 +628,59 @@ func Drain(nc *nats.Conn, node string, req job.DrainRequest, sign ctlauth.Wrappe
 	}
 	subj := job.NodeDrainSubject(node)
 	data, err := job.Encode(req)
+	keys := ctlauth.NodeKey{Node: node, AnyKey: true}
 	if err == nil && sign != nil {
 		data, err = sign.Wrap(subj, data, time.Now())
+		keys = ctlauth.NodeKey{Node: node, Key: sign.PublicKey()}
 	}
 	if err != nil {
 		return rep, fmt.Errorf("pcmd: %w", err)
 	}
-	err = askRaw(nc, subj, data, &rep, timeout, "node "+node, func() error {
-		return fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj)
-	})
-	if err == nil {
-		if verr := rep.Validate(); verr != nil {
-			err = fmt.Errorf("pcmd: node %s: invalid drain reply: %s", node, job.TrimPrefix(verr).Error())
+	var refusal job.DrainReply // signed as the node by another key than sign's
+	err = ctlplane.Request(nc, subj, data, timeout, func(msg *nats.Msg) error {
+		m, err := ctlauth.VerifyStatement(msg.Subject, msg.Data, keys)
+		var other error
+		if errors.Is(err, ctlauth.ErrUntrusted) {
+			// A node refuses a drain signed by a key not its own, under its own: the
+			// requester, who knows only the key it signed with, takes the refusal if no
+			// answer under that key comes.
+			other = err
+			m, err = ctlauth.VerifyStatement(msg.Subject, msg.Data, ctlauth.NodeKey{Node: node, AnyKey: true})
 		}
+		if err != nil {
+			return err
+		}
+		var got job.DrainReply
+		if err := job.Decode(m.Body, &got); err != nil {
+			return err
+		}
+		if err := got.Validate(); err != nil {
+			return err
+		}
+		if other != nil {
+			if got.Error == "" || len(got.Moves) > 0 {
+				return other
+			}
+			refusal = got
+			refusal.Error += fmt.Sprintf(" (answered under key %s, not the one --node-key holds: is it this node's seed?)", m.Key)
+			return &ctlplane.Tentative{Err: errors.New(refusal.Error), Wait: ctlplane.NoRespondersGrace}
+		}
+		rep = got
+		return nil
+	})
+	var refused *ctlplane.RefusedError
+	var tentative *ctlplane.Tentative
+	switch {
+	case errors.As(err, &tentative):
+		return refusal, nil
+	case errors.Is(err, nats.ErrNoResponders):
+		return rep, fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj)
+	case errors.As(err, &refused):
+		return rep, fmt.Errorf("pcmd: node %s: no answer signed by the node on %s within %v: %v", node, subj, timeout, refused.Last)
+	case errors.Is(err, nats.ErrTimeout):
+		return rep, fmt.Errorf("pcmd: node %s: no reply on %s within %v", node, subj, timeout)
+	case err != nil:
+		return rep, fmt.Errorf("pcmd: node %s: %w", node, err)
 	}
-	return rep, err
+	return rep, nil
 }

@@ -296,11 +296,13 @@ func (s *server) onDrain(m *nats.Msg) {
 	if err != nil {
 		msg := fmt.Sprintf("pcmd: node %s rejects a drain request: %v", s.cfg.Node, job.TrimPrefix(err))
 		s.log.Print(msg)
-		s.respond(m, job.DrainReply{Node: s.cfg.Node, Error: msg})
+		s.respondSigned(m, job.DrainReply{Node: s.cfg.Node, Error: msg})
 		return
 	}
 	// The jobs' answers take up to the control timeout; other requests go on meanwhile.
-	go s.respond(m, s.drain(req))
+	// Signed: anyone can answer a drain's requester first, and the operator must learn what
+	// the node did.
+	go s.respondSigned(m, s.drain(req))
 }
 
 // checkDrained ends a drained node once it runs no rank.
@@ -333,19 +335,6 @@ func (s *server) leave() {
 		}
 	}
 	s.checkDrained() // a node without ranks leaves at once
-}
-
-// ownKey trusts only the node's own signing key, as the node itself: a drain moves every
-// job's ranks off the node, which is its operator's decision alone (pcmd drain --node-key
-// with the seed of pcmd serve --node-key).
-type ownKey struct{ node, key string }
-
-// Trust implements ctlauth.KeySet.
-func (o ownKey) Trust(publicKey string, s ctlauth.Sender) error {
-	if publicKey != o.key || s.Role != ctlauth.RoleNode || s.Node != o.node {
-		return fmt.Errorf("not node %s's own key", o.node)
-	}
-	return nil
 }
 
 // openDrain authenticates a drain request into req: signed by the node's own key, or, on a

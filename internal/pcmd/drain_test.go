@@ -268,7 +268,8 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 
 // A node that is not --insecure-open takes a drain only signed by its own key (its
 // operator's, pcmd drain --node-key): unsigned ones and ones signed by another key claiming
-// the node are refused and leave it open; its own key drains it.
+// the node are refused and leave it open; its own key drains it, and its answer, signed by
+// that key, is the one the operator reads, whoever answers first.
 func TestADrainMustBeSignedByTheNodesOwnKey(t *testing.T) {
 	t.Parallel()
 	url := testbin.NATSServer(t, "", "")
@@ -288,14 +289,14 @@ func TestADrainMustBeSignedByTheNodesOwnKey(t *testing.T) {
 	}
 	startNode(t, nc, Config{Node: "n1", AuthorizedLaunchers: authorized, NodeKey: seedFile, NATS: NATSOptions{URL: url}, Slots: 2})
 	other, _ := nkeys.CreateServer()
-	signer := func(kp nkeys.KeyPair) ctlauth.Wrapper {
+	signer := func(kp nkeys.KeyPair) *ctlauth.KeyWrapper {
 		w, err := ctlauth.NewKeyWrapper(kp, ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n1"}, uint64(time.Now().UnixNano()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return w
 	}
-	for name, sign := range map[string]ctlauth.Wrapper{"unsigned": nil, "another key": signer(other)} {
+	for name, sign := range map[string]*ctlauth.KeyWrapper{"unsigned": nil, "another key": signer(other)} {
 		rep, err := nodestatus.Drain(nc, "n1", job.DrainRequest{Reason: "x"}, sign, 5*time.Second)
 		if err != nil || rep.Error == "" {
 			t.Errorf("%s drain: %+v, %v; want a refusal", name, rep, err)
@@ -304,9 +305,23 @@ func TestADrainMustBeSignedByTheNodesOwnKey(t *testing.T) {
 			t.Fatalf("%s drain closed the node", name)
 		}
 	}
+	// Anyone can answer a drain first: an outsider says every rank moved, in clear and
+	// signed as n1 by its own key. The operator hears the node alone.
+	forged := job.DrainReply{Node: "n1", Moves: []job.DrainMove{{Job: "x", Ranks: []int{0}, To: "n2", Accepted: true, Answer: "forged"}}}
+	body, _ := job.Encode(forged)
+	sub, err := nc.Subscribe(job.NodeDrainSubject("n1"), func(m *nats.Msg) {
+		_ = m.Respond(body)
+		if signed, err := signer(other).Wrap(m.Reply, body, time.Now()); err == nil {
+			_ = m.Respond(signed)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	rep, err := nodestatus.Drain(nc, "n1", job.DrainRequest{Reason: "maintenance"}, signer(own), 5*time.Second)
-	if err != nil || rep.Error != "" {
-		t.Fatalf("drain signed by the node's own key: %+v, %v", rep, err)
+	if err != nil || rep.Error != "" || len(rep.Moves) != 0 {
+		t.Fatalf("drain signed by the node's own key: %+v, %v; want the node's answer (nothing to move)", rep, err)
 	}
 }
 

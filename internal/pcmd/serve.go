@@ -242,7 +242,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("pcmd: %w", err)
 	}
 	s.pins, s.forged = ctlauth.NewNodePins(cfg.Node, nil), map[string]time.Time{}
-	if s.drains, err = ctlauth.NewKeyVerifier(ownKey{node: cfg.Node, key: s.signer.PublicKey()}, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
+	if s.drains, err = ctlauth.NewKeyVerifier(ctlauth.NodeKey{Node: cfg.Node, Key: s.signer.PublicKey()}, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
 		return fmt.Errorf("pcmd: %w", err)
 	}
 	if s.beats, err = ctlauth.NewKeyVerifier(s.pins, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
