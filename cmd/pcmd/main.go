@@ -252,6 +252,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "authorized-launchers", Usage: "take spawn and signal requests only when signed by a launcher NKey listed in `FILE` (see docs/security.md)"},
 					&cli.BoolFlag{Name: "insecure-open", Usage: "without --authorized-launchers: take unsigned spawn requests from anyone who can publish on this NATS account"},
 					&cli.StringFlag{Name: "node-key", Usage: "NKey server seed `FILE` (mode 0600) signing this node's key card; default: a fresh key per start"},
+					&cli.StringFlag{Name: "known-nodes", EnvVars: []string{"MPIOS_KNOWN_NODES"}, Usage: "believe only the peers whose keys `FILE` lists (mpirun --known-nodes' format) as drain targets and IOS peers; default: each peer's first key"},
 					&cli.StringSliceFlag{Name: "pass-env", Usage: "also give the ranks this `VARIABLE` of pcmd's environment (repeat for more; MPIOS_* cannot be passed)"},
 					&cli.IntFlag{Name: "slots", Value: runtime.NumCPU(), Usage: "run at most `N` ranks at once (a rank arriving in an exchange of ranks between nodes shares the slot of the rank it replaces until the hand-over ends)"},
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
@@ -287,6 +288,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 						Store: c.String("store"), Heartbeat: c.Duration("heartbeat"), KillGrace: c.Duration("kill-grace"),
 						Lease: c.Duration("lease"), CkptStore: c.String("ckpt-store"), CkptMemCap: c.Int64("ckpt-mem-cap") << 20, CopyNice: c.Int("copy-nice"),
 						AuthorizedLaunchers: c.String("authorized-launchers"), InsecureOpen: c.Bool("insecure-open"), NodeKey: c.String("node-key"),
+						KnownNodes: c.String("known-nodes"),
 						IOS: agentdriver.Config{
 							Disabled: c.Bool("no-ios"), Policy: c.String("policy"), Period: c.Duration("ios-period"),
 							StealThreshold: c.Float64("steal-threshold"), TTL: c.Int("steal-ttl"), Cooldown: c.Duration("ios-cooldown"),

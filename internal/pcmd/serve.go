@@ -87,6 +87,10 @@ type Config struct {
 	// signs its key card; launchers list its public key in their known-nodes file. "" = a
 	// fresh key at every start, which no known-nodes file can name.
 	NodeKey string
+	// KnownNodes is the known-nodes file (pcmd serve --known-nodes, the format of mpirun's:
+	// ctlauth.ParseKnownNodes) naming the only peers this node believes: their heartbeats
+	// make them drain targets and IOS peers. "" = each peer's key is pinned on first use.
+	KnownNodes string
 
 	// IOS configures the node's IOS agent: resource profiling, random stealing, migration
 	// decisions (pcmd serve --policy ...).
@@ -241,7 +245,16 @@ func Serve(ctx context.Context, cfg Config) error {
 	if s.signer, err = ctlauth.NewKeyWrapper(keys.Signing, ctlauth.Sender{Role: ctlauth.RoleNode, Node: cfg.Node}, uint64(time.Now().UnixNano())); err != nil {
 		return fmt.Errorf("pcmd: %w", err)
 	}
-	s.pins, s.forged = ctlauth.NewNodePins(cfg.Node, nil), map[string]time.Time{}
+	var known *ctlauth.KnownNodes
+	if cfg.KnownNodes != "" {
+		if known, err = ctlauth.LoadKnownNodes(cfg.KnownNodes); err != nil {
+			return fmt.Errorf("pcmd: --known-nodes: %w", err)
+		}
+		if name, ok := known.Node(s.signer.PublicKey()); ok && name != cfg.Node {
+			return fmt.Errorf("pcmd: --known-nodes: this node's key %s is listed for node %q, not %q", s.signer.PublicKey(), name, cfg.Node)
+		}
+	}
+	s.pins, s.forged = ctlauth.NewNodePins(cfg.Node, known), map[string]time.Time{}
 	if s.drains, err = ctlauth.NewKeyVerifier(ctlauth.NodeKey{Node: cfg.Node, Key: s.signer.PublicKey()}, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
 		return fmt.Errorf("pcmd: %w", err)
 	}
