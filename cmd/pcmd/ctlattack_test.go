@@ -145,11 +145,18 @@ func TestControlPlaneAuthorization(t *testing.T) {
 		ask(c.name, c.data, c.want)
 	}
 
-	// The owner's own requests: pcmd reads the job key from mpirun's job record. A checkpoint
-	// is taken; a migration to a node outside the known nodes is refused.
+	// The owner's own requests: pcmd reads the job key from mpirun's job record. Checkpoints
+	// are taken, also several asked at once (each pcmd is a sender of its own, not a replay
+	// of another); a migration to a node outside the known nodes is refused.
 	ctls.take() // the attacker's own requests so far
-	if p := run(t, 30*time.Second, env, "pcmd", "checkpoint", "--job", "victim", "--nats", url); p.code != 0 {
-		t.Fatalf("the owner's checkpoint: exit %d\n%s%s", p.code, p.stdout.String(), p.stderr.String())
+	var checkpoints []*proc
+	for range 8 {
+		checkpoints = append(checkpoints, startProc(t, env, "pcmd", "checkpoint", "--job", "victim", "--nats", url))
+	}
+	for _, p := range checkpoints {
+		if p.wait(t, 30*time.Second); p.code != 0 {
+			t.Fatalf("the owner's checkpoint: exit %d\n%s%s", p.code, p.stdout.String(), p.stderr.String())
+		}
 	}
 	if p := run(t, 30*time.Second, env, "pcmd", "migrate", "--job", "victim", "--rank", "1", "--to", "evil", "--nats", url); p.code != 1 ||
 		!strings.Contains(p.stderr.String(), "refused the migrate request") {

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +101,25 @@ type Sender struct {
 	// Job is the job a launcher speaks for (RoleLauncher, optional): it separates the
 	// numbering of one user's concurrent mpiruns, which sign with the same key.
 	Job string `msgpack:"job,omitempty"`
+	// Tool names one invocation of the owner's tools (RoleTool, optional: its host and pid,
+	// ToolInstance): it separates the numbering of concurrent invocations, which sign with
+	// the same key and number their messages from their own start time.
+	Tool string `msgpack:"tool,omitempty"`
+}
+
+// maxTool bounds Sender.Tool.
+const maxTool = 128
+
+// ToolInstance names this process as a Sender.Tool: "HOST/PID".
+func ToolInstance() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r < '!' || r > '~' {
+			return -1
+		}
+		return r
+	}, host)
+	return fmt.Sprintf("%.64s/%d", host, os.Getpid())
 }
 
 // Validate checks that s is a well-formed identity.
@@ -117,6 +138,11 @@ func (s Sender) Validate() error {
 	if s.Node != "" {
 		if err := job.ValidateNode(s.Node); err != nil {
 			return fmt.Errorf("%w: sender: %v", ErrMalformed, err)
+		}
+	}
+	if s.Tool != "" {
+		if s.Role != RoleTool || len(s.Tool) > maxTool || strings.ContainsFunc(s.Tool, func(r rune) bool { return r < '!' || r > '~' }) {
+			return fmt.Errorf("%w: %v sender names tool %.64q", ErrMalformed, s.Role, s.Tool)
 		}
 	}
 	if s.Job != "" {
@@ -139,6 +165,9 @@ func (s Sender) String() string {
 	}
 	if s.Job != "" {
 		out += " of job " + s.Job
+	}
+	if s.Tool != "" {
+		out += " " + s.Tool
 	}
 	if s.Node != "" {
 		out += "@" + s.Node

@@ -316,3 +316,43 @@ func marshal(t testing.TB, v any) []byte {
 	}
 	return data
 }
+
+// The owner's tools run at once (a script starting several "pcmd checkpoint"): each numbers
+// its messages from its own start time, so the later one's numbers are far above the
+// earlier one's. As separate senders (Sender.Tool), both are taken in either order; as one
+// sender, the earlier would be refused as a replay. A tool still cannot replay itself.
+func TestConcurrentToolsOfTheOwnerAreSeparateSenders(t *testing.T) {
+	k := jobKey(t, "job1", testSecret(7))
+	v, err := NewJobVerifier(k, ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := NewJobWrapper(k, Sender{Role: RoleTool, Tool: "vm/100"}, uint64(t0.UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := NewJobWrapper(k, Sender{Role: RoleTool, Tool: "vm/101"}, uint64(t0.Add(time.Millisecond).UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := wrap(t, first, ctl, "x", t0), wrap(t, second, ctl, "x", t0)
+	for _, m := range [][]byte{b, a} {
+		if _, err := v.Verify(ctl, m, t0); err != nil {
+			t.Fatalf("a concurrent tool's request refused: %v", err)
+		}
+	}
+	if _, err := v.Verify(ctl, a, t0); !errors.Is(err, ErrReplay) {
+		t.Errorf("replayed: %v, want ErrReplay", err)
+	}
+}
+
+func TestSenderToolIsOnlyForTools(t *testing.T) {
+	for _, s := range []Sender{{Role: RoleLauncher, Tool: "vm/1"}, {Role: RoleTool, Tool: "a b"}, {Role: RoleTool, Tool: strings.Repeat("x", 129)}} {
+		if err := s.Validate(); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%+v: %v, want ErrMalformed", s, err)
+		}
+	}
+	if s := (Sender{Role: RoleTool, Tool: ToolInstance()}); s.Validate() != nil || !strings.HasPrefix(s.String(), "tool ") {
+		t.Errorf("%+v: %v, %q", s, s.Validate(), s)
+	}
+}

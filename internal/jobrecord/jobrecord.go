@@ -37,12 +37,14 @@ var ErrNoSecret = errors.New("job record has no job secret")
 
 // OwnerWrapper returns what signs control requests as the owner of the job rec describes:
 // a ctlauth.JobWrapper under the job's key, as a ctlauth.RoleTool sender numbered from now.
+// Each process is a sender of its own (ctlauth.ToolInstance): the owner's tools run at once
+// are not taken for replays of each other.
 func (rec Record) OwnerWrapper(now time.Time) (*ctlauth.JobWrapper, error) {
 	key, err := rec.Key()
 	if err != nil {
 		return nil, err
 	}
-	return ctlauth.NewJobWrapper(key, ctlauth.Sender{Role: ctlauth.RoleTool}, uint64(now.UnixNano()))
+	return ctlauth.NewJobWrapper(key, ctlauth.Sender{Role: ctlauth.RoleTool, Tool: ctlauth.ToolInstance()}, uint64(now.UnixNano()))
 }
 
 // Key returns the control-plane key of the job rec describes (ctlauth.DeriveJobKey of its
