@@ -120,6 +120,18 @@ func (w *Watch) Silence(now, last time.Time) time.Duration {
 	return max(now.Sub(last), 0)
 }
 
+// Outage returns how long the observer's connection has been down at now, and the grace;
+// 0 while it is up. A silence beyond the grace during an outage is the observer's own loss
+// of the control plane as much as the peers': what declares them gone says so.
+func (w *Watch) Outage(now time.Time) (down, grace time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.down {
+		down = max(now.Sub(w.downAt), 0)
+	}
+	return down, w.grace()
+}
+
 // Settling reports whether the observer's connection is down, or came back less than
 // window ago: then "no responders" to a request proves nothing, since the peer may not have
 // reconnected and subscribed again yet.

@@ -32,9 +32,16 @@ func TestAnObserverCutOffDeclaresNobodyGone(t *testing.T) {
 	if got := w.Silence(t0.Add(20*time.Second), t0.Add(19*time.Second)); got != time.Second {
 		t.Fatalf("a peer heard after the reconnection: silence %v, want 1s", got)
 	}
+	if down, _ := w.Outage(t0.Add(20 * time.Second)); down != 0 {
+		t.Fatalf("connected: outage %v", down)
+	}
 	w.Disconnected(t0.Add(30 * time.Second))
 	if got := w.Silence(t0.Add(46*time.Second), t0.Add(29*time.Second)); got != 17*time.Second {
 		t.Fatalf("down for 16s, longer than the grace: silence %v, want the full 17s", got)
+	}
+	// Whoever declares peers gone then can say that the outage is the observer's own.
+	if down, grace := w.Outage(t0.Add(46 * time.Second)); down != 16*time.Second || grace != 15*time.Second {
+		t.Fatalf("outage %v, grace %v; want 16s, 15s", down, grace)
 	}
 }
 

@@ -729,13 +729,18 @@ func (r *Remote) monitor() {
 		case now := <-t.C:
 			var gone []string
 			var reasons []string
+			outage, grace := r.watch.Outage(now)
 			r.mu.Lock()
 			for _, n := range r.nodes {
 				if n.gone == nil && (len(n.procs) > 0 || n.joined) {
 					if silent := r.watch.Silence(now, n.last); silent > job.MissedBeats*n.interval {
 						gone = append(gone, n.name)
-						reasons = append(reasons, fmt.Sprintf("node %s stopped responding (no heartbeat for %v)",
-							n.name, silent.Round(100*time.Millisecond)))
+						why := fmt.Sprintf("node %s stopped responding (no heartbeat for %v)", n.name, silent.Round(100*time.Millisecond))
+						if outage > 0 {
+							why = fmt.Sprintf("node %s unheard while mpirun's own NATS connection has been down for %v, longer than the grace (%s=%v)",
+								n.name, outage.Round(100*time.Millisecond), ctlplane.EnvGrace, grace)
+						}
+						reasons = append(reasons, why)
 					}
 				}
 			}
