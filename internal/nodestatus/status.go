@@ -663,7 +663,9 @@ func Drain(nc *nats.Conn, node string, req job.DrainRequest, sign *ctlauth.KeyWr
 			}
 			refusal = got
 			refusal.Error += fmt.Sprintf(" (answered under key %s, not the one --node-key holds: is it this node's seed?)", m.Key)
-			return &ctlplane.Tentative{Err: errors.New(refusal.Error), Wait: ctlplane.NoRespondersGrace}
+			// Anyone can sign such a refusal: it stands only if the node's own answer, which
+			// waits for the jobs', does not come meanwhile.
+			return &ctlplane.Tentative{Err: errors.New(refusal.Error), Wait: 2 * time.Second}
 		}
 		rep = got
 		return nil
