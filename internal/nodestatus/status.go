@@ -597,19 +597,25 @@ func Control(nc *nats.Conn, jobID string, req job.ControlRequest, sign ctlauth.W
 		rep = got
 		return nil
 	})
+	return rep, requestError("job "+jobID, subj, timeout, err,
+		fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)", jobID, ErrNoController, subj, req.Kind))
+}
+
+// requestError says why a ctlplane.Request to who on subj got no answer within timeout
+// (nil if err is nil); noResponders is the error when nobody listens on subj.
+func requestError(who, subj string, timeout time.Duration, err, noResponders error) error {
 	var refused *ctlplane.RefusedError
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, nats.ErrNoResponders):
-		return rep, fmt.Errorf("pcmd: job %s: %w on %s (the job is not running, or its ranks do not handle %s requests yet)",
-			jobID, ErrNoController, subj, req.Kind)
+		return noResponders
 	case errors.As(err, &refused):
-		return rep, fmt.Errorf("pcmd: job %s: no authenticated answer on %s within %v: %v", jobID, subj, timeout, refused.Last)
+		return fmt.Errorf("pcmd: %s: no authenticated answer on %s within %v: %v", who, subj, timeout, refused.Last)
 	case errors.Is(err, nats.ErrTimeout):
-		return rep, fmt.Errorf("pcmd: job %s: no reply on %s within %v", jobID, subj, timeout)
-	case err != nil:
-		return rep, fmt.Errorf("pcmd: job %s: %w", jobID, err)
+		return fmt.Errorf("pcmd: %s: no reply on %s within %v", who, subj, timeout)
 	}
-	return rep, nil
+	return fmt.Errorf("pcmd: %s: %w", who, err)
 }
 
 // Drain asks the pcmd of node to leave gracefully (job.NodeDrainSubject) and waits up to
@@ -670,19 +676,9 @@ func Drain(nc *nats.Conn, node string, req job.DrainRequest, sign *ctlauth.KeyWr
 		rep = got
 		return nil
 	})
-	var refused *ctlplane.RefusedError
-	var tentative *ctlplane.Tentative
-	switch {
-	case errors.As(err, &tentative):
+	if tentative := (*ctlplane.Tentative)(nil); errors.As(err, &tentative) {
 		return refusal, nil
-	case errors.Is(err, nats.ErrNoResponders):
-		return rep, fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj)
-	case errors.As(err, &refused):
-		return rep, fmt.Errorf("pcmd: node %s: no answer signed by the node on %s within %v: %v", node, subj, timeout, refused.Last)
-	case errors.Is(err, nats.ErrTimeout):
-		return rep, fmt.Errorf("pcmd: node %s: no reply on %s within %v", node, subj, timeout)
-	case err != nil:
-		return rep, fmt.Errorf("pcmd: node %s: %w", node, err)
 	}
-	return rep, nil
+	return rep, requestError("node "+node, subj, timeout, err,
+		fmt.Errorf("pcmd: node %s: no pcmd answers on %s (unknown node, or a pcmd without drain)", node, subj))
 }
