@@ -348,15 +348,24 @@ of this user (found in its job record) and says which one.`,
 				Flags: append([]cli.Flag{
 					&cli.BoolFlag{Name: "json", Usage: "print JSON instead of tables"},
 					&cli.DurationFlag{Name: "wait", Value: 500 * time.Millisecond, Usage: "collect the nodes' answers for `DURATION`"},
+					&cli.StringFlag{Name: "known-nodes", EnvVars: []string{"MPIOS_KNOWN_NODES"}, Usage: "show only nodes whose answers are signed by their key in `FILE` (mpirun --known-nodes' format); default: any node that signs with the key its own card names"},
 				}, natsFlags(false)...),
 				OnUsageError: onUsage,
 				Action: func(c *cli.Context) error {
+					var keys ctlauth.KeySet
+					if f := c.String("known-nodes"); f != "" {
+						known, err := ctlauth.LoadKnownNodes(f)
+						if err != nil {
+							return &usageError{"--known-nodes: " + strings.TrimPrefix(err.Error(), "ctlauth: ")}
+						}
+						keys = known
+					}
 					nc, err := clientConn(c, stderr)
 					if err != nil {
 						return err
 					}
 					defer nc.Close()
-					st, err := nodestatus.DiscoverStatus(nc, c.Duration("wait"))
+					st, err := nodestatus.DiscoverStatus(nc, c.Duration("wait"), keys)
 					if err != nil {
 						return err
 					}

@@ -20,18 +20,44 @@ func NodeInfoOf(m Message) (job.NodeInfo, error) {
 	if err != nil {
 		return info, err
 	}
+	return info, checkOwnCard(info, m.Key)
+}
+
+// checkOwnCard checks that info's key card is signed by key and names it for info's node.
+func checkOwnCard(info job.NodeInfo, key string) error {
 	cm, err := VerifyStatement(job.NodeCardSubject(info.Name), info.Card, AnyKey{})
 	if err != nil {
-		return info, fmt.Errorf("node %s: key card: %w", info.Name, err)
+		return fmt.Errorf("node %s: key card: %w", info.Name, err)
 	}
 	card, err := CardFromMessage(cm)
 	if err != nil {
-		return info, err
+		return err
 	}
-	if card.Node != info.Name || card.SigningKey != m.Key {
-		return info, fmt.Errorf("%w: node %s signed with %s, its card names %s", ErrUntrusted, info.Name, m.Key, card.SigningKey)
+	if card.Node != info.Name || card.SigningKey != key {
+		return fmt.Errorf("%w: node %s signed with %s, its card names %s", ErrUntrusted, info.Name, key, card.SigningKey)
 	}
-	return info, nil
+	return nil
+}
+
+// VerifyNodeView verifies data, a node's signed answer to discovery (job.NodeView: itself and
+// the peers it heard) received on subject (the requester's own inbox), against keys: signed
+// by the key the node's own card names, as that node. The peers are the node's word.
+func VerifyNodeView(subject string, data []byte, keys KeySet) (job.NodeView, error) {
+	var v job.NodeView
+	m, err := VerifyStatement(subject, data, keys)
+	if err != nil {
+		return v, err
+	}
+	if err := job.Decode(m.Body, &v); err != nil {
+		return v, fmt.Errorf("%w: node view: %v", ErrMalformed, err)
+	}
+	if err := v.Self.Validate(); err != nil {
+		return v, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if m.From.Role != RoleNode || m.From.Node != v.Self.Name {
+		return v, fmt.Errorf("%w: view of node %s sent as %s", ErrUntrusted, v.Self.Name, m.From)
+	}
+	return v, checkOwnCard(v.Self, m.Key)
 }
 
 // PinnedNodeInfo returns the job.NodeInfo in m, a verified message, from a node whose key the

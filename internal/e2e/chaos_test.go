@@ -105,7 +105,7 @@ func TestChaosKillDrainJoinNATSRestartAndHangKeepTheResult(t *testing.T) {
 
 	// 3. A node leaves gracefully. It places its ranks on the peers it heard: n4 first.
 	testbin.WaitFor(t, 30*time.Second, "n2 to hear n4", func() bool {
-		views, _ := nodeclient.DiscoverNodes(c.nc, 300*time.Millisecond)
+		views, _ := nodeclient.DiscoverNodes(c.nc, 300*time.Millisecond, nil)
 		for _, v := range views {
 			if v.Self.Name == "n2" {
 				return slices.ContainsFunc(v.Peers, func(p job.PeerInfo) bool { return p.Info.Name == "n4" })

@@ -49,7 +49,7 @@ func termWhenHeard(t *testing.T, c *cluster, node *exec.Cmd) {
 		}
 	}
 	testbin.WaitFor(t, 30*time.Second, name+" to hear its peers", func() bool {
-		views, _ := nodeclient.DiscoverNodes(c.nc, 300*time.Millisecond)
+		views, _ := nodeclient.DiscoverNodes(c.nc, 300*time.Millisecond, nil)
 		for _, v := range views {
 			if v.Self.Name == name {
 				return len(v.Peers) >= len(c.stores)-1 // every node the test started

@@ -378,7 +378,7 @@ func (r *Remote) nodeInfo(node string) (job.NodeInfo, error) {
 	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
 		return info, fmt.Errorf("nodeclient: ask node %s: %w", node, err)
 	}
-	views, _ := DiscoverNodes(r.nc, r.cfg.DiscoverWait)
+	views, _ := DiscoverNodes(r.nc, r.cfg.DiscoverWait, keys)
 	var known []string
 	var age time.Duration = -1
 	for _, v := range views {
@@ -1122,9 +1122,13 @@ func (p *remoteProcess) finish(ex rankproc.Exit, err error) {
 }
 
 // DiscoverNodes asks every pcmd on the connection's NATS server for its view of the nodes
-// (job.NodesDiscoverSubject) and collects the replies that arrive within wait. Malformed
-// replies are dropped.
-func DiscoverNodes(nc *nats.Conn, wait time.Duration) ([]job.NodeView, error) {
+// (job.NodesDiscoverSubject) and collects the replies that arrive within wait. A view counts
+// only signed by its node with the key its card names (ctlauth.VerifyNodeView), and only if
+// keys trusts that key (nil: any, ctlauth.AnyKey); others, and malformed ones, are dropped.
+func DiscoverNodes(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) ([]job.NodeView, error) {
+	if keys == nil {
+		keys = ctlauth.AnyKey{}
+	}
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
@@ -1153,8 +1157,8 @@ func DiscoverNodes(nc *nats.Conn, wait time.Duration) ([]job.NodeView, error) {
 		if err != nil {
 			return views, fmt.Errorf("nodeclient: discover nodes: %w", err)
 		}
-		var v job.NodeView
-		if job.Decode(msg.Data, &v) != nil || v.Self.Validate() != nil {
+		v, err := ctlauth.VerifyNodeView(msg.Subject, msg.Data, keys)
+		if err != nil {
 			continue
 		}
 		peers := v.Peers[:0]

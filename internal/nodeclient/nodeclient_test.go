@@ -178,7 +178,7 @@ func startFakeNodeAs(t *testing.T, url, name string, slots int, interval time.Du
 		n.subs = append(n.subs, s)
 	}
 	sub(job.NodeInfoSubject(name), func(m *nats.Msg) { n.signed(m.Reply, n.info()) })
-	sub(job.NodesDiscoverSubject, func(m *nats.Msg) { n.reply(m, job.NodeView{Self: n.info()}) })
+	sub(job.NodesDiscoverSubject, func(m *nats.Msg) { n.signed(m.Reply, job.NodeView{Self: n.info()}) })
 	sub(job.NodeSpawnSubject(name), func(m *nats.Msg) {
 		n.wait()
 		var req job.SpawnRequest
@@ -288,15 +288,6 @@ func (n *fakeNode) info() job.NodeInfo {
 	return info
 }
 
-func (n *fakeNode) reply(m *nats.Msg, v any) {
-	data, err := job.Encode(v)
-	if err == nil {
-		err = m.Respond(data)
-	}
-	if err != nil {
-		n.t.Errorf("fake node reply: %v", err)
-	}
-}
 
 // signed publishes v on subj signed by the node's key, as pcmd does its heartbeats and
 // info replies.

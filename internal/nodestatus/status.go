@@ -113,8 +113,9 @@ type RankStatus struct {
 }
 
 // DiscoverStatus asks every pcmd on nc's server for its view, and every IOS agent for its
-// state, waiting wait for replies.
-func DiscoverStatus(nc *nats.Conn, wait time.Duration) (Status, error) {
+// state, waiting wait for replies. A view counts only signed by its node, under a key that
+// keys trusts (nil: any key its node's own card names; see nodeclient.DiscoverNodes).
+func DiscoverStatus(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) (Status, error) {
 	var (
 		states []job.IOSState
 		iosErr error
@@ -124,7 +125,7 @@ func DiscoverStatus(nc *nats.Conn, wait time.Duration) (Status, error) {
 		defer close(done)
 		states, iosErr = DiscoverIOS(nc, wait)
 	}()
-	views, err := nodeclient.DiscoverNodes(nc, wait)
+	views, err := nodeclient.DiscoverNodes(nc, wait, keys)
 	<-done
 	if err != nil {
 		return Status{}, err

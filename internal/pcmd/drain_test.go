@@ -204,8 +204,11 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 	startNode(t, nc, Config{Node: "n2", InsecureOpen: true, NATS: NATSOptions{URL: url}, Slots: 2})
 	testbin.WaitFor(t, 5*time.Second, "n1 to hear n2", func() bool {
 		m, err := nc.Request(job.NodesDiscoverSubject, nil, time.Second)
-		var v job.NodeView
-		return err == nil && job.Decode(m.Data, &v) == nil && v.Self.Name == "n1" && len(v.Peers) == 1
+		if err != nil {
+			return false
+		}
+		v, err := ctlauth.VerifyNodeView(m.Subject, m.Data, ctlauth.AnyKey{})
+		return err == nil && v.Self.Name == "n1" && len(v.Peers) == 1
 	})
 	// The job's mpirun, played by the test: it accepts, and its ranks leave n1.
 	asked := make(chan job.ControlRequest, 1)
@@ -232,7 +235,7 @@ func TestDrainMovesRanksAwayThenTheNodeExits(t *testing.T) {
 	if rep := spawn(t, nc, "n1", job.SpawnRequest{Job: "k", Rank: 0, Path: prog}); rep.Refusal != job.RefuseStopping || !strings.Contains(rep.Error, "draining") {
 		t.Errorf("a draining node admitted a rank: %+v", rep)
 	}
-	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
+	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond, nil)
 	var text strings.Builder
 	if err != nil || len(st.Nodes) != 2 || !st.Nodes[0].Draining || st.Nodes[1].Draining || st.Nodes[0].Used != 2 ||
 		st.WriteText(&text) != nil || !strings.Contains(text.String(), "n1    draining  2/2") {

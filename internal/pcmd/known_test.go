@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mpios/mpios/internal/ctlauth"
+	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodeclient"
 	"github.com/mpios/mpios/internal/testbin"
 )
@@ -47,7 +51,7 @@ func TestWithKnownNodesOnlyListedPeersAreBelieved(t *testing.T) {
 	startNode(t, nc, Config{Node: "n3", InsecureOpen: true, NATS: NATSOptions{URL: url}, Slots: 4})
 	startNode(t, nc, Config{Node: "n2", InsecureOpen: true, NodeKey: seed2, NATS: NATSOptions{URL: url}, Slots: 1})
 	peersOfN1 := func() []string {
-		views, _ := nodeclient.DiscoverNodes(nc, 300*time.Millisecond)
+		views, _ := nodeclient.DiscoverNodes(nc, 300*time.Millisecond, nil)
 		for _, v := range views {
 			if v.Self.Name == "n1" {
 				var names []string
@@ -68,6 +72,37 @@ func TestWithKnownNodesOnlyListedPeersAreBelieved(t *testing.T) {
 	}
 	if !strings.Contains(n1.log.String(), "ignoring a heartbeat that does not verify") {
 		t.Errorf("n1 did not note n3's heartbeat; log:\n%s", n1.log)
+	}
+
+	// Discovery (pcmd status, mpirun's diagnosis of a node that does not answer) believes a
+	// view only signed by its node; with the file, only by a node it lists. An outsider's
+	// answer in clear, claiming n2 is idle with 64 slots, counts in neither case.
+	forged, _ := job.Encode(job.NodeView{Self: job.NodeInfo{Name: "n2", Slots: 64, Interval: time.Second}})
+	sub, err := nc.Subscribe(job.NodesDiscoverSubject, func(m *nats.Msg) { _ = m.Respond(forged) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	knownKeys, err := ctlauth.LoadKnownNodes(known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		keys ctlauth.KeySet
+		want string
+	}{{nil, "n1 n2 n3"}, {knownKeys, "n1 n2"}} {
+		views, err := nodeclient.DiscoverNodes(nc, 300*time.Millisecond, c.keys)
+		var names []string
+		for _, v := range views {
+			names = append(names, v.Self.Name)
+			if v.Self.Slots == 64 {
+				t.Errorf("the forged view counted: %+v", v.Self)
+			}
+		}
+		slices.Sort(names)
+		if got := strings.Join(names, " "); err != nil || got != c.want {
+			t.Errorf("discovery with %T: views of %q, %v; want %q", c.keys, got, err, c.want)
+		}
 	}
 }
 

@@ -525,7 +525,7 @@ func TestDiscoverStatus(t *testing.T) {
 	startNode(t, nc, Config{Node: "n1", InsecureOpen: true, NATS: NATSOptions{URL: url}, Slots: 3})
 	n2 := startNode(t, nc, Config{Node: "n2", InsecureOpen: true, NATS: NATSOptions{URL: url}, Slots: 1})
 	time.Sleep(150 * time.Millisecond) // a few heartbeats: the nodes know each other
-	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
+	st, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,7 +539,7 @@ func TestDiscoverStatus(t *testing.T) {
 	if err := n2.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	st, err = nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
+	st, err = nodestatus.DiscoverStatus(nc, 200*time.Millisecond, nil)
 	if err != nil || len(st.Nodes) != 1 || st.Nodes[0].Name != "n1" {
 		t.Errorf("after n2 deregistered: %+v, %v", st, err)
 	}
@@ -577,7 +577,7 @@ func TestServeIOSAgentsAndStatus(t *testing.T) {
 	var st nodestatus.Status
 	testbin.WaitFor(t, 10*time.Second, "both agents in pcmd status, neighbours, with n1's profile", func() bool {
 		var err error
-		if st, err = nodestatus.DiscoverStatus(nc, 300*time.Millisecond); err != nil {
+		if st, err = nodestatus.DiscoverStatus(nc, 300*time.Millisecond, nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(st.Nodes) != 2 || st.Nodes[0].IOS == nil || st.Nodes[1].IOS == nil {
@@ -614,7 +614,7 @@ func TestServeIOSAgentsAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	testbin.WaitFor(t, 5*time.Second, "n1's agent to drop n2", func() bool {
-		s, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond)
+		s, err := nodestatus.DiscoverStatus(nc, 200*time.Millisecond, nil)
 		return err == nil && len(s.Nodes) == 1 && s.Nodes[0].IOS != nil && len(s.Nodes[0].IOS.Peers) == 0
 	})
 	_ = n1

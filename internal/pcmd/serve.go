@@ -435,7 +435,7 @@ func (s *server) subscribe() error {
 		fn   nats.MsgHandler
 	}{
 		{job.NodeInfoSubject(name), func(m *nats.Msg) { s.respondSigned(m, s.info()) }},
-		{job.NodesDiscoverSubject, func(m *nats.Msg) { s.respond(m, s.view()) }},
+		{job.NodesDiscoverSubject, func(m *nats.Msg) { s.respondSigned(m, s.view()) }},
 		{job.NodesHeartbeatSubject, s.onHeartbeat},
 		{job.NodeDrainSubject(name), s.onDrain},
 	}
