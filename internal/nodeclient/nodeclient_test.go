@@ -288,7 +288,6 @@ func (n *fakeNode) info() job.NodeInfo {
 	return info
 }
 
-
 // signed publishes v on subj signed by the node's key, as pcmd does its heartbeats and
 // info replies.
 func (n *fakeNode) signed(subj string, v any) {
