@@ -436,7 +436,11 @@ func (a *Agent) onState(m *nats.Msg) {
 		return
 	}
 	st := <-ch // the loop always answers a request it took
+	// Signed by the node, bound to the requester's inbox: anyone can answer in its place.
 	data, err := job.Encode(st)
+	if err == nil {
+		data, err = a.cfg.Key.Wrap(m.Reply, data, time.Now())
+	}
 	if err == nil {
 		err = m.Respond(data)
 	}

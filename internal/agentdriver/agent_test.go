@@ -228,8 +228,12 @@ func iosState(t *testing.T, nc *nats.Conn, node string) job.IOSState {
 	if err != nil {
 		t.Fatalf("IOS state of %s: %v", node, err)
 	}
+	signed, err := ctlauth.VerifyStatement(m.Subject, m.Data, ctlauth.NodeKey{Node: node, AnyKey: true})
+	if err != nil {
+		t.Fatalf("IOS state of %s not signed by the node: %v", node, err)
+	}
 	var st job.IOSState
-	if err := job.Decode(m.Data, &st); err != nil {
+	if err := job.Decode(signed.Body, &st); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Validate(); err != nil {

@@ -117,13 +117,13 @@ type RankStatus struct {
 // keys trusts (nil: any key its node's own card names; see nodeclient.DiscoverNodes).
 func DiscoverStatus(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) (Status, error) {
 	var (
-		states []job.IOSState
-		iosErr error
-		done   = make(chan struct{})
+		iosMsgs []*nats.Msg
+		iosErr  error
+		done    = make(chan struct{})
 	)
 	go func() {
 		defer close(done)
-		states, iosErr = DiscoverIOS(nc, wait)
+		iosMsgs, iosErr = collectIOS(nc, wait)
 	}()
 	views, err := nodeclient.DiscoverNodes(nc, wait, keys)
 	<-done
@@ -134,7 +134,7 @@ func DiscoverStatus(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) (Sta
 		return Status{}, iosErr
 	}
 	st := Collect(views)
-	st.AttachIOS(states)
+	st.AttachIOS(verifyIOS(iosMsgs, keysOfViews(views)))
 	st.NATS = natsconn.RedactURL(nc.ConnectedUrl())
 	st.Jobs, st.Unauthenticated = jobInfos(nc, st.Ranks, wait, jobrecord.RuntimeDir())
 	return st, nil
@@ -206,8 +206,15 @@ func readJobInfo(id string, m *nats.Msg, records string) (info job.JobInfo, veri
 }
 
 // DiscoverIOS asks every IOS agent on nc's server for its state (job.IOSDiscoverSubject),
-// collecting replies for wait. Malformed and invalid replies are skipped.
-func DiscoverIOS(nc *nats.Conn, wait time.Duration) ([]job.IOSState, error) {
+// collecting replies for wait. A state counts only signed by its node under a key that keys
+// trusts (nil: any key); malformed, invalid and unsigned replies are skipped.
+func DiscoverIOS(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) ([]job.IOSState, error) {
+	msgs, err := collectIOS(nc, wait)
+	return verifyIOS(msgs, keys), err
+}
+
+// collectIOS gathers the raw replies to an IOS discovery for wait.
+func collectIOS(nc *nats.Conn, wait time.Duration) ([]*nats.Msg, error) {
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
@@ -217,7 +224,7 @@ func DiscoverIOS(nc *nats.Conn, wait time.Duration) ([]job.IOSState, error) {
 	if err := nc.PublishRequest(job.IOSDiscoverSubject, inbox, nil); err != nil {
 		return nil, fmt.Errorf("pcmd: discover IOS agents: %w", err)
 	}
-	var out []job.IOSState
+	var out []*nats.Msg
 	for deadline := time.Now().Add(wait); ; {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -233,12 +240,55 @@ func DiscoverIOS(nc *nats.Conn, wait time.Duration) ([]job.IOSState, error) {
 		if err != nil {
 			return out, fmt.Errorf("pcmd: discover IOS agents: %w", err)
 		}
+		out = append(out, msg)
+	}
+}
+
+// verifyIOS keeps the states among msgs signed by the node they describe, under a key that
+// keys trusts (nil: any).
+func verifyIOS(msgs []*nats.Msg, keys ctlauth.KeySet) []job.IOSState {
+	if keys == nil {
+		keys = ctlauth.AnyKey{}
+	}
+	var out []job.IOSState
+	for _, msg := range msgs {
+		m, err := ctlauth.VerifyStatement(msg.Subject, msg.Data, keys)
+		if err != nil {
+			continue
+		}
 		var st job.IOSState
-		if job.Decode(msg.Data, &st) != nil || st.Validate() != nil {
+		if job.Decode(m.Body, &st) != nil || st.Validate() != nil || m.From.Role != ctlauth.RoleNode || m.From.Node != st.Node {
 			continue
 		}
 		out = append(out, st)
 	}
+	return out
+}
+
+// viewKeys trusts each node's signature under the key its verified discovery view's card
+// names: an IOS state is believed only from the node that answered discovery.
+type viewKeys map[string]string
+
+func keysOfViews(views []job.NodeView) viewKeys {
+	k := viewKeys{}
+	for _, v := range views {
+		cm, err := ctlauth.VerifyStatement(job.NodeCardSubject(v.Self.Name), v.Self.Card, ctlauth.AnyKey{})
+		if err != nil {
+			continue
+		}
+		if card, err := ctlauth.CardFromMessage(cm); err == nil && card.Node == v.Self.Name {
+			k[card.Node] = card.SigningKey
+		}
+	}
+	return k
+}
+
+// Trust implements ctlauth.KeySet.
+func (k viewKeys) Trust(publicKey string, s ctlauth.Sender) error {
+	if s.Role != ctlauth.RoleNode || k[s.Node] == "" || k[s.Node] != publicKey {
+		return fmt.Errorf("not the key of node %s's discovery view", s.Node)
+	}
+	return nil
 }
 
 // AttachIOS adds the agents' states to the alive nodes they describe.

@@ -16,6 +16,7 @@ import (
 	"github.com/mpios/mpios/internal/ctlauth"
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/nodeclient"
+	"github.com/mpios/mpios/internal/nodestatus"
 	"github.com/mpios/mpios/internal/testbin"
 )
 
@@ -104,6 +105,41 @@ func TestWithKnownNodesOnlyListedPeersAreBelieved(t *testing.T) {
 			t.Errorf("discovery with %T: views of %q, %v; want %q", c.keys, got, err, c.want)
 		}
 	}
+
+	// The IOS agents' states likewise: pcmd status shows a node's state only signed by the
+	// key of that node's view. The outsider answers for n2 in clear and under its own key.
+	fake := job.IOSState{Node: "n2", Policy: "none", CPUs: 999, EffectiveCPUs: 999, Availability: 1, Peers: []string{}}
+	fakeBody, _ := job.Encode(fake)
+	outsider, _ := nkeys.CreateServer()
+	outsiderSigner, err := ctlauth.NewKeyWrapper(outsider, ctlauth.Sender{Role: ctlauth.RoleNode, Node: "n2"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iosSub, err := nc.Subscribe(job.IOSDiscoverSubject, func(m *nats.Msg) {
+		_ = m.Respond(fakeBody)
+		if signed, err := outsiderSigner.Wrap(m.Reply, fakeBody, time.Now()); err == nil {
+			_ = m.Respond(signed)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = iosSub.Unsubscribe() }()
+	testbin.WaitFor(t, 5*time.Second, "n2's own IOS state in pcmd status", func() bool {
+		st, err := nodestatus.DiscoverStatus(nc, 300*time.Millisecond, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range st.Nodes {
+			if n.Name == "n2" && n.IOS != nil {
+				if n.IOS.CPUs == 999 {
+					t.Fatalf("the outsider's IOS state for n2 is shown: %+v", n.IOS)
+				}
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // A known-nodes file that lists this node's own key under another name is a mistake the

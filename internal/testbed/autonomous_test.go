@@ -58,7 +58,7 @@ func TestLoadedNodeLosesRanksToIdleNode(t *testing.T) {
 			t.Logf("%s:\n%s", filepath.Base(l), tail(l, 4000))
 		}
 		if nc, err := nats.Connect(c.NATSURL()); err == nil {
-			states, _ := nodestatus.DiscoverIOS(nc, time.Second)
+			states, _ := nodestatus.DiscoverIOS(nc, time.Second, nil)
 			b, _ := json.MarshalIndent(states, "", " ")
 			t.Logf("IOS agents:\n%s", b)
 			nc.Close()
