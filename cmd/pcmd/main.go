@@ -329,7 +329,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 			{
 				Name:      "status",
 				Usage:     "show the nodes and the ranks they run",
-				UsageText: "pcmd status [--json] [--nats URL] [--wait DURATION]",
+				UsageText: "pcmd status [--json] [--nats URL] [--wait DURATION] [--known-nodes FILE]",
 				Description: `Asks every pcmd on the NATS server (mpios.nodes.discover) for itself and the
 peers it hears, and prints each node: alive, draining (pcmd drain) or gone (no
 heartbeat for 3 periods), slots in use and total, load average, age of the last
@@ -343,8 +343,11 @@ jobs' migrations and resizes as their mpirun answers (job info): verified with
 the job key from your job record; for a job of another user it cannot be, and is
 labeled "unauthenticated" (--json: "unauthenticated_jobs"). --json adds
 per node "ios": the agent's state, its recent "decisions" and the ranks' full
-"profiles". Without --nats it uses the NATS server of the newest running mpirun
-of this user (found in its job record) and says which one.`,
+"profiles". A node's answer and its agent's state count only signed by the node,
+with the key its own key card names (with --known-nodes, its key in FILE): an
+outsider on the NATS server cannot answer for it. Without --nats it uses the NATS
+server of the newest running mpirun of this user (found in its job record) and
+says which one.`,
 				Flags: append([]cli.Flag{
 					&cli.BoolFlag{Name: "json", Usage: "print JSON instead of tables"},
 					&cli.DurationFlag{Name: "wait", Value: 500 * time.Millisecond, Usage: "collect the nodes' answers for `DURATION`"},
