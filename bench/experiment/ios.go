@@ -8,10 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/mpios/mpios/internal/ctlauth"
 )
 
 // iosDiscoverSubject is where every pcmd IOS agent answers with its state (job.IOSState,
-// msgpack). The state is decoded loosely, by field name, so the experiment keeps working
+// msgpack, signed by its node). The state is decoded loosely, by field name, so the experiment keeps working
 // (and reports "no agents") whatever the agents' version.
 const iosDiscoverSubject = "mpios.nodes.ios"
 
@@ -56,14 +58,27 @@ func iosSnapshot(url string, wait time.Duration) ([]agentState, error) {
 		if err != nil {
 			break // timeout: every agent that will answer has
 		}
-		var m map[string]any
-		if msgpack.Unmarshal(msg.Data, &m) != nil {
-			continue
+		if st, ok := agentFromReply(msg.Subject, msg.Data); ok {
+			out = append(out, st)
 		}
-		out = append(out, decodeAgent(m))
 	}
 	slices.SortFunc(out, func(a, b agentState) int { return strings.Compare(a.Node, b.Node) })
 	return out, nil
+}
+
+// agentFromReply reads an agent's reply on subject: signed by its node (an agent's answer in
+// clear, or under another node's name, is skipped), its state decoded loosely.
+func agentFromReply(subject string, data []byte) (agentState, bool) {
+	signed, err := ctlauth.VerifyStatement(subject, data, ctlauth.AnyKey{})
+	if err != nil || signed.From.Role != ctlauth.RoleNode {
+		return agentState{}, false
+	}
+	var m map[string]any
+	if msgpack.Unmarshal(signed.Body, &m) != nil {
+		return agentState{}, false
+	}
+	st := decodeAgent(m)
+	return st, st.Node == signed.From.Node
 }
 
 func decodeAgent(m map[string]any) agentState {
