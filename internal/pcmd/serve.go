@@ -177,6 +177,7 @@ type server struct {
 	drainWhy string               // the reason of the first drain request, for its retries
 	retry    drainRetry           // when the drain is planned again (drain.go)
 	forged   map[string]time.Time // when noteForged last logged, per kind
+	left     map[string]string    // the key each peer that said it was leaving left under
 
 	// watch keeps an outage of the node's own NATS connection from expiring the leases of
 	// launchers it cannot hear.
@@ -254,7 +255,7 @@ func Serve(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("pcmd: --known-nodes: this node's key %s is listed for node %q, not %q", s.signer.PublicKey(), name, cfg.Node)
 		}
 	}
-	s.pins, s.forged = ctlauth.NewNodePins(cfg.Node, known), map[string]time.Time{}
+	s.pins, s.forged, s.left = ctlauth.NewNodePins(cfg.Node, known), map[string]time.Time{}, map[string]string{}
 	if s.drains, err = ctlauth.NewKeyVerifier(ctlauth.NodeKey{Node: cfg.Node, Key: s.signer.PublicKey()}, ctlauth.ReplayOptions{NotBefore: time.Now().Add(-time.Second)}); err != nil {
 		return fmt.Errorf("pcmd: %w", err)
 	}
@@ -544,6 +545,9 @@ func (s *server) view() job.NodeView {
 // slots, is dropped.
 func (s *server) onHeartbeat(m *nats.Msg) {
 	msg, err := s.beats.Verify(m.Subject, m.Data, time.Now())
+	if errors.Is(err, ctlauth.ErrUntrusted) && s.unpinLeft(m.Data) {
+		msg, err = s.beats.Verify(m.Subject, m.Data, time.Now())
+	}
 	if err != nil {
 		s.noteForged("heartbeat", err)
 		return
@@ -562,6 +566,11 @@ func (s *server) onHeartbeat(m *nats.Msg) {
 	s.mu.Unlock()
 	if info.Leaving {
 		s.pins.Unpin(info.Name) // its next pcmd may have a new key
+		s.mu.Lock()
+		if len(s.left) < maxLeft {
+			s.left[info.Name] = msg.Key
+		}
+		s.mu.Unlock()
 	}
 	if twin {
 		s.log.Printf("warning: another pcmd (pid %d, advertise %s) also uses node name %s", info.PID, info.Advertise, info.Name)
@@ -601,6 +610,31 @@ func (s *server) forgetPeers() {
 	for _, name := range gone {
 		s.pins.Unpin(name)
 	}
+}
+
+// maxLeft bounds the peers whose leaving key a node remembers (unpinLeft).
+const maxLeft = 4096
+
+// unpinLeft forgets the key pinned for the node whose heartbeat data claims to be from, if
+// that node said it was leaving under that very key: a message its last pcmd sent before
+// leaving (an IOS agent's steal request, handled on another goroutine than the heartbeats)
+// may have pinned the old key again after the "leaving" heartbeat unpinned it, and would
+// shut the node's next pcmd, with a fresh key, out for good. It reports whether it did.
+func (s *server) unpinLeft(data []byte) bool {
+	e, err := ctlauth.DecodeEnvelope(data)
+	if err != nil || e.From.Role != ctlauth.RoleNode {
+		return false
+	}
+	node := e.From.Node
+	pinned, ok := s.pins.Key(node)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok || s.left[node] != pinned {
+		return false
+	}
+	delete(s.left, node)
+	s.pins.Unpin(node)
+	return true
 }
 
 // noteForged logs a message of the peer network that failed authentication, at most once a
