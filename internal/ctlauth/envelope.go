@@ -114,13 +114,16 @@ const maxTool = 128
 func ToolInstance() string {
 	host, _ := os.Hostname()
 	host = strings.Map(func(r rune) rune {
-		if r < '!' || r > '~' {
+		if notToolChar(r) {
 			return -1
 		}
 		return r
 	}, host)
 	return fmt.Sprintf("%.64s/%d", host, os.Getpid())
 }
+
+// notToolChar: a Sender.Tool holds printable ASCII only, no space.
+func notToolChar(r rune) bool { return r < '!' || r > '~' }
 
 // Validate checks that s is a well-formed identity.
 func (s Sender) Validate() error {
@@ -141,7 +144,7 @@ func (s Sender) Validate() error {
 		}
 	}
 	if s.Tool != "" {
-		if s.Role != RoleTool || len(s.Tool) > maxTool || strings.ContainsFunc(s.Tool, func(r rune) bool { return r < '!' || r > '~' }) {
+		if s.Role != RoleTool || len(s.Tool) > maxTool || strings.ContainsFunc(s.Tool, notToolChar) {
 			return fmt.Errorf("%w: %v sender names tool %.64q", ErrMalformed, s.Role, s.Tool)
 		}
 	}

@@ -105,3 +105,36 @@ func Request(nc *nats.Conn, subject string, data []byte, wait time.Duration, tak
 		return nil
 	}
 }
+
+// Gather publishes data on subject with a reply inbox of its own and returns every reply
+// that arrives within wait, unverified: a scatter request answered by many (every node, every
+// agent). A "no responders" status, which any client can also send to the inbox, ends
+// nothing: the responders that do answer still count until the wait ends.
+func Gather(nc *nats.Conn, subject string, data []byte, wait time.Duration) ([]*nats.Msg, error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("ctlplane: gather on %s: %w", subject, err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subject, inbox, data); err != nil {
+		return nil, fmt.Errorf("ctlplane: gather on %s: %w", subject, err)
+	}
+	var out []*nats.Msg
+	for deadline := time.Now().Add(wait); ; {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return out, nil
+		}
+		msg, err := sub.NextMsg(left)
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			continue
+		case errors.Is(err, nats.ErrTimeout):
+			return out, nil
+		case err != nil:
+			return out, fmt.Errorf("ctlplane: gather on %s: %w", subject, err)
+		}
+		out = append(out, msg)
+	}
+}

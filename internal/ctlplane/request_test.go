@@ -143,3 +143,25 @@ func ExampleRequest() {
 	fmt.Println(answer, err)
 	// Output: 42 <nil>
 }
+
+// A scatter request gathers every reply within the wait: a forged "no responders" status
+// sent first ends nothing, and verifying the replies is the caller's part.
+func TestGatherCollectsEveryReplyWithinTheWait(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	a, b, attacker, asker := testbin.Connect(t, url), testbin.Connect(t, url), testbin.Connect(t, url), testbin.Connect(t, url)
+	answer(t, attacker, "all", 0, func(m *nats.Msg) {
+		status := nats.NewMsg(m.Reply)
+		status.Header.Set("Status", "503")
+		attacker.PublishMsg(status)
+	})
+	answer(t, a, "all", 50*time.Millisecond, func(m *nats.Msg) { m.Respond([]byte("a")) })
+	answer(t, b, "all", 100*time.Millisecond, func(m *nats.Msg) { m.Respond([]byte("b")) })
+	msgs, err := ctlplane.Gather(asker, "all", nil, time.Second)
+	var got []string
+	for _, m := range msgs {
+		got = append(got, string(m.Data))
+	}
+	if err != nil || strings.Join(got, " ") != "a b" {
+		t.Fatalf("Gather = %q, %v; want a and b", got, err)
+	}
+}

@@ -1129,34 +1129,12 @@ func DiscoverNodes(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) ([]jo
 	if keys == nil {
 		keys = ctlauth.AnyKey{}
 	}
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	msgs, err := ctlplane.Gather(nc, job.NodesDiscoverSubject, nil, wait)
 	if err != nil {
-		return nil, fmt.Errorf("nodeclient: discover nodes: %w", err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(job.NodesDiscoverSubject, inbox, nil); err != nil {
-		return nil, fmt.Errorf("nodeclient: discover nodes: %w", err)
+		err = fmt.Errorf("nodeclient: discover nodes: %w", err)
 	}
 	var views []job.NodeView
-	deadline := time.Now().Add(wait)
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return views, nil
-		}
-		msg, err := sub.NextMsg(left)
-		if errors.Is(err, nats.ErrNoResponders) {
-			// No node listens, or someone else says so (any client can send that status to
-			// our inbox): the nodes that do answer still count, until the wait ends.
-			continue
-		}
-		if errors.Is(err, nats.ErrTimeout) {
-			return views, nil
-		}
-		if err != nil {
-			return views, fmt.Errorf("nodeclient: discover nodes: %w", err)
-		}
+	for _, msg := range msgs {
 		v, err := ctlauth.VerifyNodeView(msg.Subject, msg.Data, keys)
 		if err != nil {
 			continue
@@ -1170,4 +1148,5 @@ func DiscoverNodes(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) ([]jo
 		v.Peers = peers
 		views = append(views, v)
 	}
+	return views, err
 }

@@ -123,7 +123,7 @@ func DiscoverStatus(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) (Sta
 	)
 	go func() {
 		defer close(done)
-		iosMsgs, iosErr = collectIOS(nc, wait)
+		iosMsgs, iosErr = gatherIOS(nc, wait)
 	}()
 	views, err := nodeclient.DiscoverNodes(nc, wait, keys)
 	<-done
@@ -209,39 +209,17 @@ func readJobInfo(id string, m *nats.Msg, records string) (info job.JobInfo, veri
 // collecting replies for wait. A state counts only signed by its node under a key that keys
 // trusts (nil: any key); malformed, invalid and unsigned replies are skipped.
 func DiscoverIOS(nc *nats.Conn, wait time.Duration, keys ctlauth.KeySet) ([]job.IOSState, error) {
-	msgs, err := collectIOS(nc, wait)
+	msgs, err := gatherIOS(nc, wait)
 	return verifyIOS(msgs, keys), err
 }
 
-// collectIOS gathers the raw replies to an IOS discovery for wait.
-func collectIOS(nc *nats.Conn, wait time.Duration) ([]*nats.Msg, error) {
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+// gatherIOS collects the raw replies to an IOS discovery for wait.
+func gatherIOS(nc *nats.Conn, wait time.Duration) ([]*nats.Msg, error) {
+	msgs, err := ctlplane.Gather(nc, job.IOSDiscoverSubject, nil, wait)
 	if err != nil {
-		return nil, fmt.Errorf("pcmd: discover IOS agents: %w", err)
+		err = fmt.Errorf("pcmd: discover IOS agents: %w", err)
 	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(job.IOSDiscoverSubject, inbox, nil); err != nil {
-		return nil, fmt.Errorf("pcmd: discover IOS agents: %w", err)
-	}
-	var out []*nats.Msg
-	for deadline := time.Now().Add(wait); ; {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return out, nil
-		}
-		msg, err := sub.NextMsg(left)
-		if errors.Is(err, nats.ErrNoResponders) {
-			continue // any client can send that status to our inbox: wait for the agents
-		}
-		if errors.Is(err, nats.ErrTimeout) {
-			return out, nil
-		}
-		if err != nil {
-			return out, fmt.Errorf("pcmd: discover IOS agents: %w", err)
-		}
-		out = append(out, msg)
-	}
+	return msgs, err
 }
 
 // verifyIOS keeps the states among msgs signed by the node they describe, under a key that
