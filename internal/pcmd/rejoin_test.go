@@ -94,4 +94,12 @@ func TestAPeerThatLeftRejoinsUnderAFreshKey(t *testing.T) {
 	if p := peers(); len(p) != 1 || p[0].PID != 200 {
 		t.Fatalf("peers %+v: another key took n1 over", p)
 	}
+	// A node that keeps its key (--node-key) leaves and comes back under it: once it is back,
+	// its leaving is over, and another key cannot take its name.
+	s.onHeartbeat(next.beat(true))
+	s.onHeartbeat(next.beat(false))
+	s.onHeartbeat(intruder.beat(false))
+	if p := peers(); len(p) != 1 || p[0].PID != 200 {
+		t.Fatalf("peers %+v: another key took n1 over after it came back", p)
+	}
 }

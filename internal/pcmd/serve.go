@@ -563,14 +563,17 @@ func (s *server) onHeartbeat(m *nats.Msg) {
 	}
 	s.mu.Lock()
 	twin := s.peers.heard(info, time.Now())
+	switch {
+	case info.Leaving && len(s.left) < maxLeft:
+		s.left[info.Name] = msg.Key
+	case !info.Leaving:
+		// Back (a --node-key node keeps its key): its pinned key is its own again, which
+		// no later heartbeat under another key may unpin.
+		delete(s.left, info.Name)
+	}
 	s.mu.Unlock()
 	if info.Leaving {
 		s.pins.Unpin(info.Name) // its next pcmd may have a new key
-		s.mu.Lock()
-		if len(s.left) < maxLeft {
-			s.left[info.Name] = msg.Key
-		}
-		s.mu.Unlock()
 	}
 	if twin {
 		s.log.Printf("warning: another pcmd (pid %d, advertise %s) also uses node name %s", info.PID, info.Advertise, info.Name)
