@@ -26,7 +26,7 @@ func newRowBlocks(p *pcm.Process, world *mpi.Comm, n int, init float64) (*rowBlo
 		// Every rank needs at least one row for the neighbour chain to work.
 		return nil, fmt.Errorf("-n %d is smaller than the number of ranks %d", n, world.Size())
 	}
-	u, err := pcm.NewBlock[float64](p, "u", n, n+2, pcm.Halo(1), pcm.DoubleBuffer())
+	u, err := pcm.NewBlock[float64](p, "u", n, n+2, pcm.Halo(1), pcm.ChangedOnlyByFlip())
 	if err != nil {
 		return nil, err
 	}

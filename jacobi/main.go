@@ -240,7 +240,7 @@ func run(args []string, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	x, err := pcm.NewBlock[float64](p, "x", n, 1, pcm.DoubleBuffer())
+	x, err := pcm.NewBlock[float64](p, "x", n, 1, pcm.ChangedOnlyByFlip())
 	if err != nil {
 		return err
 	}

@@ -26,13 +26,16 @@ import (
 // for a stencil's neighbours, or fixed boundary values) that Padded includes; they are not
 // saved, not moved, and zero after a resize or a restart. With DoubleBuffer the block has a
 // second buffer of the same shape, Scratch, for sweeps that write a new grid from the old
-// one: Flip exchanges the two.
+// one: Flip exchanges the two. With ChangedOnlyByFlip a background checkpoint reads the rows
+// during the next iteration instead of copying them at the boundary.
 type Block[T mpi.Elem] struct {
 	name       string
 	rows       int // global
 	rowLen     int
 	halo       int
 	double     bool
+	flipOnly   bool    // ChangedOnlyByFlip
+	flips      int64   // Flip calls so far (ChangedOnlyByFlip: a checkpoint checks its rows were left alone)
 	rank       int     // the rank whose rows this process holds; -1 after it left
 	bounds     []int64 // rank r holds rows [bounds[r], bounds[r+1]); registered, replicated
 	buf, spare []T     // padded rows, and the scratch buffer (DoubleBuffer)
@@ -44,8 +47,9 @@ type Block[T mpi.Elem] struct {
 type BlockOption func(*blockOptions) error
 
 type blockOptions struct {
-	halo   int
-	double bool
+	halo     int
+	double   bool
+	flipOnly bool
 }
 
 // Halo frames each rank's rows with rows halo rows above and below (see Block).
@@ -63,6 +67,22 @@ func Halo(rows int) BlockOption {
 func DoubleBuffer() BlockOption {
 	return func(o *blockOptions) error {
 		o.double = true
+		return nil
+	}
+}
+
+// ChangedOnlyByFlip promises that the application changes the block's rows only by sweeping
+// into Scratch and calling Flip, once per iteration: between two iteration boundaries
+// (Reconfigure calls, or the last one and Close) it writes neither Local nor the rows of
+// Padded (its halo rows it may), and flips at most once. A background checkpoint then does
+// not copy the rows at the boundary where it is taken, which holds up every rank of a
+// bulk-synchronous job: it reads them while the next iteration runs, and the next
+// Reconfigure (or Close) first waits until it has, which it usually already has. A second
+// Flip before then fails the checkpoint (its copy may hold rows of the next iteration) and
+// turns the deferred read off for the rest of the run. Implies DoubleBuffer.
+func ChangedOnlyByFlip() BlockOption {
+	return func(o *blockOptions) error {
+		o.double, o.flipOnly = true, true
 		return nil
 	}
 }
@@ -92,7 +112,7 @@ func NewBlock[T mpi.Elem](p *Process, name string, globalRows, rowLen int, opts 
 	if err != nil {
 		return nil, fmt.Errorf("pcm: block %q: %w", name, err)
 	}
-	b := &Block[T]{name: name, rows: globalRows, rowLen: rowLen, halo: o.halo, double: o.double}
+	b := &Block[T]{name: name, rows: globalRows, rowLen: rowLen, halo: o.halo, double: o.double, flipOnly: o.flipOnly}
 	b.next = b.alloc(ranges[p.world.Rank()].Len())
 	b.install(boundsOf(ranges), p.world.Rank())
 	if err := p.Register(layoutPrefix+name, &b.bounds); err != nil {
@@ -123,6 +143,7 @@ func (b *Block[T]) Flip() {
 	}
 	b.buf, b.spare = b.spare, b.buf
 	b.local = b.buf[b.halo*b.rowLen : len(b.buf)-b.halo*b.rowLen]
+	b.flips++
 }
 
 // Range returns the global rows this rank holds.
@@ -178,6 +199,10 @@ type distributed interface {
 	install(bounds []int64, rank int)
 	// release drops the rows of a process that left.
 	release()
+	// readLater reports whether a background checkpoint may read the rows after the boundary
+	// (ChangedOnlyByFlip), under which registered name, and how many times the block has
+	// flipped so far.
+	readLater() (name string, ok bool, flips int64)
 }
 
 // blockLayout is a block's global layout, as a checkpoint's manifest records it.
@@ -271,6 +296,8 @@ func (b *Block[T]) install(bounds []int64, rank int) {
 		b.spare = make([]T, len(b.buf))
 	}
 }
+
+func (b *Block[T]) readLater() (string, bool, int64) { return b.name, b.flipOnly, b.flips }
 
 func (b *Block[T]) release() {
 	b.buf, b.spare, b.local, b.next, b.rank = nil, nil, nil, nil, -1

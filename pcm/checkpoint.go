@@ -126,6 +126,9 @@ func (p *Process) sync(iter int, scheduled bool, pending int) (Action, error) {
 	// The checkpoint steps above may have changed the schedule; a successor or joiner
 	// inherits it from here.
 	p.schedulePolls(out)
+	if len(plan.Moves) > 0 || plan.Resize != nil {
+		p.awaitSnapshot() // both move the rows the checkpoint may still be reading
+	}
 	if len(plan.Moves) > 0 {
 		act, err := p.migrate(iter, plan.Moves)
 		if act == Leave || err != nil || plan.Resize == nil {

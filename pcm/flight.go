@@ -5,18 +5,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/mpios/mpios/mpi"
 	"github.com/mpios/mpios/pcm/ckptstore"
+	"github.com/mpios/mpios/pcm/state"
 )
 
 // A checkpoint goes through three steps, each ending at a point where every rank agrees:
 //
 //  1. At the boundary where it is due, each rank copies its registered state into memory
 //     (a snapshot, milliseconds) and goes on computing while a goroutine writes the copy to
-//     its store and makes it durable.
+//     its store and makes it durable. The rows of ChangedOnlyByFlip blocks, which stay as
+//     they are until the next boundary, are not copied there: the goroutine reads them, and
+//     the next boundary waits until it has (awaitSnapshot).
 //  2. At the first agreement point where every rank's piece is durable, the ranks exchange
 //     what they wrote (sizes, checksums, errors); one rank per store commits the manifest
 //     and prunes, again in the background.
@@ -47,6 +51,12 @@ type flight struct {
 	commitDone bool               // commitErr is set
 	manifest   ckptstore.Manifest // what is being committed
 	blocks     string             // the layouts of the distributed objects when it was taken
+
+	// The blocks whose rows the background reads after the boundary (ChangedOnlyByFlip),
+	// with their flip counts when it was taken; torn, once set, fails the piece.
+	readLater []distributed
+	flipsAt   []int64
+	torn      error
 }
 
 // startCheckpoint takes checkpoint p.seq of the state after iteration iter: step 1.
@@ -84,14 +94,44 @@ func (p *Process) startCheckpoint(iter int) {
 	if p.snap == nil {
 		p.snap = new(ckptstore.PieceBuffer)
 	}
-	p.snap.Reset()
-	p.snap.Grow(p.snapshotSize())
-	if _, err := p.reg.WriteTo(p.snap); err != nil {
-		f.piece <- res.with(ckptstore.PieceInfo{}, err)
-		return
+	snap, size := p.snap, p.snapshotSize()
+	later, names := p.readLater(f)
+	var capture *state.Capture
+	var read chan struct{}
+	if later {
+		// Copy the small values now; the blocks' rows are read in the background, and the
+		// next Reconfigure waits for that (awaitSnapshot).
+		c, err := p.reg.Capture(p.capture, names)
+		if err != nil {
+			f.readLater, f.flipsAt = nil, nil
+			f.piece <- res.with(ckptstore.PieceInfo{}, err)
+			return
+		}
+		p.capture, capture = c, c
+		read = make(chan struct{})
+		p.snapRead = read
+	} else {
+		snap.Reset()
+		snap.Grow(size)
+		if _, err := p.reg.WriteTo(snap); err != nil {
+			f.piece <- res.with(ckptstore.PieceInfo{}, err)
+			return
+		}
 	}
-	snap := p.snap
 	inBackground(func() {
+		if capture != nil {
+			if beforeDeferredRead != nil {
+				beforeDeferredRead()
+			}
+			snap.Reset()
+			snap.Grow(size)
+			_, err := capture.WriteTo(snap)
+			close(read)
+			if err != nil {
+				f.piece <- res.with(ckptstore.PieceInfo{}, err)
+				return
+			}
+		}
 		if err := p.store.Reserve(int64(snap.Len()), p.opts.Cap); err != nil {
 			f.piece <- res.with(ckptstore.PieceInfo{}, err)
 			return
@@ -115,6 +155,53 @@ func (p *Process) startCheckpoint(iter int) {
 	})
 }
 
+// beforeDeferredRead, if set (by tests), runs in the background before it reads the rows of
+// ChangedOnlyByFlip blocks.
+var beforeDeferredRead func()
+
+// readLater notes in f the blocks whose rows a background checkpoint reads after the
+// boundary, with their flip counts, and returns whether there are any and which registered
+// names they are.
+func (p *Process) readLater(f *flight) (bool, func(name string) bool) {
+	if p.copyAtBoundary {
+		return false, nil
+	}
+	var names []string
+	for _, o := range p.dist.objects {
+		if name, ok, flips := o.readLater(); ok {
+			names = append(names, name)
+			f.readLater, f.flipsAt = append(f.readLater, o), append(f.flipsAt, flips)
+		}
+	}
+	return len(names) > 0, func(name string) bool { return slices.Contains(names, name) }
+}
+
+// awaitSnapshot waits until the background checkpoint has read the rows it reads after the
+// boundary, before anything may change them: the application's next iteration, a
+// migration, a resize. A block that flipped more than once meanwhile broke its promise
+// (ChangedOnlyByFlip): the checkpoint fails, and later ones copy at the boundary.
+func (p *Process) awaitSnapshot() {
+	if p.snapRead == nil {
+		return
+	}
+	<-p.snapRead
+	p.snapRead = nil
+	f := p.flight
+	if f == nil {
+		return
+	}
+	for i, o := range f.readLater {
+		name, _, flips := o.readLater()
+		if n := flips - f.flipsAt[i]; n > 1 && f.torn == nil {
+			f.torn = fmt.Errorf("block %q flipped %d times before the iteration boundary after the one the checkpoint was taken at, "+
+				"so its rows may have changed while the checkpoint read them (pcm.ChangedOnlyByFlip allows one Flip per iteration): "+
+				"the following checkpoints copy the state at the boundary", name, n)
+			p.copyAtBoundary = true
+		}
+	}
+	f.readLater, f.flipsAt = nil, nil
+}
+
 // snapshotSize estimates the bytes of a snapshot of the registered state.
 func (p *Process) snapshotSize() int {
 	return int(min(p.reg.Size()+4096, 1<<40))
@@ -136,7 +223,7 @@ func (f *flight) busy() bool {
 		if f.res == nil {
 			select {
 			case r := <-f.piece:
-				f.res = &r
+				f.received(r)
 			default:
 			}
 		}
@@ -153,11 +240,18 @@ func (f *flight) busy() bool {
 	return false
 }
 
+// received takes the background write's outcome, failed if the rows it read were torn.
+func (f *flight) received(r pieceResult) {
+	if f.torn != nil && r.err == nil {
+		r = r.with(ckptstore.PieceInfo{}, f.torn)
+	}
+	f.res = &r
+}
+
 // wait blocks until this rank's part of the current step is done.
 func (f *flight) wait() {
 	if !f.committing && f.res == nil {
-		r := <-f.piece
-		f.res = &r
+		f.received(<-f.piece)
 	}
 	if f.committing && f.commit != nil && !f.commitDone {
 		f.commitErr, f.commitDone = <-f.commit, true

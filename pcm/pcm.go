@@ -94,6 +94,12 @@ type Process struct {
 	seq    uint64                 // number of the next checkpoint
 	flight *flight                // the checkpoint in flight, if any
 	snap   *ckptstore.PieceBuffer // the state copied at a checkpoint's boundary, reused; nil until needed
+	// capture holds the values a checkpoint's background write reads (ChangedOnlyByFlip
+	// blocks by reference), reused; snapRead is closed once that write has read them, nil
+	// when nothing is pending (awaitSnapshot). copyAtBoundary turns the deferred read off.
+	capture        *state.Capture
+	snapRead       chan struct{}
+	copyAtBoundary bool
 
 	loaded   bool
 	lastIter int  // the last iteration seen (Reconfigure or restored checkpoint)
@@ -206,6 +212,7 @@ func InitWith(world *mpi.Comm, opts Options) (*Process, error) {
 // last Reconfigure, and it waits until the checkpoint is committed. The error is a
 // *CheckpointError if that checkpoint failed.
 func (p *Process) Close() error {
+	p.awaitSnapshot()
 	var err error
 	if p.flight != nil && !p.left {
 		err = p.settle()
@@ -236,7 +243,7 @@ func (p *Process) Abandon() {
 	if p.flight != nil {
 		p.flight = nil
 		// Its writer may still be reading the buffer: the next checkpoint gets a new one.
-		p.snap = nil
+		p.snap, p.capture, p.snapRead = nil, nil, nil
 	}
 }
 
@@ -445,6 +452,7 @@ func (p *Process) RequestCheckpoint() error {
 // operations are pending (on this rank, or on another if the call was an agreement point);
 // ErrIteration or ErrCallOrder on misuse; mpi errors when a peer fails.
 func (p *Process) Reconfigure(iter int) (Action, error) {
+	p.awaitSnapshot()
 	if !p.loaded {
 		return Continue, fmt.Errorf("pcm: Reconfigure(%d) before Load: %w", iter, ErrCallOrder)
 	}

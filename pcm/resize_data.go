@@ -259,6 +259,7 @@ func agreeOK(c *mpi.Comm, err error) error {
 // overlap. It is collective over the world, at an iteration boundary (after Reconfigure);
 // a checkpoint in flight is finished first. Take Local, Padded and Range again afterwards.
 func (p *Process) Rebalance(weights []float64) error {
+	p.awaitSnapshot()
 	if !p.loaded {
 		return fmt.Errorf("pcm: Rebalance before Load: %w", ErrCallOrder)
 	}

@@ -217,6 +217,9 @@ func (e *entry) rawBytes() []byte {
 	return unsafe.Slice((*byte)(v.UnsafePointer()), v.Len()*e.elemSize)
 }
 
+// isNil reports whether a raw slice entry's value is a nil slice.
+func (e *entry) isNil() bool { return e.slice && e.ptr.Elem().IsNil() }
+
 // entryOverhead is the size of an entry's framing excluding name and data.
 const entryOverhead = 1 + 1 + 4 + 8 + 4 + 4
 

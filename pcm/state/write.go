@@ -120,6 +120,17 @@ func (sw *streamWriter) writeFramed(p []byte) error {
 // bounded independently of the state size (msgpack values larger than a few MiB are encoded
 // twice rather than buffered). The values must not change while WriteTo runs.
 func (r *Registry) WriteTo(w io.Writer) (int64, error) {
+	return writeStream(w, len(r.entries), func(sw *streamWriter, i int) error {
+		e := r.entries[i]
+		if e.enc == encMsgpack {
+			return sw.writeMsgpack(e)
+		}
+		return sw.writeRaw(e, e.rawBytes(), e.isNil())
+	}, func(i int) string { return r.entries[i].name })
+}
+
+// writeStream writes a stream of n entries, the i-th written by entry, named by name.
+func writeStream(w io.Writer, n int, entry func(sw *streamWriter, i int) error, name func(i int) string) (int64, error) {
 	sw := newStreamWriter(w)
 	var hdr [headerLen]byte
 	copy(hdr[:], magic)
@@ -127,14 +138,14 @@ func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 	if err := sw.writeFramed(hdr[:]); err != nil {
 		return sw.n, fmt.Errorf("state: write header: %w", err)
 	}
-	for _, e := range r.entries {
-		if err := sw.writeEntry(e); err != nil {
-			return sw.n, fmt.Errorf("state: write %q: %w", e.name, err)
+	for i := range n {
+		if err := entry(sw, i); err != nil {
+			return sw.n, fmt.Errorf("state: write %q: %w", name(i), err)
 		}
 	}
 	var tr [trailerLen]byte
 	tr[0] = tagTrailer
-	binary.LittleEndian.PutUint32(tr[1:], uint32(len(r.entries)))
+	binary.LittleEndian.PutUint32(tr[1:], uint32(n))
 	sw.sum = crc32.Update(sw.sum, castagnoli, tr[:5])
 	binary.LittleEndian.PutUint32(tr[5:], sw.sum)
 	if err := sw.write(tr[:]); err != nil {
@@ -167,18 +178,15 @@ func (sw *streamWriter) endEntry(crc uint32) error {
 	return sw.writeFramed(binary.LittleEndian.AppendUint32(nil, crc))
 }
 
-func (sw *streamWriter) writeEntry(e *entry) error {
-	if e.enc == encMsgpack {
-		return sw.writeMsgpack(e)
-	}
-	data := e.rawBytes()
+// writeRaw writes raw entry e whose value's bytes are data (a nil slice if isNil).
+func (sw *streamWriter) writeRaw(e *entry, data []byte, isNil bool) error {
 	if uint64(len(data)) > MaxRawEntryBytes {
 		return fmt.Errorf("%d bytes: %w", len(data), ErrTooLarge)
 	}
 	var flags uint8
 	if e.slice {
 		flags |= flagSlice
-		if e.ptr.Elem().IsNil() {
+		if isNil {
 			flags |= flagNil
 		}
 	}
@@ -269,17 +277,13 @@ func (sw *streamWriter) writeMsgpack(e *entry) error {
 	if cw.n > MaxMsgpackEntryBytes {
 		return fmt.Errorf("%d bytes encoded: %w", cw.n, ErrTooLarge)
 	}
+	if !cw.overflow {
+		return sw.writeEncoded(e, cw.buf)
+	}
 	var hb [entryHeaderMax + 4]byte
 	crc, err := sw.beginEntry(entryHeader(hb[:0], e.name, encMsgpack, uint8(e.typ.Kind()), 0, 0, uint64(cw.n)))
 	if err != nil {
 		return err
-	}
-	if !cw.overflow {
-		crc = crc32.Update(crc, castagnoli, cw.buf)
-		if err := sw.write(cw.buf); err != nil {
-			return err
-		}
-		return sw.endEntry(crc)
 	}
 	out := &crcWriter{sw: sw, crc: crc}
 	if err := newEncoder(out).EncodeValue(e.ptr.Elem()); err != nil {
@@ -289,4 +293,18 @@ func (sw *streamWriter) writeMsgpack(e *entry) error {
 		return fmt.Errorf("value changed while being written (%d bytes, then %d)", cw.n, out.n)
 	}
 	return sw.endEntry(out.crc)
+}
+
+// writeEncoded writes msgpack entry e whose encoded value is enc.
+func (sw *streamWriter) writeEncoded(e *entry, enc []byte) error {
+	var hb [entryHeaderMax + 4]byte
+	crc, err := sw.beginEntry(entryHeader(hb[:0], e.name, encMsgpack, uint8(e.typ.Kind()), 0, 0, uint64(len(enc))))
+	if err != nil {
+		return err
+	}
+	crc = crc32.Update(crc, castagnoli, enc)
+	if err := sw.write(enc); err != nil {
+		return err
+	}
+	return sw.endEntry(crc)
 }
