@@ -2,6 +2,7 @@ package pcm
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -98,9 +99,18 @@ func (p *Process) copyToBuddy(buddy string, seq uint64, info ckptstore.PieceInfo
 		Size:         info.Size, Checksum: info.Checksum, Sparse: src.sparse != nil,
 		From: p.opts.Node, // the buddy measures its link to this node with the copy
 	}
+	if src.sparse != nil {
+		// A piece that is mostly zeros goes inside the request (job.MaxInlineCopy).
+		if b := (&cappedBuffer{max: job.MaxInlineCopy}); src.sparse(b) == nil {
+			req.Inline = b.buf
+		}
+	}
 	rep, err := p.askNode(job.PieceCopySubject(buddy, p.opts.JobID), req, copyTimeout)
 	if err != nil {
 		return fmt.Errorf("copy to node %s: %w", buddy, err)
+	}
+	if rep.Stored {
+		return nil
 	}
 	// A buddy that stops taking bytes (frozen, cut off) fails the copy after
 	// offerconn.IdleTimeout: the checkpoint then lacks this copy, and the job goes on.
@@ -146,4 +156,21 @@ func (p *Process) replicate(buddy string, seq uint64, info ckptstore.PieceInfo, 
 	}
 	info.Copies = []string{buddy}
 	return info
+}
+
+// cappedBuffer collects what is written to it, up to max bytes: a write beyond fails.
+type cappedBuffer struct {
+	buf []byte
+	max int
+}
+
+// errCapped says that a cappedBuffer is full.
+var errCapped = errors.New("pcm: more than fits inline")
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if len(c.buf)+len(p) > c.max {
+		return 0, errCapped
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
 }

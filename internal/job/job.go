@@ -976,6 +976,9 @@ type PieceReply struct {
 	// Sparse: the copy is to be sent as a sparse stream (ckptstore.PieceBuffer.WriteSparseTo),
 	// as PieceCopyRequest.Sparse offered. A node that does not say so takes the plain bytes.
 	Sparse bool `msgpack:"sparse,omitempty"`
+	// Stored: the node stored the copy sent inline (PieceCopyRequest.Inline), verified and
+	// durable; there is no offer.
+	Stored bool `msgpack:"stored,omitempty"`
 }
 
 // PieceOfferTTL is how long a PieceReply's address waits for its connection.
@@ -1007,12 +1010,28 @@ type PieceCopyRequest struct {
 	// this node the copy's bandwidth is measured for (the IOS agent's per-peer bandwidth);
 	// "" from an older process: the copy is not measured.
 	From string `msgpack:"from,omitempty"`
+	// Inline is the whole sparse stream of a piece that is mostly zeros, at most
+	// MaxInlineCopy bytes (Sparse must be set): the node stores it from the request itself,
+	// signed with it, and replies Stored, without an offer or a connection (MPI's eager
+	// protocol for small messages). A node that does not know the field makes an offer as
+	// usual, and the stream goes over its connection.
+	Inline []byte `msgpack:"inline,omitempty"`
 }
+
+// MaxInlineCopy caps PieceCopyRequest.Inline: a few run headers and blocks, never bulk data
+// (which travels over the offer's connection, not over NATS).
+const MaxInlineCopy = 8 << 10
 
 // Validate checks a PieceCopyRequest's form.
 func (p PieceCopyRequest) Validate() error {
 	if err := p.PieceRequest.Validate(); err != nil {
 		return err
+	}
+	if len(p.Inline) > MaxInlineCopy {
+		return fmt.Errorf("job: piece copy request with %d bytes inline: at most %d", len(p.Inline), MaxInlineCopy)
+	}
+	if len(p.Inline) > 0 && !p.Sparse {
+		return errors.New("job: piece copy request with bytes inline that are not a sparse stream")
 	}
 	if p.From != "" {
 		if err := ValidateNode(p.From); err != nil {

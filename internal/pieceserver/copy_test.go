@@ -247,3 +247,88 @@ func TestACopyWhoseSenderFallsSilentIsGivenUp(t *testing.T) {
 		t.Error("the node kept half a copy")
 	}
 }
+
+// copyInline sends stream inside the copy request of rank 0's piece of checkpoint 2 of job
+// j (as the piece want), with sparse as the request says, and returns the node's reply.
+func copyInline(t *testing.T, url string, want ckptstore.PieceInfo, sparse bool, stream []byte) job.PieceReply {
+	t.Helper()
+	nc := testbin.Connect(t, url)
+	as := channel(t, "j", 0)
+	subject := job.PieceCopySubject("n2", "j")
+	req, err := as.Encode(subject, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum,
+		Sparse: sparse, Inline: stream}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := nc.Request(subject, req, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep job.PieceReply
+	if _, err := as.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// A piece that is mostly zeros travels inside its copy request (MPI's eager protocol): the
+// node stores it without an offer, verified against the owner's size and checksum, and
+// says so; a damaged one, one that is not a sparse stream, one with bytes after the
+// stream's end and one too large to go inline are refused.
+func TestASmallSparseCopyIsStoredFromItsRequest(t *testing.T) {
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	dir := filepath.Join(t.TempDir(), "store")
+	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Keys: keyring(t, "n2", "j")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	data := make([]byte, 256*ckptstore.DirectAlign) // 1 MiB, one block of it not zero
+	copy(data[70*ckptstore.DirectAlign:], "piece")
+	var pb ckptstore.PieceBuffer
+	pb.Write(data)
+	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := src.PutPieceBuffer("j", 2, 0, &pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if _, err := pb.WriteSparseTo(&stream); err != nil {
+		t.Fatal(err)
+	}
+	if stream.Len() > job.MaxInlineCopy {
+		t.Fatalf("the sparse stream has %d bytes, more than go inline", stream.Len())
+	}
+	damaged := bytes.Clone(stream.Bytes())
+	damaged[20] ^= 1
+	for _, c := range []struct {
+		what   string
+		sparse bool
+		stream []byte
+		want   string
+	}{
+		{"a damaged stream", true, damaged, "checksum mismatch"},
+		{"a stream not said to be sparse", false, stream.Bytes(), "not a sparse stream"},
+		{"bytes after the end", true, append(bytes.Clone(stream.Bytes()), 0), "after the sparse stream's end"},
+		{"a stream too large", true, make([]byte, job.MaxInlineCopy+1), "at most"},
+	} {
+		if rep := copyInline(t, url, want, c.sparse, c.stream); rep.Stored || !strings.Contains(rep.Error, c.want) {
+			t.Errorf("%s: stored %v, error %q; want it refused with %q", c.what, rep.Stored, rep.Error, c.want)
+		}
+	}
+	if rep := copyInline(t, url, want, true, stream.Bytes()); !rep.Stored || rep.Error != "" || rep.Addr != "" {
+		t.Fatalf("a good inline copy: reply %+v, want it stored without an offer", rep)
+	}
+	st, _ := ckptstore.Open(dir, &ckptstore.Options{Node: "n2"})
+	want.Copies = []string{"n2"}
+	if err := st.CommitManifest(ckptstore.Manifest{Job: "j", Seq: 2, Size: 1, Pieces: []ckptstore.PieceInfo{want}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.VerifyPiece("j", 2, 0); err != nil {
+		t.Errorf("the stored inline copy does not verify: %v", err)
+	}
+}

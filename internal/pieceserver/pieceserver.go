@@ -13,6 +13,7 @@
 package pieceserver
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -207,6 +208,14 @@ func (s *Server) onCopy(m *nats.Msg) {
 		return
 	}
 	want := ckptstore.PieceInfo{Rank: req.Rank, Node: s.node, Size: req.Size, Checksum: req.Checksum}
+	if len(req.Inline) > 0 {
+		if err := s.storeInline(req, want); err != nil {
+			s.refuse(m, ": copy of piece %s/%d/rank %d: %v", req.Job, req.Seq, req.Rank, err)
+			return
+		}
+		s.reply(m, requester, job.PieceReply{Stored: true})
+		return
+	}
 	s.offer(m, requester, fmt.Sprintf("copy of piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), req.Sparse,
 		func() (int64, handler, func(), error) {
 			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
@@ -239,6 +248,30 @@ func (s *Server) onCopy(m *nats.Msg) {
 			}
 			return req.Size, take, func() {}, nil
 		})
+}
+
+// storeInline stores a buddy copy that came inside its (verified) request, verified
+// against the offered size and checksum and durable when it returns.
+func (s *Server) storeInline(req job.PieceCopyRequest, want ckptstore.PieceInfo) error {
+	if s.dir == "" {
+		return errors.New("no checkpoint store (--store)")
+	}
+	store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
+	if err != nil {
+		return err
+	}
+	if err := store.Reserve(req.Size, s.capacity); err != nil {
+		return err
+	}
+	in := bytes.NewReader(req.Inline)
+	if err := store.PutSparseCopy(req.Job, req.Seq, want, in); err != nil {
+		return err
+	}
+	if in.Len() > 0 {
+		// The stream ended before the request did: not what the sender meant to store.
+		return fmt.Errorf("%d bytes after the sparse stream's end", in.Len())
+	}
+	return nil
 }
 
 // verify verifies a request received under the key of job requester and decodes it into v.
