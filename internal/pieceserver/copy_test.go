@@ -31,18 +31,7 @@ func offerCopyAs(t *testing.T, url string, want ckptstore.PieceInfo, sparse bool
 // offerCopyFrom is offerCopyAs from a rank that names its node from.
 func offerCopyFrom(t *testing.T, url, from string, want ckptstore.PieceInfo, sparse bool, data []byte) string {
 	t.Helper()
-	nc := testbin.Connect(t, url)
-	as := channel(t, "j", 0)
-	subject := job.PieceCopySubject("n2", "j")
-	req, _ := as.Encode(subject, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum, Sparse: sparse, From: from}, time.Now())
-	msg, err := nc.Request(subject, req, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep job.PieceReply
-	if _, err := as.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	rep := askCopy(t, url, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum, Sparse: sparse, From: from})
 	if rep.Error != "" {
 		return rep.Error
 	}
@@ -54,7 +43,7 @@ func offerCopyFrom(t *testing.T, url, from string, want ckptstore.PieceInfo, spa
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write(as.OfferProof(rep.Token))
+	c.Write(channel(t, "j", 0).OfferProof(rep.Token))
 	c.Write(data)
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line)
@@ -96,12 +85,7 @@ func TestBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
 	if got := offerCopy(t, url, want, data); got != "ok" {
 		t.Fatalf("a good copy: answer %q, want ok", got)
 	}
-	st, _ := ckptstore.Open(dir, &ckptstore.Options{Node: "n2"})
-	want.Copies = []string{"n2"}
-	if err := st.CommitManifest(ckptstore.Manifest{Job: "j", Seq: 2, Size: 1, Pieces: []ckptstore.PieceInfo{want}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.VerifyPiece("j", 2, 0); err != nil {
+	if err := commitCopy(dir, want); err != nil {
 		t.Errorf("the acknowledged copy does not verify: %v", err)
 	}
 	big := want
@@ -114,16 +98,27 @@ func TestBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
 // A buddy copy offered as a sparse stream (the zero blocks left out) is taken as one,
 // verified against the owner's size and checksum, and reads back as the whole piece.
 func TestSparseBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
-	url := testbin.NATSServer(t, "", "")
-	nc := testbin.Connect(t, url)
-	dir := filepath.Join(t.TempDir(), "store")
-	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Keys: keyring(t, "n2", "j")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
+	url, dir := startBuddy(t)
 	data := make([]byte, 100*ckptstore.DirectAlign)
 	copy(data[50*ckptstore.DirectAlign:], bytes.Repeat([]byte("piece"), 1000))
+	want, stream := sparseSourcePiece(t, data)
+	damaged := bytes.Clone(stream.Bytes())
+	damaged[100] ^= 1
+	if got := offerCopyAs(t, url, want, true, damaged); !strings.Contains(got, "checksum mismatch") {
+		t.Errorf("a damaged sparse copy: answer %q, want a checksum mismatch", got)
+	}
+	if got := offerCopyAs(t, url, want, true, stream.Bytes()); got != "ok" {
+		t.Fatalf("a good sparse copy: answer %q, want ok", got)
+	}
+	if err := commitCopy(dir, want); err != nil {
+		t.Errorf("the acknowledged sparse copy does not verify: %v", err)
+	}
+}
+
+// sparseSourcePiece stores data as rank 0's piece of job j's checkpoint 2 on node n1 from a
+// snapshot, as a background checkpoint does, and returns its record and sparse stream.
+func sparseSourcePiece(t *testing.T, data []byte) (ckptstore.PieceInfo, *bytes.Buffer) {
+	t.Helper()
 	var pb ckptstore.PieceBuffer
 	pb.Write(data)
 	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
@@ -138,22 +133,22 @@ func TestSparseBuddyCopyIsVerifiedBeforeItIsAcknowledged(t *testing.T) {
 	if _, err := pb.WriteSparseTo(&stream); err != nil {
 		t.Fatal(err)
 	}
-	damaged := bytes.Clone(stream.Bytes())
-	damaged[100] ^= 1
-	if got := offerCopyAs(t, url, want, true, damaged); !strings.Contains(got, "checksum mismatch") {
-		t.Errorf("a damaged sparse copy: answer %q, want a checksum mismatch", got)
+	return want, &stream
+}
+
+// commitCopy commits checkpoint 2 of job j, with want as its one piece, in node n2's store
+// in dir and verifies the copy there.
+func commitCopy(dir string, want ckptstore.PieceInfo) error {
+	st, err := ckptstore.Open(dir, &ckptstore.Options{Node: "n2"})
+	if err != nil {
+		return err
 	}
-	if got := offerCopyAs(t, url, want, true, stream.Bytes()); got != "ok" {
-		t.Fatalf("a good sparse copy: answer %q, want ok", got)
-	}
-	st, _ := ckptstore.Open(dir, &ckptstore.Options{Node: "n2"})
 	want.Copies = []string{"n2"}
 	if err := st.CommitManifest(ckptstore.Manifest{Job: "j", Seq: 2, Size: 1, Pieces: []ckptstore.PieceInfo{want}}); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if _, err := st.VerifyPiece("j", 2, 0); err != nil {
-		t.Errorf("the acknowledged sparse copy does not verify: %v", err)
-	}
+	_, err = st.VerifyPiece("j", 2, 0)
+	return err
 }
 
 // A buddy copy is the node's measurement of its link to the sender: a verified copy from a
@@ -235,7 +230,7 @@ func TestACopyWhoseSenderFallsSilentIsGivenUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write(as.OfferProof(rep.Token))
+	c.Write(channel(t, "j", 0).OfferProof(rep.Token))
 	c.Write(data[:len(data)/2]) // and then nothing, the connection open
 	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
@@ -252,23 +247,14 @@ func TestACopyWhoseSenderFallsSilentIsGivenUp(t *testing.T) {
 // j (as the piece want), with sparse as the request says, and returns the node's reply.
 func copyInline(t *testing.T, url string, want ckptstore.PieceInfo, sparse bool, stream []byte) job.PieceReply {
 	t.Helper()
-	nc := testbin.Connect(t, url)
-	as := channel(t, "j", 0)
-	subject := job.PieceCopySubject("n2", "j")
-	req, err := as.Encode(subject, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum,
-		Sparse: sparse, Inline: stream}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := nc.Request(subject, req, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep job.PieceReply
-	if _, err := as.Decode(msg.Subject, msg.Data, &rep, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	return rep
+	return askCopy(t, url, job.PieceCopyRequest{PieceRequest: job.PieceRequest{Job: "j", Seq: 2, Rank: 0}, Size: want.Size, Checksum: want.Checksum,
+		Sparse: sparse, Inline: stream})
+}
+
+// askCopy sends req to node n2 as rank 0 of job j and returns the node's reply.
+func askCopy(t *testing.T, url string, req job.PieceCopyRequest) job.PieceReply {
+	t.Helper()
+	return ask(t, testbin.Connect(t, url), channel(t, "j", 0), job.PieceCopySubject("n2", "j"), req)
 }
 
 // A piece that is mostly zeros travels inside its copy request (MPI's eager protocol): the
@@ -276,30 +262,10 @@ func copyInline(t *testing.T, url string, want ckptstore.PieceInfo, sparse bool,
 // says so; a damaged one, one that is not a sparse stream, one with bytes after the
 // stream's end and one too large to go inline are refused.
 func TestASmallSparseCopyIsStoredFromItsRequest(t *testing.T) {
-	url := testbin.NATSServer(t, "", "")
-	nc := testbin.Connect(t, url)
-	dir := filepath.Join(t.TempDir(), "store")
-	srv, err := Start(nc, Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Keys: keyring(t, "n2", "j")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
+	url, dir := startBuddy(t)
 	data := make([]byte, 256*ckptstore.DirectAlign) // 1 MiB, one block of it not zero
 	copy(data[70*ckptstore.DirectAlign:], "piece")
-	var pb ckptstore.PieceBuffer
-	pb.Write(data)
-	src, err := ckptstore.Open(t.TempDir(), &ckptstore.Options{Node: "n1", Checksum: ckptstore.CRC32C})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := src.PutPieceBuffer("j", 2, 0, &pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stream bytes.Buffer
-	if _, err := pb.WriteSparseTo(&stream); err != nil {
-		t.Fatal(err)
-	}
+	want, stream := sparseSourcePiece(t, data)
 	if stream.Len() > job.MaxInlineCopy {
 		t.Fatalf("the sparse stream has %d bytes, more than go inline", stream.Len())
 	}
@@ -323,12 +289,21 @@ func TestASmallSparseCopyIsStoredFromItsRequest(t *testing.T) {
 	if rep := copyInline(t, url, want, true, stream.Bytes()); !rep.Stored || rep.Error != "" || rep.Addr != "" {
 		t.Fatalf("a good inline copy: reply %+v, want it stored without an offer", rep)
 	}
-	st, _ := ckptstore.Open(dir, &ckptstore.Options{Node: "n2"})
-	want.Copies = []string{"n2"}
-	if err := st.CommitManifest(ckptstore.Manifest{Job: "j", Seq: 2, Size: 1, Pieces: []ckptstore.PieceInfo{want}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.VerifyPiece("j", 2, 0); err != nil {
+	if err := commitCopy(dir, want); err != nil {
 		t.Errorf("the stored inline copy does not verify: %v", err)
 	}
+}
+
+// startBuddy starts node n2's piece server, which knows job j, on a new NATS server, and
+// returns the server's URL and the node's store.
+func startBuddy(t *testing.T) (url, dir string) {
+	t.Helper()
+	url = testbin.NATSServer(t, "", "")
+	dir = filepath.Join(t.TempDir(), "store")
+	srv, err := Start(testbin.Connect(t, url), Config{Node: "n2", Store: dir, Advertise: "127.0.0.1", Keys: keyring(t, "n2", "j")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return url, dir
 }

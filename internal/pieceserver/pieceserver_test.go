@@ -138,7 +138,13 @@ func request(t *testing.T, nc *nats.Conn, rank int) job.PieceReply {
 // job's key (a refusal of a job the node does not know comes in clear).
 func requestAs(t *testing.T, nc *nats.Conn, as *ctlauth.JobChannel, req job.PieceRequest) job.PieceReply {
 	t.Helper()
-	subject := job.PieceSubject("n1", as.Job())
+	return ask(t, nc, as, job.PieceSubject("n1", as.Job()), req)
+}
+
+// ask sends req on subject as a process of as's job and returns the reply, verified under
+// that job's key (a refusal of a job the node does not know comes in clear).
+func ask(t *testing.T, nc *nats.Conn, as *ctlauth.JobChannel, subject string, req any) job.PieceReply {
+	t.Helper()
 	data, err := as.Encode(subject, req, time.Now())
 	if err != nil {
 		t.Fatal(err)
