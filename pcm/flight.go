@@ -110,22 +110,16 @@ func (p *Process) startCheckpoint(iter int) {
 		p.capture, capture = c, c
 		read = make(chan struct{})
 		p.snapRead = read
-	} else {
-		snap.Reset()
-		snap.Grow(size)
-		if _, err := p.reg.WriteTo(snap); err != nil {
-			f.piece <- res.with(ckptstore.PieceInfo{}, err)
-			return
-		}
+	} else if err := fillSnapshot(snap, size, p.reg); err != nil {
+		f.piece <- res.with(ckptstore.PieceInfo{}, err)
+		return
 	}
 	inBackground(func() {
 		if capture != nil {
 			if beforeDeferredRead != nil {
 				beforeDeferredRead()
 			}
-			snap.Reset()
-			snap.Grow(size)
-			_, err := capture.WriteTo(snap)
+			err := fillSnapshot(snap, size, capture)
 			close(read)
 			if err != nil {
 				f.piece <- res.with(ckptstore.PieceInfo{}, err)
@@ -200,6 +194,15 @@ func (p *Process) awaitSnapshot() {
 		}
 	}
 	f.readLater, f.flipsAt = nil, nil
+}
+
+// fillSnapshot replaces the contents of snap, sized for about size bytes, with the state
+// src writes (the registry at the boundary, or its capture after it).
+func fillSnapshot(snap *ckptstore.PieceBuffer, size int, src io.WriterTo) error {
+	snap.Reset()
+	snap.Grow(size)
+	_, err := src.WriteTo(snap)
+	return err
 }
 
 // snapshotSize estimates the bytes of a snapshot of the registered state.

@@ -218,11 +218,8 @@ func (s *Server) onCopy(m *nats.Msg) {
 	}
 	s.offer(m, requester, fmt.Sprintf("copy of piece %s/%d/rank %d", req.Job, req.Seq, req.Rank), req.Sparse,
 		func() (int64, handler, func(), error) {
-			store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
+			store, err := s.reserveCopy(req.Size)
 			if err != nil {
-				return 0, nil, nil, err
-			}
-			if err := store.Reserve(req.Size, s.capacity); err != nil {
 				return 0, nil, nil, err
 			}
 			take := func(c net.Conn, accepted time.Time) error {
@@ -256,11 +253,8 @@ func (s *Server) storeInline(req job.PieceCopyRequest, want ckptstore.PieceInfo)
 	if s.dir == "" {
 		return errors.New("no checkpoint store (--store)")
 	}
-	store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
+	store, err := s.reserveCopy(req.Size)
 	if err != nil {
-		return err
-	}
-	if err := store.Reserve(req.Size, s.capacity); err != nil {
 		return err
 	}
 	in := bytes.NewReader(req.Inline)
@@ -272,6 +266,19 @@ func (s *Server) storeInline(req job.PieceCopyRequest, want ckptstore.PieceInfo)
 		return fmt.Errorf("%d bytes after the sparse stream's end", in.Len())
 	}
 	return nil
+}
+
+// reserveCopy opens the node's store for a buddy copy of size bytes, refused if the store
+// has no room for it under the node's cap.
+func (s *Server) reserveCopy(size int64) (*ckptstore.Store, error) {
+	store, err := ckptstore.Open(s.dir, &ckptstore.Options{Node: s.node})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Reserve(size, s.capacity); err != nil {
+		return nil, err
+	}
+	return store, nil
 }
 
 // verify verifies a request received under the key of job requester and decodes it into v.
