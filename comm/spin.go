@@ -231,6 +231,9 @@ func newLoadGateClock(src stallSource, clock func() time.Duration) *loadGate {
 
 // allow reports whether adaptive readers may poll now, sampling the load if a sample is due.
 func (g *loadGate) allow() bool {
+	if pollHolds.Load() > 0 {
+		return false
+	}
 	if g.disabled.Load() {
 		return true
 	}
@@ -263,6 +266,28 @@ func (g *loadGate) allow() bool {
 	g.next.Store(int64(next))
 	g.open.Store(open)
 	return open
+}
+
+// isOpen reports whether the gate lets readers poll, without sampling.
+func (g *loadGate) isOpen() bool { return pollHolds.Load() == 0 && g.open.Load() }
+
+// pollHolds counts the holds on this process's adaptive polling (HoldPolling).
+var pollHolds atomic.Int32
+
+// HoldPolling makes this process's adaptive readers (MPIOS_SPIN unset or auto) stop polling
+// their sockets and rings until release is called, as while the node is loaded: a reader
+// that would poll sleeps until its peer's data arrives instead. It is for work the process
+// does beside the application, such as a checkpoint written while the application computes
+// on. On a node whose cores the ranks fill, a rank that polls while it waits for a
+// neighbour keeps its core busy, and that work then takes the core of a rank that computes
+// (which the neighbour waits for in turn) rather than the core of the rank that waits: the
+// load gate, which samples every gateInterval, does not see work that lasts milliseconds.
+// Forced polling (MPIOS_SPIN=DURATION) is not held. Holds nest; release may be called more
+// than once.
+func HoldPolling() (release func()) {
+	pollHolds.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { pollHolds.Add(-1) }) }
 }
 
 // openStallSource returns the node's CPU stall counter (nodecpu.Stall: Linux CPU pressure,

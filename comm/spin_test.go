@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -198,5 +199,36 @@ func TestStallSourceOfThisMachine(t *testing.T) {
 		if err1 != nil || err2 != nil || b < a {
 			t.Errorf("stall source: %v, %v; %v then %v", err1, err2, a, b)
 		}
+	}
+}
+
+// A hold stops adaptive polling at once, whatever the load, until it is released; forced
+// polling goes on.
+func TestHoldPollingStopsAdaptivePollingUntilReleased(t *testing.T) {
+	var waiters atomic.Int32
+	var waitAt atomic.Int64
+	var writes atomic.Int32
+	quiet := newLoadGateClock(func() (uint64, error) { return 0, nil }, func() time.Duration { return 0 })
+	adaptive := &pollPolicy{spin: time.Hour, long: time.Hour, gate: quiet, waiters: &waiters, waitAt: &waitAt, writing: &writes}
+	forced := &pollPolicy{spin: time.Hour, long: time.Hour, waiters: &waiters, waitAt: &waitAt, writing: &writes}
+	polls := func() (bool, bool, bool) {
+		return adaptive.poll(monoNow()), adaptive.gateOpen(), forced.poll(monoNow())
+	}
+	if a, open, f := polls(); !a || !open || !f {
+		t.Fatalf("no hold: adaptive polls %v (gate open %v), forced %v; want all", a, open, f)
+	}
+	outer := HoldPolling()
+	inner := HoldPolling()
+	if a, open, f := polls(); a || open || !f {
+		t.Fatalf("held: adaptive polls %v (gate open %v), forced %v; want only forced", a, open, f)
+	}
+	inner()
+	inner() // a second release of the same hold changes nothing
+	if a, open, _ := polls(); a || open {
+		t.Fatalf("one of two holds released: adaptive polls %v (gate open %v)", a, open)
+	}
+	outer()
+	if a, open, f := polls(); !a || !open || !f {
+		t.Fatalf("all holds released: adaptive polls %v (gate open %v), forced %v; want all", a, open, f)
 	}
 }

@@ -641,7 +641,7 @@ func (p *pollPolicy) pollShortFor(since int64, window time.Duration) bool {
 
 // gateOpen reports whether polling is allowed by the node's load (a wake is then useful).
 func (p *pollPolicy) gateOpen() bool {
-	return p != nil && (p.gate == nil || p.gate.open.Load())
+	return p != nil && (p.gate == nil || p.gate.isOpen())
 }
 
 // monoEpoch and monoNow give the readers a monotonic clock in an int64, which an atomic holds.

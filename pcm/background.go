@@ -3,6 +3,8 @@ package pcm
 import (
 	"runtime"
 	"sync"
+
+	"github.com/mpios/mpios/comm"
 )
 
 // inBackground runs work (a checkpoint's writes and fsyncs) on a goroutine of its own, with
@@ -15,8 +17,12 @@ import (
 // between threads, and the application's goroutine hopped across a dozen threads.
 func inBackground(work func()) {
 	extraP(+1)
+	// While it runs the ranks do not poll for messages: a rank that waits for a neighbour
+	// then leaves its core to this work (comm.HoldPolling).
+	release := comm.HoldPolling()
 	go func() {
 		defer extraP(-1)
+		defer release()
 		work()
 	}()
 }
