@@ -258,7 +258,7 @@ func newApp(ctx context.Context, stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "advertise", Value: pcmd.DefaultAdvertise, Usage: "`HOST` or IP the ranks listen on and give their peers: set it to an address other nodes reach"},
 					&cli.StringFlag{Name: "store", Usage: "checkpoint store root `DIR` of this node (created 0700), passed to the ranks as MPIOS_CKPT_DIR"},
 					&cli.StringFlag{Name: "ckpt-store", Value: pcmd.StoreDisk, Usage: "keep checkpoint pieces on `disk` (--store) or in memory (mem, in /dev/shm, lost when pcmd stops; buddy copies on other nodes keep them; the next pcmd frees the memory of one killed)"},
-					&cli.Int64Flag{Name: "ckpt-mem-cap", Usage: "with --ckpt-store mem, hold at most `MIB` MiB of pieces; beyond it checkpoints and copies are refused", DefaultText: "4096"},
+					&cli.Int64Flag{Name: "ckpt-mem-cap", Usage: "with --ckpt-store mem, hold at most `MIB` MiB of pieces: past three quarters of it the checkpoints of finished jobs (no rank here, idle for a minute) are removed, oldest first; beyond it checkpoints and copies are refused", DefaultText: "4096"},
 					&cli.IntFlag{Name: "copy-nice", Value: 10, Usage: "receive other nodes' buddy copies `N` nice levels (0-19) below pcmd's priority, so that this node's ranks get the CPU first (Linux; 0 keeps pcmd's priority)"},
 					&cli.DurationFlag{Name: "heartbeat", Value: pcmd.DefaultHeartbeat, Usage: "send a heartbeat every `DURATION`; the node is gone after 3 missed beats"},
 					&cli.DurationFlag{Name: "lease", Value: pcmd.DefaultLease, Usage: "stop a job's ranks when its launcher sent no keepalive for `DURATION` (a request's own lease is capped to it)"},

@@ -182,6 +182,9 @@ type server struct {
 	// watch keeps an outage of the node's own NATS connection from expiring the leases of
 	// launchers it cannot hear.
 	watch *ctlplane.Watch
+
+	// evictor makes room in the memory store (--ckpt-store mem); nil for none.
+	evictor *memEvictor
 }
 
 // Serve runs the node daemon until ctx is cancelled, then stops its ranks (SIGTERM, SIGKILL
@@ -217,6 +220,11 @@ func Serve(ctx context.Context, cfg Config) error {
 		}
 		defer mem.close()
 		s.store = mem.dir
+		st, err := ckptstore.Open(mem.dir, &ckptstore.Options{Node: cfg.Node})
+		if err != nil {
+			return fmt.Errorf("pcmd: --ckpt-store mem: %w", err)
+		}
+		s.evictor = &memEvictor{store: st, capacity: cfg.CkptMemCap, log: s.log, now: time.Now}
 		// The memory of pcmds killed on this machine is held until someone frees it.
 		dirs, n, err := reclaimMemStores(memRoot, time.Now())
 		if len(dirs) > 0 {
@@ -300,6 +308,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var makeRoom func(int64) bool
+	if s.evictor != nil {
+		s.evictor.ranks, makeRoom = s.ranks.Ranks, s.evictor.makeRoom
+	}
 	if err := s.subscribe(); err != nil {
 		s.ranks.Shutdown()
 		return err
@@ -328,7 +340,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		transfer = s.agent.ObserveTransfer
 	}
 	pieces, err := pieceserver.Start(nc, pieceserver.Config{Node: cfg.Node, Store: s.store, Advertise: cfg.Advertise, Logf: s.log.Printf,
-		Cap: cfg.CkptMemCap, CopyNice: cfg.CopyNice, Keys: jobKeys, Transfer: transfer})
+		Cap: cfg.CkptMemCap, CopyNice: cfg.CopyNice, Keys: jobKeys, Transfer: transfer, MakeRoom: makeRoom})
 	if err != nil {
 		if s.agent != nil {
 			s.agent.Stop()
@@ -595,6 +607,7 @@ func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 			s.checkDrained()
 			s.retryDrain(time.Now())
 			s.forgetPeers()
+			s.evictor.makeRoom(0)
 		}
 	}
 }

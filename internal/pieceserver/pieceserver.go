@@ -63,6 +63,10 @@ type Config struct {
 	// IdleTimeout fails a transfer on which the requester moved no byte for this long
 	// (a frozen or cut-off rank). 0: offerconn.IdleTimeout.
 	IdleTimeout time.Duration
+	// MakeRoom, if not nil, is asked to free at least need bytes of the store when a buddy
+	// copy does not fit under Cap; it reports whether it freed any, and the copy is then
+	// tried once more.
+	MakeRoom func(need int64) bool
 }
 
 // Server answers the piece and manifest requests of one node.
@@ -74,6 +78,7 @@ type Server struct {
 	logf                 func(format string, args ...any)
 	transfer             func(from string, bytes int64, d time.Duration)
 	idle                 time.Duration
+	makeRoom             func(need int64) bool
 	sub, msub, csub      *nats.Subscription
 	wg                   sync.WaitGroup
 	mu                   sync.Mutex
@@ -99,7 +104,7 @@ func Start(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.Keys == nil {
 		return nil, errors.New("pcmd: piece server without a job keyring")
 	}
-	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, copyNice: cfg.CopyNice, logf: cfg.Logf, transfer: cfg.Transfer, idle: cfg.IdleTimeout, open: make(map[net.Listener]bool),
+	s := &Server{node: cfg.Node, dir: cfg.Store, advertise: cfg.Advertise, keys: cfg.Keys, capacity: cfg.Cap, copyNice: cfg.CopyNice, logf: cfg.Logf, transfer: cfg.Transfer, idle: cfg.IdleTimeout, makeRoom: cfg.MakeRoom, open: make(map[net.Listener]bool),
 		offers: newOffers(cfg.MaxOffers, cfg.MaxOffersPerRequester)}
 	if s.logf == nil {
 		s.logf = func(string, ...any) {}
@@ -275,7 +280,11 @@ func (s *Server) reserveCopy(size int64) (*ckptstore.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := store.Reserve(size, s.capacity); err != nil {
+	err = store.Reserve(size, s.capacity)
+	if errors.Is(err, ckptstore.ErrFull) && s.makeRoom != nil && s.makeRoom(size) {
+		err = store.Reserve(size, s.capacity)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return store, nil

@@ -1,0 +1,145 @@
+package pcmd
+
+import (
+	"bytes"
+	"log"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mpios/mpios/internal/job"
+	"github.com/mpios/mpios/internal/testbin"
+	"github.com/mpios/mpios/pcm/ckptstore"
+)
+
+func evictedJobs(plan []ckptstore.JobUsage) []string {
+	var out []string
+	for _, j := range plan {
+		out = append(out, j.Job)
+	}
+	return out
+}
+
+// Below three quarters of the cap nothing is removed; above it, finished jobs go, those
+// that changed longest ago first, until half the cap is used.
+func TestAFullMemoryStoreRemovesTheJobsThatChangedLongestAgoDownToHalfItsCap(t *testing.T) {
+	now := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	jobs := []ckptstore.JobUsage{
+		{Job: "new", Bytes: 20, LastChange: ago(2 * time.Minute)},
+		{Job: "oldest", Bytes: 20, LastChange: ago(time.Hour)},
+		{Job: "older", Bytes: 20, LastChange: ago(30 * time.Minute)},
+		{Job: "old", Bytes: 20, LastChange: ago(10 * time.Minute)},
+	}
+	none := func(string) bool { return false }
+	if plan := planEviction(jobs, 75, 100, 0, now, none); plan != nil {
+		t.Errorf("75 of 100 used: removes %v, want nothing", evictedJobs(plan))
+	}
+	if got, want := evictedJobs(planEviction(jobs, 80, 100, 0, now, none)), []string{"oldest", "older"}; !slices.Equal(got, want) {
+		t.Errorf("80 of 100 used: removes %v, want %v (down to 50)", got, want)
+	}
+	// A write that asks for room counts as used.
+	if got, want := evictedJobs(planEviction(jobs, 60, 100, 20, now, none)), []string{"oldest", "older"}; !slices.Equal(got, want) {
+		t.Errorf("60 used, 20 asked for: removes %v, want %v", got, want)
+	}
+	if plan := planEviction(jobs, 80, 0, 0, now, none); plan != nil {
+		t.Errorf("no cap: removes %v", evictedJobs(plan))
+	}
+}
+
+// A job with a rank on the node, or one that changed within evictIdle, is never removed,
+// even if the store stays over the mark.
+func TestAMemoryStoreNeverRemovesAJobThatRunsHereOrChangedRecently(t *testing.T) {
+	now := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	jobs := []ckptstore.JobUsage{
+		{Job: "running", Bytes: 40, LastChange: now.Add(-time.Hour)},
+		{Job: "recent", Bytes: 40, LastChange: now.Add(-evictIdle + time.Second)},
+		{Job: "finished", Bytes: 15, LastChange: now.Add(-evictIdle)},
+	}
+	plan := planEviction(jobs, 95, 100, 0, now, func(j string) bool { return j == "running" })
+	if got, want := evictedJobs(plan), []string{"finished"}; !slices.Equal(got, want) {
+		t.Errorf("removes %v, want %v", got, want)
+	}
+}
+
+// The evictor acts on a real store: over the mark it removes the finished job that changed
+// longest ago and says so; a job with a rank here stays; with nothing left to remove it says
+// so once and waits evictRetry before it lists the store again, unless a write asks for room.
+func TestTheEvictorRemovesFinishedJobsFromAFullMemoryStoreAndSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	st, err := ckptstore.Open(dir, &ckptstore.Options{Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mib = 1 << 20
+	write := func(jobID string, changed time.Time) {
+		t.Helper()
+		info, err := st.PutPiece(jobID, 1, 0, bytes.NewReader(make([]byte, mib)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CommitManifest(ckptstore.Manifest{Job: jobID, Seq: 1, Size: 1, Pieces: []ckptstore.PieceInfo{info}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(filepath.Join(dir, jobID), changed, changed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	write("oldest", now.Add(-3*time.Hour))
+	write("older", now.Add(-2*time.Hour))
+	write("running", now.Add(-4*time.Hour))
+	var logged testbin.Buffer
+	e := &memEvictor{store: st, capacity: 4 * mib, log: log.New(&logged, "", 0), now: func() time.Time { return now },
+		ranks: func() []job.RankInfo { return []job.RankInfo{{Job: "running", Rank: 0}} }}
+
+	// 3 MiB and their manifests of 4: over three quarters; down to half means two go, but the
+	// running job stays.
+	if !e.makeRoom(0) {
+		t.Fatalf("nothing removed; log:\n%s", logged.String())
+	}
+	left, err := st.Jobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range left {
+		names = append(names, j.Job)
+	}
+	if !slices.Equal(names, []string{"running"}) {
+		t.Errorf("jobs left: %v, want only the running one", names)
+	}
+	for _, want := range []string{"removed the checkpoints of job oldest", "removed the checkpoints of job older"} {
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logged.String())
+		}
+	}
+
+	// Over the mark again with only the running job: said once, then quiet until evictRetry.
+	write("recent", now.Add(-time.Second))
+	write("recent2", now.Add(-time.Second))
+	before := strings.Count(logged.String(), "nothing to remove")
+	if e.makeRoom(0) || e.makeRoom(0) {
+		t.Error("removed a job that runs here or changed within evictIdle")
+	}
+	if n := strings.Count(logged.String(), "nothing to remove") - before; n != 1 {
+		t.Errorf("said %d times that nothing could be removed, want once:\n%s", n, logged.String())
+	}
+	// The recent jobs are idle now (their times set back), but a routine check within
+	// evictRetry does not list the store again; a write asking for room does.
+	for _, j := range []string{"recent", "recent2"} {
+		if err := os.Chtimes(filepath.Join(dir, j), now.Add(-time.Hour), now.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(evictRetry / 2)
+	if e.makeRoom(0) {
+		t.Error("a routine check listed the store again before evictRetry")
+	}
+	if !e.makeRoom(mib) {
+		t.Errorf("a write asking for room removed nothing; log:\n%s", logged.String())
+	}
+}
