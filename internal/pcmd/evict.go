@@ -84,6 +84,29 @@ func (e *memEvictor) makeRoom(need int64) bool {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.makeRoomLocked(need)
+}
+
+// check is makeRoom's routine check, for the heartbeat loop: it returns at once, making
+// room in a goroutine of its own (removing gigabytes from a tmpfs takes a while, and the
+// node must not miss its heartbeats), and only one at a time.
+func (e *memEvictor) check() {
+	if e == nil || !e.mu.TryLock() {
+		return
+	}
+	go func() {
+		defer e.mu.Unlock()
+		e.makeRoomLocked(0)
+	}()
+}
+
+// wait returns once no check is running.
+func (e *memEvictor) wait() {
+	e.mu.Lock()
+	e.mu.Unlock()
+}
+
+func (e *memEvictor) makeRoomLocked(need int64) bool {
 	used, err := e.store.Usage()
 	if err != nil {
 		e.log.Printf("memory store: cannot read its usage: %v", err)

@@ -225,6 +225,7 @@ func Serve(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("pcmd: --ckpt-store mem: %w", err)
 		}
 		s.evictor = &memEvictor{store: st, capacity: cfg.CkptMemCap, log: s.log, now: time.Now}
+		defer s.evictor.wait() // before the store goes
 		// The memory of pcmds killed on this machine is held until someone frees it.
 		dirs, n, err := reclaimMemStores(memRoot, time.Now())
 		if len(dirs) > 0 {
@@ -607,7 +608,7 @@ func (s *server) heartbeatLoop(stop <-chan struct{}, done chan<- struct{}) {
 			s.checkDrained()
 			s.retryDrain(time.Now())
 			s.forgetPeers()
-			s.evictor.makeRoom(0)
+			s.evictor.check()
 		}
 	}
 }
