@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mpios/mpios/internal/job"
-
 	"github.com/mpios/mpios/pcm/ckptstore"
 )
 
@@ -71,7 +70,7 @@ type memEvictor struct {
 	now      func() time.Time
 
 	mu   sync.Mutex
-	next time.Time // no routine check before then (nothing was left to remove)
+	next time.Time // no routine check before then (nothing was left to remove); zero: none pending
 }
 
 // makeRoom removes finished jobs' checkpoints from the memory store as planEviction says,
@@ -113,7 +112,11 @@ func (e *memEvictor) makeRoomLocked(need int64) bool {
 		return false
 	}
 	now := e.now()
-	if !overMark(used, need, e.capacity) || need == 0 && now.Before(e.next) {
+	if !overMark(used, need, e.capacity) {
+		e.next = time.Time{} // room again: a later shortage is news
+		return false
+	}
+	if need == 0 && now.Before(e.next) {
 		return false
 	}
 	jobs, err := e.store.Jobs()

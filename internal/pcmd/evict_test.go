@@ -142,4 +142,24 @@ func TestTheEvictorRemovesFinishedJobsFromAFullMemoryStoreAndSaysSo(t *testing.T
 	if !e.makeRoom(mib) {
 		t.Errorf("a write asking for room removed nothing; log:\n%s", logged.String())
 	}
+
+	// Stuck again after a spell with room: said again.
+	write("recent3", now)
+	write("recent4", now)
+	write("recent5", now)
+	before = strings.Count(logged.String(), "nothing to remove")
+	e.makeRoom(0)
+	for _, j := range []string{"recent3", "recent4", "recent5"} {
+		if err := st.RemoveJob(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.makeRoom(0) // room: the shortage is over
+	write("recent6", now)
+	write("recent7", now)
+	write("recent8", now)
+	e.makeRoom(0)
+	if n := strings.Count(logged.String(), "nothing to remove") - before; n != 2 {
+		t.Errorf("two shortages with room between said %d times that nothing could be removed, want twice:\n%s", n, logged.String())
+	}
 }
