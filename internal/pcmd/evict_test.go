@@ -5,6 +5,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,24 @@ func evictedJobs(plan []ckptstore.JobUsage) []string {
 		out = append(out, j.Job)
 	}
 	return out
+}
+
+const mib = 1 << 20
+
+// commitMiB commits a checkpoint of job to st with a piece of 1 MiB, and dates the job's
+// last change at changed.
+func commitMiB(t *testing.T, st *ckptstore.Store, jobID string, changed time.Time) {
+	t.Helper()
+	info, err := st.PutPiece(jobID, 1, 0, bytes.NewReader(make([]byte, mib)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CommitManifest(ckptstore.Manifest{Job: jobID, Seq: 1, Size: 1, Pieces: []ckptstore.PieceInfo{info}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(filepath.Join(st.Dir(), jobID), changed, changed); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Below three quarters of the cap nothing is removed; above it, finished jobs go, those
@@ -74,20 +93,7 @@ func TestTheEvictorRemovesFinishedJobsFromAFullMemoryStoreAndSaysSo(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	const mib = 1 << 20
-	write := func(jobID string, changed time.Time) {
-		t.Helper()
-		info, err := st.PutPiece(jobID, 1, 0, bytes.NewReader(make([]byte, mib)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.CommitManifest(ckptstore.Manifest{Job: jobID, Seq: 1, Size: 1, Pieces: []ckptstore.PieceInfo{info}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(filepath.Join(dir, jobID), changed, changed); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(jobID string, changed time.Time) { t.Helper(); commitMiB(t, st, jobID, changed) }
 	now := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
 	write("oldest", now.Add(-3*time.Hour))
 	write("older", now.Add(-2*time.Hour))
@@ -161,5 +167,37 @@ func TestTheEvictorRemovesFinishedJobsFromAFullMemoryStoreAndSaysSo(t *testing.T
 	e.makeRoom(0)
 	if n := strings.Count(logged.String(), "nothing to remove") - before; n != 2 {
 		t.Errorf("two shortages with room between said %d times that nothing could be removed, want twice:\n%s", n, logged.String())
+	}
+}
+
+// A node whose memory store is past three quarters of its cap removes, at its heartbeat,
+// the checkpoints of the jobs that have no rank on it and changed nothing for evictIdle.
+func TestANodeMakesRoomInItsMemoryStoreAtItsHeartbeat(t *testing.T) {
+	t.Parallel()
+	url := testbin.NATSServer(t, "", "")
+	nc := testbin.Connect(t, url)
+	n := startNode(t, nc, Config{Node: "evict1", InsecureOpen: true, NATS: NATSOptions{URL: url}, CkptStore: StoreMem, CkptMemCap: 4 * mib})
+	m := regexp.MustCompile(`checkpoints in memory \(([^,]+), cap 4 MiB\)`).FindStringSubmatch(n.log.String())
+	if m == nil {
+		t.Fatalf("no memory store in the node's log:\n%s", n.log.String())
+	}
+	st, err := ckptstore.Open(m[1], &ckptstore.Options{Node: "evict1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-time.Hour)
+	commitMiB(t, st, "oldest", long.Add(-time.Minute))
+	commitMiB(t, st, "older", long)
+	commitMiB(t, st, "newest", time.Now())
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(n.log.String(), "memory store: removed the checkpoints of job") < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	jobs, err := st.Jobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].Job != "newest" {
+		t.Errorf("jobs left in the store: %v, want the newest only; log:\n%s", jobs, n.log.String())
 	}
 }
