@@ -114,7 +114,8 @@ through pcmd (mpios.node.NAME.piece): each request gets a one-time TCP offer, at
 most 16 open per requesting connection and 128 per node. The store also keeps the
 buddy copies of other nodes' pieces (mpios.node.NAME.piececopy), so that losing one
 node loses no committed checkpoint. --ckpt-store mem keeps pieces and copies in
-memory instead, at most --ckpt-mem-cap MiB, for as long as pcmd runs.
+memory instead, at most --ckpt-mem-cap MiB, for as long as pcmd runs; past three
+quarters of the cap, the checkpoints of finished jobs go, oldest first.
 
 IOS agent (after MPI/IOS; --no-ios turns it off): every --ios-period it samples
 the node's CPUs (/proc/stat, clipped by pcmd's cgroup CPU quota) and memory, and

@@ -84,9 +84,10 @@ func TestAMemoryStoreNeverRemovesAJobThatRunsHereOrChangedRecently(t *testing.T)
 	}
 }
 
-// The evictor acts on a real store: over the mark it removes the finished job that changed
-// longest ago and says so; a job with a rank here stays; with nothing left to remove it says
-// so once and waits evictRetry before it lists the store again, unless a write asks for room.
+// The evictor acts on a real store: over the mark it removes finished jobs, those that
+// changed longest ago first, and says so; a job with a rank here stays; with nothing left to
+// remove it says so once per shortage and waits evictRetry before it lists the store again,
+// unless a write asks for room.
 func TestTheEvictorRemovesFinishedJobsFromAFullMemoryStoreAndSaysSo(t *testing.T) {
 	dir := t.TempDir()
 	st, err := ckptstore.Open(dir, &ckptstore.Options{Node: "n1"})
