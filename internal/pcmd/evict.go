@@ -69,8 +69,9 @@ type memEvictor struct {
 	ranks    func() []job.RankInfo // the ranks running on this node
 	now      func() time.Time
 
-	mu   sync.Mutex
-	next time.Time // no routine check before then (nothing was left to remove); zero: none pending
+	mu         sync.Mutex
+	next       time.Time // no routine check before then (nothing was left to remove); zero: none pending
+	nextSpares time.Time // no look for idle jobs' spare files before then
 }
 
 // makeRoom removes finished jobs' checkpoints from the memory store as planEviction says,
@@ -96,7 +97,36 @@ func (e *memEvictor) check() {
 	go func() {
 		defer e.mu.Unlock()
 		e.makeRoomLocked(0)
+		e.dropIdleSpares()
 	}()
+}
+
+// dropIdleSpares deletes, every evictRetry, the spare piece files (ckptstore.DropSpares) of
+// the jobs that have no rank here and changed nothing for evictIdle: a job keeps one
+// checkpoint's pieces as spares for its next write, which a finished job never makes, and
+// the usage count does not count them, so no cap would ever free their memory.
+func (e *memEvictor) dropIdleSpares() {
+	now := e.now()
+	if now.Before(e.nextSpares) {
+		return
+	}
+	e.nextSpares = now.Add(evictRetry)
+	jobs, err := e.store.Jobs()
+	if err != nil {
+		e.log.Printf("memory store: cannot list its jobs: %v", err)
+		return
+	}
+	here := make(map[string]bool)
+	for _, r := range e.ranks() {
+		here[r.Job] = true
+	}
+	for _, j := range jobs {
+		if !here[j.Job] && now.Sub(j.LastChange) >= evictIdle {
+			if err := e.store.DropSpares(j.Job); err != nil {
+				e.log.Printf("memory store: %v", err)
+			}
+		}
+	}
 }
 
 // wait returns once no check is running.

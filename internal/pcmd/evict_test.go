@@ -2,6 +2,7 @@ package pcmd
 
 import (
 	"bytes"
+	"io/fs"
 	"log"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mpios/mpios/internal/job"
 	"github.com/mpios/mpios/internal/testbin"
@@ -37,7 +40,19 @@ func commitMiB(t *testing.T, st *ckptstore.Store, jobID string, changed time.Tim
 	if err := st.CommitManifest(ckptstore.Manifest{Job: jobID, Seq: 1, Size: 1, Pieces: []ckptstore.PieceInfo{info}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chtimes(filepath.Join(st.Dir(), jobID), changed, changed); err != nil {
+	ageJob(t, st, jobID, changed)
+}
+
+// ageJob dates every directory of job in st at changed, as if nothing of it changed since.
+func ageJob(t *testing.T, st *ckptstore.Store, jobID string, changed time.Time) {
+	t.Helper()
+	err := filepath.WalkDir(filepath.Join(st.Dir(), jobID), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		return os.Chtimes(path, changed, changed)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -138,9 +153,7 @@ func TestTheEvictorRemovesFinishedJobsFromAFullMemoryStoreAndSaysSo(t *testing.T
 	// The recent jobs are idle now (their times set back), but a routine check within
 	// evictRetry does not list the store again; a write asking for room does.
 	for _, j := range []string{"recent", "recent2"} {
-		if err := os.Chtimes(filepath.Join(dir, j), now.Add(-time.Hour), now.Add(-time.Hour)); err != nil {
-			t.Fatal(err)
-		}
+		ageJob(t, st, j, now.Add(-time.Hour))
 	}
 	now = now.Add(evictRetry / 2)
 	if e.makeRoom(0) {
@@ -200,5 +213,72 @@ func TestANodeMakesRoomInItsMemoryStoreAtItsHeartbeat(t *testing.T) {
 	}
 	if len(jobs) != 1 || jobs[0].Job != "newest" {
 		t.Errorf("jobs left in the store: %v, want the newest only; log:\n%s", jobs, n.log.String())
+	}
+}
+
+// An idle job's spare piece files (a memory store keeps one checkpoint's pieces of each job
+// for its next write, outside the usage count) are deleted by the routine check; a job with
+// a rank here keeps them; deleting them does not make the job look recently changed.
+func TestTheRoutineCheckDeletesTheSpareFilesOfIdleJobs(t *testing.T) {
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(memRoot, &sfs); err != nil || int64(sfs.Type) != unix.TMPFS_MAGIC {
+		t.Skip(memRoot, " is not a tmpfs: a store elsewhere keeps no spare files")
+	}
+	dir, err := os.MkdirTemp(memRoot, "mpios-evict-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	st, err := ckptstore.Open(dir, &ckptstore.Options{Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spares := func(jobID string) int {
+		ents, _ := os.ReadDir(filepath.Join(dir, jobID))
+		n := 0
+		for _, e := range ents {
+			if strings.Contains(e.Name(), "spare") {
+				n++
+			}
+		}
+		return n
+	}
+	long := time.Now().Add(-time.Hour)
+	for _, jobID := range []string{"done", "live"} {
+		for seq := uint64(1); seq <= 3; seq++ {
+			info, err := st.PutPiece(jobID, seq, 0, bytes.NewReader(bytes.Repeat([]byte{1}, 64<<10)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.CommitManifest(ckptstore.Manifest{Job: jobID, Seq: seq, Size: 1, Pieces: []ckptstore.PieceInfo{info}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.Prune(jobID, 2); err != nil {
+			t.Fatal(err)
+		}
+		if spares(jobID) != 1 {
+			t.Fatalf("job %s: %d spare files after a prune, want 1", jobID, spares(jobID))
+		}
+		ageJob(t, st, jobID, long)
+	}
+	e := &memEvictor{store: st, capacity: 1 << 40, log: log.New(&testbin.Buffer{}, "", 0), now: time.Now,
+		ranks: func() []job.RankInfo { return []job.RankInfo{{Job: "live"}} }}
+	e.check()
+	e.wait()
+	if n := spares("done"); n != 0 {
+		t.Errorf("the idle job keeps %d spare files", n)
+	}
+	if n := spares("live"); n != 1 {
+		t.Errorf("the job with a rank here has %d spare files, want its 1", n)
+	}
+	jobs, err := st.Jobs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.Job == "done" && time.Since(j.LastChange) < evictIdle {
+			t.Errorf("deleting its spare files made job done look changed %v ago", time.Since(j.LastChange))
+		}
 	}
 }

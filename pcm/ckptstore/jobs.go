@@ -15,8 +15,9 @@ type JobUsage struct {
 	Job string
 	// Bytes are the job's pieces and manifests as the usage count counts them.
 	Bytes int64
-	// LastChange is when the job's directory last changed: a checkpoint or buddy copy of
-	// it begun or removed here.
+	// LastChange is when a checkpoint of the job last changed here (a piece, buddy copy or
+	// manifest written): the newest modification time of its checkpoint directories, or of
+	// the job's directory if it has none. Pruning and spare files do not count.
 	LastChange time.Time
 }
 
@@ -44,7 +45,7 @@ func (s *Store) Jobs() ([]JobUsage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ckptstore: list jobs: %w", err)
 		}
-		jobs = append(jobs, JobUsage{Job: e.Name(), Bytes: n, LastChange: st.ModTime()})
+		jobs = append(jobs, JobUsage{Job: e.Name(), Bytes: n, LastChange: lastChange(dir, st.ModTime())})
 	}
 	return jobs, nil
 }
@@ -96,4 +97,26 @@ func (s *Store) RemoveJob(job string) error {
 		return fmt.Errorf("ckptstore: remove job %s: %w", job, err)
 	}
 	return nil
+}
+
+// lastChange returns the newest modification time of the checkpoint directories in the job
+// directory dir, or dirTime (the directory's own) if there are none.
+func lastChange(dir string, dirTime time.Time) time.Time {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return dirTime
+	}
+	var newest time.Time
+	for _, e := range ents {
+		if _, ok := parseSeqName(e.Name()); !ok || !e.IsDir() {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.ModTime().After(newest) {
+			newest = info.ModTime()
+		}
+	}
+	if newest.IsZero() {
+		return dirTime
+	}
+	return newest
 }
