@@ -23,7 +23,7 @@ const (
 	evictToNum, evictToDen       = 1, 2 // of the cap
 	evictIdle                    = time.Minute
 	// evictRetry spaces the routine checks of a store that is over the mark with nothing to
-	// remove: each lists the whole store.
+	// remove, and the looks for idle jobs' spare files: each lists the whole store.
 	evictRetry = 30 * time.Second
 )
 
@@ -116,10 +116,7 @@ func (e *memEvictor) dropIdleSpares() {
 		e.log.Printf("memory store: cannot list its jobs: %v", err)
 		return
 	}
-	here := make(map[string]bool)
-	for _, r := range e.ranks() {
-		here[r.Job] = true
-	}
+	here := e.runningJobs()
 	for _, j := range jobs {
 		if !here[j.Job] && now.Sub(j.LastChange) >= evictIdle {
 			if err := e.store.DropSpares(j.Job); err != nil {
@@ -135,6 +132,16 @@ func (e *memEvictor) wait() {
 	e.mu.Unlock()
 }
 
+// runningJobs returns the jobs with a rank on this node.
+func (e *memEvictor) runningJobs() map[string]bool {
+	here := make(map[string]bool)
+	for _, r := range e.ranks() {
+		here[r.Job] = true
+	}
+	return here
+}
+
+// makeRoomLocked is makeRoom with e.mu held.
 func (e *memEvictor) makeRoomLocked(need int64) bool {
 	used, err := e.store.Usage()
 	if err != nil {
@@ -154,10 +161,7 @@ func (e *memEvictor) makeRoomLocked(need int64) bool {
 		e.log.Printf("memory store: cannot list its jobs: %v", err)
 		return false
 	}
-	here := make(map[string]bool)
-	for _, r := range e.ranks() {
-		here[r.Job] = true
-	}
+	here := e.runningJobs()
 	plan := planEviction(jobs, used, e.capacity, need, now, func(j string) bool { return here[j] })
 	removed := false
 	for _, j := range plan {
